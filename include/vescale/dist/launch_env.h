@@ -1,0 +1,29 @@
+// Who am I in the job? Read from whichever launcher started this process.
+#pragma once
+#include <map>
+#include <string>
+
+namespace vescale::dist {
+
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // Which launcher the values came from: "torchrun" (also vescale-run and Slurm with exported
+  // RANK/WORLD_SIZE), "openmpi", "pmi" (MPICH/Hydra, Intel MPI), "slurm", or "none" (one process).
+  std::string source = "none";
+};
+
+// Parses a launch environment. Precedence: torchrun-style RANK/WORLD_SIZE, then Open MPI's
+// OMPI_COMM_WORLD_*, then PMI_*, then SLURM_*. Values within the chosen family must agree
+// with each other (rank < world, local rank < local world, ...); otherwise this throws an
+// Error that names the variable and the fix.
+LaunchEnv parse_launch_env(const std::map<std::string, std::string>& env);
+
+// The same, over this process's environment.
+LaunchEnv launch_env_from_process();
+
+}  // namespace vescale::dist

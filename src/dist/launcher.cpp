@@ -1,0 +1,268 @@
+#include "vescale/dist/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "vescale/common/check.h"
+
+namespace vescale::dist {
+
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+  std::string out_buf, err_buf;
+  bool running = true;
+  int status = 0;
+};
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("signal ") + strsignal(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+// Writes whole lines of `buf` to `fd`, each behind "[rank k] ", keeping the unfinished tail.
+void emit_lines(int rank, std::string& buf, int fd, bool flush_tail) {
+  const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+  size_t start = 0, nl;
+  std::string out;
+  while ((nl = buf.find('\n', start)) != std::string::npos) {
+    out += prefix + buf.substr(start, nl - start + 1);
+    start = nl + 1;
+  }
+  buf.erase(0, start);
+  if (flush_tail && !buf.empty()) {
+    out += prefix + buf + "\n";
+    buf.clear();
+  }
+  for (size_t off = 0; off < out.size();) {
+    ssize_t n = ::write(fd, out.data() + off, out.size() - off);
+    if (n <= 0 && errno != EINTR) break;
+    if (n > 0) off += static_cast<size_t>(n);
+  }
+}
+
+// Reads what is available on one pipe; closes it at EOF.
+void drain(Rank& r, int& fd, std::string& buf, int out_fd) {
+  char chunk[8192];
+  ssize_t n = ::read(fd, chunk, sizeof chunk);
+  if (n > 0) {
+    buf.append(chunk, static_cast<size_t>(n));
+    emit_lines(r.rank, buf, out_fd, false);
+  } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+    emit_lines(r.rank, buf, out_fd, true);
+    ::close(fd);
+    fd = -1;
+  }
+}
+
+void signal_all(std::vector<Rank>& ranks, int sig) {
+  for (auto& r : ranks)
+    if (r.running) ::kill(-r.pid, sig);  // each rank leads its own process group
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
+            int out_w, int err_w, int out_r, int err_r) {
+  pid_t pid = ::fork();
+  VESCALE_CHECK(pid >= 0, "launcher: fork failed: ", std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::dup2(out_w, STDOUT_FILENO);
+    ::dup2(err_w, STDERR_FILENO);
+    ::close(out_r);
+    ::close(err_r);
+    ::close(out_w);
+    ::close(err_w);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    for (auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    // Launches by other tools would shadow ours; the torchrun-style variables win anyway,
+    // but removing these keeps a rank's view unambiguous.
+    for (const char* k : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID"})
+      ::unsetenv(k);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "launcher: cannot run '%s': %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+int find_free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  VESCALE_CHECK(fd >= 0, "launcher: socket() failed: ", std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  VESCALE_CHECK(ok, "launcher: could not find a free port: ", std::strerror(errno), "; pass --master-port");
+  return ntohs(addr.sin_port);
+}
+
+void validate(const LauncherOptions& o) {
+  VESCALE_CHECK(o.nproc_per_node >= 1, "launcher: --nproc-per-node=", o.nproc_per_node, " must be at least 1");
+  VESCALE_CHECK(o.nnodes >= 1, "launcher: --nnodes=", o.nnodes, " must be at least 1");
+  VESCALE_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "launcher: --node-rank=", o.node_rank,
+                " must be in [0, --nnodes=", o.nnodes, ")");
+  VESCALE_CHECK(o.master_port >= 0 && o.master_port < 65536, "launcher: --master-port=", o.master_port,
+                " is not a TCP port");
+  VESCALE_CHECK(o.nnodes == 1 || (o.master_addr != "127.0.0.1" && o.master_addr != "localhost"),
+                "launcher: --nnodes=", o.nnodes, " needs --master-addr set to node 0's address, not ",
+                o.master_addr);
+  VESCALE_CHECK(o.grace_seconds >= 0, "launcher: the grace period must not be negative");
+}
+
+int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
+  validate(o);
+  VESCALE_CHECK(!argv.empty(), "launcher: no program given; usage: vescale-run --nproc-per-node N -- prog args");
+  const int port = o.master_port > 0 ? o.master_port : (o.nnodes == 1 ? find_free_port() : 29500);
+  const int world = o.nnodes * o.nproc_per_node;
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  g_signal = 0;
+
+  std::vector<Rank> ranks(o.nproc_per_node);
+  for (int local = 0; local < o.nproc_per_node; ++local) {
+    Rank& r = ranks[local];
+    r.rank = o.node_rank * o.nproc_per_node + local;
+    int out_p[2], err_p[2];
+    VESCALE_CHECK(::pipe(out_p) == 0 && ::pipe(err_p) == 0, "launcher: pipe failed: ", std::strerror(errno));
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"RANK", std::to_string(r.rank)},
+        {"WORLD_SIZE", std::to_string(world)},
+        {"LOCAL_RANK", std::to_string(local)},
+        {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+        {"GROUP_RANK", std::to_string(o.node_rank)},
+        {"MASTER_ADDR", o.master_addr},
+        {"MASTER_PORT", std::to_string(port)},
+        {"VESCALE_RANK_PREFIXED", "1"},
+    };
+    r.pid = spawn(argv, env, out_p[1], err_p[1], out_p[0], err_p[0]);
+    ::close(out_p[1]);
+    ::close(err_p[1]);
+    r.out_fd = out_p[0];
+    r.err_fd = err_p[0];
+  }
+
+  int exit_code = 0;
+  int forwarded = 0;
+  std::optional<std::chrono::steady_clock::time_point> kill_at, all_exited_at;
+  auto stop_others = [&](const std::string& why) {
+    if (kill_at) return;
+    std::fprintf(stderr, "vescale-run: %s; stopping the other ranks\n", why.c_str());
+    signal_all(ranks, SIGTERM);
+    kill_at = std::chrono::steady_clock::now() +
+              std::chrono::milliseconds(static_cast<int64_t>(o.grace_seconds * 1000));
+  };
+
+  for (;;) {
+    // Forward a signal we received to every rank, once per signal.
+    if (g_signal && g_signal != forwarded) {
+      forwarded = g_signal;
+      if (!exit_code) exit_code = 128 + forwarded;
+      stop_others(std::string("received ") + strsignal(forwarded));
+      signal_all(ranks, forwarded);
+    }
+    // Output.
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Rank*, bool>> owners;  // (rank, is_stderr)
+    for (auto& r : ranks) {
+      if (r.out_fd >= 0) fds.push_back({r.out_fd, POLLIN, 0}), owners.push_back({&r, false});
+      if (r.err_fd >= 0) fds.push_back({r.err_fd, POLLIN, 0}), owners.push_back({&r, true});
+    }
+    if (!fds.empty() && ::poll(fds.data(), fds.size(), 50) > 0) {
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        Rank& r = *owners[i].first;
+        if (owners[i].second) drain(r, r.err_fd, r.err_buf, STDERR_FILENO);
+        else drain(r, r.out_fd, r.out_buf, STDOUT_FILENO);
+      }
+    } else if (fds.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    // Exits.
+    bool any_running = false;
+    for (auto& r : ranks) {
+      if (!r.running) continue;
+      int status = 0;
+      pid_t p = ::waitpid(r.pid, &status, WNOHANG);
+      if (p == r.pid) {
+        r.running = false;
+        r.status = status;
+        if (exit_code_of(status) != 0 && !exit_code) {
+          exit_code = exit_code_of(status);
+          stop_others("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") failed with " +
+                      describe_status(status));
+        }
+      } else {
+        any_running = true;
+      }
+    }
+    if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
+      signal_all(ranks, SIGKILL);
+      kill_at = std::chrono::steady_clock::time_point::max();
+    }
+    bool open_pipes = false;
+    for (auto& r : ranks) open_pipes |= r.out_fd >= 0 || r.err_fd >= 0;
+    if (!any_running) {
+      // Grandchildren may hold the pipes open; give their output a second, then stop.
+      auto now = std::chrono::steady_clock::now();
+      if (!all_exited_at) all_exited_at = now;
+      if (!open_pipes || now - *all_exited_at > std::chrono::seconds(1)) break;
+    }
+  }
+  for (auto& r : ranks) {
+    if (r.out_fd >= 0) emit_lines(r.rank, r.out_buf, STDOUT_FILENO, true), ::close(r.out_fd);
+    if (r.err_fd >= 0) emit_lines(r.rank, r.err_buf, STDERR_FILENO, true), ::close(r.err_fd);
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  if (exit_code) {
+    std::string summary;
+    for (auto& r : ranks)
+      summary += " rank " + std::to_string(r.rank) + ": " + describe_status(r.status) + ";";
+    std::fprintf(stderr, "vescale-run: failed (exit %d).%s\n", exit_code, summary.c_str());
+  }
+  return exit_code;
+}
+
+}  // namespace vescale::dist

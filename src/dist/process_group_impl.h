@@ -1,0 +1,32 @@
+// Internal: what a ProcessGroup handle holds, and how groups are built over a store.
+#pragma once
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "vescale/dist/process_group.h"
+
+namespace vescale::dist {
+
+struct ProcessGroup::Impl {
+  c10::intrusive_ptr<c10d::Backend> backend;
+  int rank = 0;
+  int size = 1;
+  std::vector<int> global_ranks;
+  std::string name;
+  Backend kind = Backend::Gloo;
+  std::chrono::milliseconds timeout{0};
+};
+
+struct GroupSpec {
+  std::string name;               // for messages: "world", "mesh0/dp,tp/1", ...
+  std::vector<int> global_ranks;  // sorted members
+  int rank = 0;                   // this process's index in global_ranks
+  Backend kind = Backend::Gloo;
+  std::chrono::milliseconds timeout{0};
+};
+
+// Constructs the backend; blocks until every member has connected (bounded by the timeout).
+ProcessGroup make_process_group(const c10::intrusive_ptr<c10d::Store>& store, const GroupSpec& spec,
+                                const std::string& gloo_host);
+
+}  // namespace vescale::dist

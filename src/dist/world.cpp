@@ -1,0 +1,122 @@
+#include "vescale/dist/world.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+#include "dist/process_group_impl.h"
+#include "dist/store.h"
+#include "dist/world_state.h"
+#include "vescale/common/check.h"
+#include "vescale/common/logging.h"
+#include "vescale/dist/cuda_device.h"
+
+namespace vescale::dist {
+
+namespace {
+
+WorldState* g_world = nullptr;
+
+std::chrono::milliseconds resolve_timeout(std::chrono::milliseconds requested) {
+  if (requested.count() > 0) return requested;
+  if (const char* s = std::getenv("VESCALE_COLLECTIVE_TIMEOUT_S"); s && *s) {
+    char* end = nullptr;
+    double secs = std::strtod(s, &end);
+    VESCALE_CHECK(end && *end == '\0' && secs > 0, "VESCALE_COLLECTIVE_TIMEOUT_S='", s,
+                  "' is not a positive number of seconds");
+    return std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
+  }
+  return std::chrono::minutes(10);
+}
+
+std::string resolve_device(const std::string& requested) {
+  VESCALE_CHECK(requested == "auto" || requested == "cpu" || requested == "cuda", "dist::init: device '",
+                requested, "' is unknown; use cpu, cuda, or auto");
+  if (requested != "auto") return requested;
+  return cuda_device_count() > 0 ? "cuda" : "cpu";
+}
+
+// Where Gloo binds: an interface if asked, loopback when the job is on one node, else the host's name.
+std::string gloo_host_for(const LaunchEnv& env) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) return std::string("if:") + ifname;
+  if (env.local_world_size == env.world_size) return "127.0.0.1";
+  return "";
+}
+
+}  // namespace
+
+WorldState& world_state() {
+  VESCALE_CHECK(g_world, "dist: the world is not initialised; call vescale::dist::init() first");
+  return *g_world;
+}
+
+void init(const InitOptions& options) {
+  VESCALE_CHECK(!g_world, "dist::init: already initialised; call dist::shutdown() before initialising again");
+  auto state = std::make_unique<WorldState>();
+  state->env = launch_env_from_process();
+  state->timeout = resolve_timeout(options.timeout);
+  state->device_type = resolve_device(options.device);
+  state->kind = state->device_type == "cuda" ? Backend::Nccl : Backend::Gloo;
+  state->gloo_host = gloo_host_for(state->env);
+  if (state->device_type == "cuda") cuda_set_device(state->env.local_rank);
+
+  state->store = make_store(state->env, state->timeout);
+  GroupSpec spec;
+  spec.name = "world";
+  spec.global_ranks.resize(state->env.world_size);
+  for (int r = 0; r < state->env.world_size; ++r) spec.global_ranks[r] = r;
+  spec.rank = state->env.rank;
+  spec.kind = state->kind;
+  spec.timeout = state->timeout;
+  state->world = make_process_group(prefixed("world/", state->store), spec, state->gloo_host);
+  g_world = state.release();
+  log::debug(detail::cat("dist: rank ", rank(), " of ", world_size(), " joined (", g_world->env.source, ", ",
+                         to_string(g_world->kind), ", timeout ", g_world->timeout.count(), " ms)"));
+}
+
+bool is_initialized() { return g_world != nullptr; }
+
+void shutdown() {
+  if (!g_world) return;
+  // Collective: a final barrier makes sure no peer still needs our sockets.
+  std::unique_ptr<WorldState> state(g_world);
+  g_world = nullptr;
+  if (state->env.world_size > 1) state->world.barrier().wait();
+  for (auto& g : state->groups) g.impl().backend->shutdown();
+  state->world.impl().backend->shutdown();
+}
+
+const LaunchEnv& launch_env() { return world_state().env; }
+ProcessGroup& world() { return world_state().world; }
+int rank() { return world_state().env.rank; }
+int world_size() { return world_state().env.world_size; }
+const std::string& device_type() { return world_state().device_type; }
+
+std::string device_string() {
+  auto& s = world_state();
+  return s.device_type == "cuda" ? "cuda:" + std::to_string(s.env.local_rank) : "cpu";
+}
+
+ProcessGroup new_group(const std::string& key, const std::vector<int>& global_ranks) {
+  auto& s = world_state();
+  VESCALE_CHECK(!global_ranks.empty() && std::is_sorted(global_ranks.begin(), global_ranks.end()) &&
+                    std::adjacent_find(global_ranks.begin(), global_ranks.end()) == global_ranks.end(),
+                "dist::new_group('", key, "'): ranks must be non-empty, sorted, and distinct");
+  auto me = std::find(global_ranks.begin(), global_ranks.end(), s.env.rank);
+  VESCALE_CHECK(me != global_ranks.end(), "dist::new_group('", key, "'): this rank (", s.env.rank,
+                ") is not a member; only members may create a group");
+  for (int r : global_ranks)
+    VESCALE_CHECK(r >= 0 && r < s.env.world_size, "dist::new_group('", key, "'): rank ", r,
+                  " is outside the world of ", s.env.world_size);
+  GroupSpec spec;
+  spec.name = key;
+  spec.global_ranks = global_ranks;
+  spec.rank = static_cast<int>(me - global_ranks.begin());
+  spec.kind = s.kind;
+  spec.timeout = s.timeout;
+  auto g = make_process_group(prefixed("group/" + key + "/", s.store), spec, s.gloo_host);
+  s.groups.push_back(g);
+  return g;
+}
+
+}  // namespace vescale::dist

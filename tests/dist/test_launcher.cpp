@@ -1,0 +1,101 @@
+// vescale-run driven as a user drives it: real processes, real exit codes and signals.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs a shell command line, capturing stdout and stderr, bounded by `timeout 100`.
+Result run(const std::string& cmd) {
+  static int n = 0;
+  std::string base = "/tmp/vescale_launcher_test." + std::to_string(::getpid()) + "." + std::to_string(n++);
+  std::string line = "timeout 100 bash -c '" + cmd + "' > " + base + ".out 2> " + base + ".err";
+  auto t0 = std::chrono::steady_clock::now();
+  int status = std::system(line.c_str());
+  Result r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(base + ".out");
+  r.err = slurp(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  return r;
+}
+
+const std::string RUN = VESCALE_RUN;
+const std::string FAULT = FAULT_RANK;
+
+}  // namespace
+
+using Catch::Matchers::Contains;
+
+TEST_CASE("every output line is prefixed with its rank", "[launcher]") {
+  auto r = run(RUN + " --nproc-per-node 3 -- " + FAULT + " echo");
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  for (int k = 0; k < 3; ++k) {
+    CHECK_THAT(r.out, Contains("[rank " + std::to_string(k) + "] hello from " + std::to_string(k) + "\n"));
+    CHECK_THAT(r.err, Contains("[rank " + std::to_string(k) + "] note from " + std::to_string(k) + "\n"));
+  }
+}
+
+TEST_CASE("one rank exiting 3 stops the others within seconds", "[launcher]") {
+  auto r = run(RUN + " --nproc-per-node 3 --grace-seconds 2 -- " + FAULT + " exit 1 3");
+  INFO(r.out << r.err);
+  CHECK(r.code == 3);
+  CHECK(r.seconds < 10);  // the others sleep 120 s unless stopped
+  CHECK_THAT(r.err, Contains("rank 1"));
+  CHECK_THAT(r.err, Contains("exit code 3"));
+}
+
+TEST_CASE("a rank stuck before a collective makes the job fail at the timeout", "[launcher]") {
+  auto r = run("VESCALE_COLLECTIVE_TIMEOUT_S=3 " + RUN + " --nproc-per-node 2 --grace-seconds 1 -- " + FAULT +
+               " stall 1");
+  INFO(r.out << r.err);
+  CHECK(r.code != 0);
+  CHECK(r.seconds >= 3);
+  CHECK(r.seconds < 20);
+  CHECK_THAT(r.err, Contains("[rank 0] TimeoutError"));
+  CHECK_THAT(r.err, Contains("did not finish within 3000 ms"));
+}
+
+TEST_CASE("SIGTERM to the launcher reaches every rank", "[launcher]") {
+  auto r = run(RUN + " --nproc-per-node 2 -- " + FAULT + " wait & pid=$!; sleep 2; kill -TERM $pid; wait $pid");
+  INFO(r.out << r.err);
+  CHECK(r.code == 128 + 15);
+  CHECK(r.seconds < 10);
+  CHECK_THAT(r.out, Contains("[rank 0] ready"));
+  CHECK_THAT(r.out, Contains("[rank 1] ready"));
+}
+
+TEST_CASE("bad launcher flags are named", "[launcher]") {
+  auto r = run(RUN + " --nproc-per-node 0 -- true");
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Contains("--nproc-per-node"));
+  r = run(RUN + " --nnodes 2 --node-rank 0 -- true");
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Contains("needs --master-addr"));
+  r = run(RUN + " --nproc-per-node 1 -- /nonexistent/prog");
+  CHECK(r.code == 127);
+  CHECK_THAT(r.err, Contains("cannot run '/nonexistent/prog'"));
+}

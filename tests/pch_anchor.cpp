@@ -1,0 +1,1 @@
+// Anchors the tests' precompiled header (test_pch.h) in a target of its own.
