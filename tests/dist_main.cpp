@@ -2,6 +2,7 @@
 // cases, and all ranks agree on the outcome, so one failing rank fails them all.
 #define CATCH_CONFIG_RUNNER
 #include <ATen/Parallel.h>
+#include <ATen/ops/full.h>
 #include <catch2/catch.hpp>
 
 #include <cstdio>

@@ -52,8 +52,8 @@ std::optional<int> slurm_tasks_per_node(const Env& env) {
   return std::nullopt;
 }
 
-void validate(const LaunchEnv& e, const std::string& rank_key, const std::string& world_key,
-              const std::string& lrank_key, const std::string& lworld_key) {
+void validate_ranks(const LaunchEnv& e, const std::string& rank_key, const std::string& world_key,
+                    const std::string& lrank_key, const std::string& lworld_key) {
   const std::string fam = "launch env (" + e.source + "): ";
   VESCALE_CHECK(e.world_size >= 1, fam, world_key, "=", e.world_size, " must be at least 1");
   VESCALE_CHECK(e.rank >= 0 && e.rank < e.world_size, fam, rank_key, "=", e.rank,
@@ -63,6 +63,10 @@ void validate(const LaunchEnv& e, const std::string& rank_key, const std::string
                 e.local_world_size, " must be in [1, ", world_key, "=", e.world_size, "]");
   VESCALE_CHECK(e.local_rank >= 0 && e.local_rank < e.local_world_size, fam, lrank_key, "=",
                 e.local_rank, " is outside [0, ", lworld_key, "=", e.local_world_size, ")");
+}
+
+void validate_master(const LaunchEnv& e) {
+  const std::string fam = "launch env (" + e.source + "): ";
   VESCALE_CHECK(e.master_port > 0 && e.master_port < 65536, fam, "MASTER_PORT=", e.master_port,
                 " is not a TCP port; use 1..65535");
   VESCALE_CHECK(!e.master_addr.empty(), fam, "MASTER_ADDR is empty; set it to rank 0's host");
@@ -96,7 +100,8 @@ LaunchEnv from_torchrun(const Env& env) {
   e.world_size = parse_int("WORLD_SIZE", *find(env, "WORLD_SIZE"));
   // Without LOCAL_* everything is taken to run on one node.
   e.local_world_size = get_int(env, "LOCAL_WORLD_SIZE").value_or(e.world_size);
-  e.local_rank = get_int(env, "LOCAL_RANK").value_or(e.rank % e.local_world_size);
+  e.local_rank = get_int(env, "LOCAL_RANK").value_or(e.local_world_size > 0 ? e.rank % e.local_world_size : 0);
+  validate_ranks(e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   if (e.world_size > 1) {
     if (auto* a = find(env, "MASTER_ADDR")) {
       e.master_addr = *a;
@@ -106,7 +111,7 @@ LaunchEnv from_torchrun(const Env& env) {
     }
     e.master_port = require_int(env, "MASTER_PORT", "torchrun", "WORLD_SIZE > 1");
   }
-  validate(e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+  validate_master(e);
   return e;
 }
 
@@ -117,9 +122,10 @@ LaunchEnv from_openmpi(const Env& env) {
   e.world_size = require_int(env, "OMPI_COMM_WORLD_SIZE", e.source, "OMPI_COMM_WORLD_RANK is set");
   e.local_rank = get_int(env, "OMPI_COMM_WORLD_LOCAL_RANK").value_or(e.rank);
   e.local_world_size = get_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE").value_or(e.world_size);
-  fill_master(env, e, "OMPI_MCA_ess_base_jobid");
-  validate(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+  validate_ranks(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
            "OMPI_COMM_WORLD_LOCAL_SIZE");
+  fill_master(env, e, "OMPI_MCA_ess_base_jobid");
+  validate_master(e);
   return e;
 }
 
@@ -130,8 +136,9 @@ LaunchEnv from_pmi(const Env& env) {
   e.world_size = require_int(env, "PMI_SIZE", e.source, "PMI_RANK is set");
   e.local_rank = get_int(env, "MPI_LOCALRANKID").value_or(e.rank);
   e.local_world_size = get_int(env, "MPI_LOCALNRANKS").value_or(e.world_size);
+  validate_ranks(e, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
   fill_master(env, e, "PMI_JOBID");
-  validate(e, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
+  validate_master(e);
   return e;
 }
 
@@ -141,9 +148,10 @@ LaunchEnv from_slurm(const Env& env) {
   e.rank = require_int(env, "SLURM_PROCID", e.source, "Slurm task variables are present");
   e.world_size = require_int(env, "SLURM_NTASKS", e.source, "SLURM_PROCID is set");
   e.local_world_size = slurm_tasks_per_node(env).value_or(e.world_size);
-  e.local_rank = get_int(env, "SLURM_LOCALID").value_or(e.rank % e.local_world_size);
+  e.local_rank = get_int(env, "SLURM_LOCALID").value_or(e.local_world_size > 0 ? e.rank % e.local_world_size : 0);
+  validate_ranks(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE");
   fill_master(env, e, "SLURM_JOB_ID");
-  validate(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE");
+  validate_master(e);
   return e;
 }
 

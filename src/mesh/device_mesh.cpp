@@ -171,12 +171,12 @@ dist::ProcessGroup& DeviceMesh::group(const std::string& dim) const {
   return impl_->groups[1u << shape().index(dim)];
 }
 
-dist::ProcessGroup& DeviceMesh::group(const std::vector<std::string>& dims) const {
-  VESCALE_CHECK(!dims.empty(), "mesh: group() needs at least one dim name");
+dist::ProcessGroup& DeviceMesh::group_over(const std::vector<std::string>& dims) const {
+  VESCALE_CHECK(!dims.empty(), "mesh: group_over() needs at least one dim name");
   uint32_t set = 0;
   for (auto& d : dims) {
     uint32_t bit = 1u << shape().index(d);
-    VESCALE_CHECK(!(set & bit), "mesh: dim '", d, "' is named twice in group()");
+    VESCALE_CHECK(!(set & bit), "mesh: dim '", d, "' is named twice in group_over()");
     set |= bit;
   }
   return impl_->groups[set];

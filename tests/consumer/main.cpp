@@ -1,4 +1,5 @@
 // Uses the installed headers and library: one process, a 1-D mesh, one all_reduce.
+#include <ATen/ops/full.h>
 #include <vescale/vescale.h>
 
 #include <cstdio>

@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include <ATen/ops/ones.h>
+
 #include "vescale/common/check.h"
 #include "vescale/dist/world.h"
 

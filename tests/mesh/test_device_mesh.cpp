@@ -4,8 +4,9 @@
 #include "vescale/dist/world.h"
 #include "vescale/mesh/device_mesh.h"
 
-using namespace vescale;
-using dist::ReduceOp;
+using vescale::mesh::DeviceMesh;
+namespace dist = vescale::dist;
+
 
 TEST_CASE("1-D mesh over the world", "[any]") {
   auto mesh = DeviceMesh::init({{"dp", -1}});
@@ -35,7 +36,7 @@ TEST_CASE("2x2 mesh: coordinates and a group per dim and per dim set", "[world4]
   g_dp.all_reduce(t).wait();
   CHECK(t.item<float>() == 2 * tp + 2);  // tp + (tp + 2)
   t = at::full({1}, float(r));
-  mesh.group({"tp", "dp"}).all_reduce(t).wait();  // the fused set, in any order: 0+1+2+3
+  mesh.group_over({"tp", "dp"}).all_reduce(t).wait();  // the fused set, in any order: 0+1+2+3
   CHECK(t.item<float>() == 6);
 
   // Sub-group collectives with uneven and all-to-all patterns.
@@ -60,7 +61,7 @@ TEST_CASE("3-D mesh with an inferred dim and size-1 dims", "[world4]") {
   auto t = at::ones({1});
   mesh.group("pp").all_reduce(t).wait();
   CHECK(t.item<float>() == 1);
-  mesh.group({"pp", "tp"}).all_reduce(t).wait();
+  mesh.group_over({"pp", "tp"}).all_reduce(t).wait();
   CHECK(t.item<float>() == 2);
   CHECK_THROWS_WITH(mesh.group("ep"), Catch::Matchers::Contains("no dim named 'ep'"));
 }

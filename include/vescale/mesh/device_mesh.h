@@ -62,9 +62,9 @@ class DeviceMesh {
   // "cpu" or "cuda".
   const std::string& device_type() const;
 
-  // The group along one dim, or over a set of dims (in any order), for this rank.
+  // This rank's group along one dim, or over a set of dims (in any order; for fused N-D collectives).
   dist::ProcessGroup& group(const std::string& dim) const;
-  dist::ProcessGroup& group(const std::vector<std::string>& dims) const;
+  dist::ProcessGroup& group_over(const std::vector<std::string>& dims) const;
 
   std::string to_string() const;  // "DeviceMesh(dp=2, tp=2; rank 3 at [1, 1])"
 
