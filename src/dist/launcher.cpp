@@ -175,6 +175,7 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
         {"MASTER_ADDR", o.master_addr},
         {"MASTER_PORT", std::to_string(port)},
         {"VESCALE_RANK_PREFIXED", "1"},
+        {"VESCALE_LAUNCHED", "1"},  // apps that launch themselves (vescale-train) know they're a rank
     };
     r.pid = spawn(argv, env, out_p[1], err_p[1], out_p[0], err_p[0]);
     ::close(out_p[1]);

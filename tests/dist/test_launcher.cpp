@@ -44,6 +44,13 @@ Result run(const std::string& cmd) {
 
 const std::string RUN = VESCALE_RUN;
 const std::string FAULT = FAULT_RANK;
+const std::string TRAIN = VESCALE_TRAIN;
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  std::string path = "/tmp/vescale_launcher_test." + std::to_string(::getpid()) + "." + name;
+  std::ofstream(path) << text;
+  return path;
+}
 
 }  // namespace
 
@@ -98,4 +105,20 @@ TEST_CASE("bad launcher flags are named", "[launcher]") {
   r = run(RUN + " --nproc-per-node 1 -- /nonexistent/prog");
   CHECK(r.code == 127);
   CHECK_THAT(r.err, Contains("cannot run '/nonexistent/prog'"));
+}
+
+TEST_CASE("vescale-train starts its own ranks with the launcher flags", "[launcher]") {
+  auto cfg = write_temp("mesh.json", R"({"parallel": {"mesh": {"dp": 2, "tp": 2}}})");
+  auto r = run(TRAIN + " --nproc-per-node 4 --dry-run --config " + cfg);
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("[rank 0] DeviceMesh(dp=2, tp=2; rank 0 at [0, 0]) (launched by torchrun"));
+  CHECK_THAT(r.out, Contains("[rank 3] DeviceMesh(dp=2, tp=2; rank 3 at [1, 1])"));
+
+  auto bad = write_temp("bad.json", R"({"parallel": {"mesh": {"dp": 3}}})");
+  r = run(TRAIN + " --nproc-per-node 2 --dry-run --config " + bad);
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Contains("has 3 devices but the world has 2 ranks"));
+  std::remove(cfg.c_str());
+  std::remove(bad.c_str());
 }
