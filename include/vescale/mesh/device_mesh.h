@@ -68,6 +68,11 @@ class DeviceMesh {
 
   std::string to_string() const;  // "DeviceMesh(dp=2, tp=2; rank 3 at [1, 1])"
 
+  // Meshes compare by identity: two init() calls make two meshes, even with equal shapes.
+  bool valid() const { return impl_ != nullptr; }
+  const void* id() const { return impl_.get(); }
+  bool operator==(const DeviceMesh& o) const { return impl_ == o.impl_; }
+
   struct Impl;
 
  private:

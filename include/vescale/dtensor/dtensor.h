@@ -1,0 +1,61 @@
+// DTensor: an at::Tensor that is globally one tensor and locally a shard on each rank.
+// Plain model code runs on it unchanged: every aten op reaches one dispatcher fallback that
+// propagates the sharding, redistributes inputs where the op needs it, and runs the op on the
+// local shards (docs/dtensor.md). sizes() is the global shape; device() reports "dtensor:0".
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <vector>
+
+#include "vescale/dtensor/dtensor_spec.h"
+#include "vescale/dtensor/placement.h"
+#include "vescale/mesh/device_mesh.h"
+
+namespace vescale::dtensor {
+
+bool is_dtensor(const at::Tensor& t);
+// The spec of a DTensor; throws for a plain tensor.
+const DTensorSpec& spec_of(const at::Tensor& t);
+
+// From a full tensor that every rank holds (src_rank < 0), or that only world rank src_rank
+// holds (the others pass a tensor of the same shape and dtype; it is broadcast first).
+// The result is a leaf (as in PyTorch) that requires grad if `full` does.
+at::Tensor distribute_tensor(const at::Tensor& full, const mesh::DeviceMesh& mesh, Placements placements,
+                             int src_rank = -1);
+
+// From this rank's shard. The global shape is `shape` if given; otherwise it is inferred by
+// gathering the local sizes along the sharded mesh dims (a collective). Differentiable.
+at::Tensor from_local(const at::Tensor& local, const mesh::DeviceMesh& mesh, Placements placements,
+                      std::optional<std::vector<int64_t>> shape = std::nullopt);
+
+// This rank's shard as a plain tensor. Differentiable.
+at::Tensor to_local(const at::Tensor& dtensor);
+
+// The whole tensor on every rank (redistributed to Replicate). Differentiable.
+at::Tensor full_tensor(const at::Tensor& dtensor);
+
+// The same global tensor with other placements; collectives as needed. Differentiable: the
+// gradient goes back through the reverse redistribution.
+at::Tensor redistribute(const at::Tensor& dtensor, Placements placements);
+
+// Factory calls that name the dtensor device but have no DTensor input (torch::ones(n, x.options()))
+// create Replicate DTensors on this mesh. Set automatically by the first DTensor made.
+void set_default_mesh(const mesh::DeviceMesh& mesh);
+
+// Ops without a sharding rule fail naming the op and its input specs. With this on, they
+// instead gather every input to Replicate, run, and return Replicate outputs, warning once
+// per op. Also on when VESCALE_DTENSOR_REPLICATE_FALLBACK=1.
+void set_replicate_fallback(bool on);
+
+// Counters of the dispatcher fallback, for tests and benchmarks.
+struct DispatchStats {
+  int64_t calls = 0;
+  int64_t cache_hits = 0;   // propagation results reused
+  int64_t bypasses = 0;     // all-Replicate calls that needed no rule
+  int64_t redistributions = 0;  // inputs moved to other placements inside ops
+};
+DispatchStats dispatch_stats();
+void reset_dispatch_stats();
+
+}  // namespace vescale::dtensor

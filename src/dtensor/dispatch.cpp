@@ -1,0 +1,378 @@
+// The boxed fallback: propagate shardings (cached), redistribute inputs, run the op on the
+// local shards, wrap the outputs (DESIGN §3, docs/dtensor.md).
+#include "dtensor/dispatch.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "dtensor/dtensor_impl.h"
+#include "dtensor/propagation.h"
+#include "dtensor/redistribute.h"
+#include "vescale/common/check.h"
+#include "vescale/common/logging.h"
+#include "vescale/dist/world.h"
+#include "vescale/dtensor/dtensor.h"
+
+namespace vescale::dtensor {
+
+namespace {
+
+std::atomic<int64_t> g_calls{0}, g_hits{0}, g_bypasses{0}, g_redistributions{0};
+std::atomic<int> g_replicate_fallback{-1};  // -1: read the env once
+
+bool replicate_fallback_on() {
+  int v = g_replicate_fallback.load();
+  if (v < 0) {
+    const char* e = std::getenv("VESCALE_DTENSOR_REPLICATE_FALLBACK");
+    v = (e && std::strcmp(e, "1") == 0) ? 1 : 0;
+    g_replicate_fallback = v;
+  }
+  return v == 1;
+}
+
+// What propagation decided for one (op, input specs, arguments) combination.
+struct Plan {
+  std::vector<Placements> inputs;
+  // Per tensor return, per element (one for a Tensor, n for a Tensor[]).
+  std::vector<std::vector<std::shared_ptr<const DTensorSpec>>> outputs;
+  std::function<void(torch::jit::Stack&)> local_fn;
+};
+
+struct KeyHash {
+  size_t operator()(const std::vector<int64_t>& k) const {
+    size_t h = 1469598103934665603ull;
+    for (auto v : k) h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
+    return h;
+  }
+};
+
+// Per thread: backward runs on the autograd engine's thread, forward on the caller's.
+thread_local std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan>, KeyHash> t_cache;
+
+// Appends a value-identity of a non-tensor argument to the key; false if it can't.
+bool key_of(const c10::IValue& v, std::vector<int64_t>& key) {
+  auto dbl = [&](double d) {
+    int64_t bits;
+    std::memcpy(&bits, &d, sizeof bits);
+    key.push_back(bits);
+  };
+  key.push_back(static_cast<int64_t>(v.tag));
+  if (v.isNone()) return true;
+  if (v.isInt()) return key.push_back(v.toInt()), true;
+  if (v.isDouble()) return dbl(v.toDouble()), true;
+  if (v.isBool()) return key.push_back(v.toBool()), true;
+  if (v.isString()) return key.push_back(static_cast<int64_t>(std::hash<std::string>{}(v.toStringRef()))), true;
+  if (v.isDevice()) return key.push_back(static_cast<int64_t>(v.toDevice().type()) * 1000 + v.toDevice().index()), true;
+  if (v.isComplexDouble()) {
+    dbl(v.toComplexDouble().real());
+    dbl(v.toComplexDouble().imag());
+    return true;
+  }
+  if (v.isIntList()) {
+    for (auto x : v.toIntVector()) key.push_back(x);
+    key.push_back(-7777);
+    return true;
+  }
+  if (v.isDoubleList()) {
+    for (auto x : v.toDoubleVector()) dbl(x);
+    key.push_back(-7778);
+    return true;
+  }
+  if (v.isBoolList()) {
+    for (bool x : v.toBoolList()) key.push_back(x);
+    key.push_back(-7779);
+    return true;
+  }
+  return false;
+}
+
+void key_of(const DTensorSpec& s, std::vector<int64_t>& key) {
+  key.push_back(reinterpret_cast<int64_t>(s.mesh.id()));
+  for (auto& p : s.placements) key.push_back(static_cast<int64_t>(p.kind) * 4096 + p.dim * 8 + static_cast<int64_t>(p.reduce));
+  key.push_back(static_cast<int64_t>(s.dtype));
+  for (auto d : s.shape) key.push_back(d);
+  key.push_back(-1);
+}
+
+template <typename F>
+void for_each_tensor(c10::ArrayRef<c10::IValue> args, F&& f) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& v = args[i];
+    if (v.isTensor()) {
+      if (v.toTensor().defined()) f(i, -1, v.toTensor());
+    } else if (v.isTensorList()) {
+      auto l = v.toTensorList();
+      for (size_t j = 0; j < l.size(); ++j) f(i, static_cast<int64_t>(j), static_cast<at::Tensor>(l[j]));
+    } else if (v.isList()) {
+      auto l = v.toList();
+      for (size_t j = 0; j < l.size(); ++j) {
+        c10::IValue e = l.get(j);
+        if (e.isTensor() && e.toTensor().defined()) f(i, static_cast<int64_t>(j), e.toTensor());
+      }
+    }
+  }
+}
+
+// Replaces tensor (i, j) of `args` through `fn`, and dtensor devices by `device`.
+template <typename F>
+void map_args(std::vector<c10::IValue>& args, const c10::Device& device, F&& fn) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto& v = args[i];
+    if (v.isTensor()) {
+      if (v.toTensor().defined()) v = fn(i, -1, v.toTensor());
+    } else if (v.isTensorList()) {
+      auto l = v.toTensorList();
+      c10::List<at::Tensor> out;
+      for (size_t j = 0; j < l.size(); ++j) out.push_back(fn(i, static_cast<int64_t>(j), l[j]));
+      v = out;
+    } else if (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType) {
+      auto l = v.toList();
+      c10::List<std::optional<at::Tensor>> out;
+      for (size_t j = 0; j < l.size(); ++j) {
+        c10::IValue e = l.get(j);
+        if (e.isTensor() && e.toTensor().defined()) out.push_back(fn(i, static_cast<int64_t>(j), e.toTensor()));
+        else out.push_back(std::nullopt);
+      }
+      v = out;
+    } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      v = device;
+    }
+  }
+}
+
+std::string describe_inputs(const std::vector<DTensorSpec>& specs) {
+  std::string s;
+  for (auto& x : specs) s += (s.empty() ? "" : ", ") + to_string(x.placements) + c10::str(c10::IntArrayRef(x.shape));
+  return "(" + s + ")";
+}
+
+// Output global shapes and dtypes: run the op on meta tensors of the global shapes.
+std::vector<std::vector<std::pair<std::vector<int64_t>, c10::ScalarType>>> meta_outputs(
+    const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, const std::vector<DTensorSpec>& specs) {
+  std::vector<c10::IValue> meta(args.begin(), args.end());
+  size_t k = 0;
+  map_args(meta, c10::Device(c10::kMeta), [&](size_t, int64_t, const at::Tensor&) {
+    const auto& s = specs[k++];
+    return at::empty(s.shape, at::TensorOptions().dtype(s.dtype).device(c10::kMeta));
+  });
+  torch::jit::Stack stack(meta.begin(), meta.end());
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.callBoxed(stack);
+  }
+  std::vector<std::vector<std::pair<std::vector<int64_t>, c10::ScalarType>>> out;
+  for (auto& r : stack) {
+    std::vector<std::pair<std::vector<int64_t>, c10::ScalarType>> elems;
+    if (r.isTensor()) {
+      elems.emplace_back(r.toTensor().sizes().vec(), r.toTensor().scalar_type());
+    } else if (r.isTensorList()) {
+      for (const at::Tensor& t : r.toTensorList()) elems.emplace_back(t.sizes().vec(), t.scalar_type());
+    }
+    if (r.isTensor() || r.isTensorList()) out.push_back(std::move(elems));
+  }
+  return out;
+}
+
+size_t count_tensor_returns(const c10::FunctionSchema& schema) {
+  size_t n = 0;
+  for (auto& r : schema.returns()) {
+    auto k = r.type()->kind();
+    if (k == c10::TypeKind::TensorType || (k == c10::TypeKind::ListType && r.type()->containedType(0)->kind() == c10::TypeKind::TensorType))
+      ++n;
+  }
+  return n;
+}
+
+std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::string& name,
+                                      c10::ArrayRef<c10::IValue> args, const std::vector<DTensorSpec>& specs,
+                                      const std::vector<size_t>& spec_arg, const mesh::DeviceMesh& mesh) {
+  const auto& schema = op.schema();
+  const size_t n_out = count_tensor_returns(schema);
+  const int64_t nm = mesh.ndim();
+  bool all_replicated = true;
+  for (auto& s : specs) all_replicated &= s.is_replicated();
+  const bool random = op.hasTag(at::Tag::nondeterministic_seeded);
+  VESCALE_CHECK(!random, "DTensor: ", name, " draws random numbers; random ops on DTensors need the consistent RNG "
+                         "(vescale random/), which does not cover this op yet");
+
+  Strategy strategy;
+  if (all_replicated) {
+    // Bypass: a deterministic op on replicated inputs gives replicated outputs, no rule needed.
+    strategy.inputs.assign(specs.size(), replicate_all(nm));
+    strategy.outputs.assign(n_out, replicate_all(nm));
+    ++g_bypasses;
+  } else if (const Rule* rule = find_rule(op, name)) {
+    OpCall call{op, name, specs, spec_arg, args};
+    strategy = (*rule)(call);
+  } else {
+    VESCALE_CHECK(replicate_fallback_on(), "DTensor: no sharding rule for ", name, " with inputs ",
+                  describe_inputs(specs), ". Add a rule in src/dtensor/rules, redistribute the inputs to "
+                  "Replicate first, or set VESCALE_DTENSOR_REPLICATE_FALLBACK=1 to gather them automatically");
+    static std::mutex mu;
+    static std::set<std::string> warned;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (warned.insert(name).second)
+        log::warn("DTensor: no sharding rule for " + name + "; gathering its inputs to Replicate (slow)");
+    }
+    strategy.inputs.assign(specs.size(), replicate_all(nm));
+    strategy.outputs.assign(n_out, replicate_all(nm));
+  }
+  VESCALE_CHECK(strategy.inputs.size() == specs.size() && strategy.outputs.size() == n_out,
+                "DTensor: the rule for ", name, " gave ", strategy.inputs.size(), " input and ",
+                strategy.outputs.size(), " output placements for ", specs.size(), " inputs and ", n_out, " outputs");
+
+  auto plan = std::make_shared<Plan>();
+  plan->inputs = std::move(strategy.inputs);
+  plan->local_fn = std::move(strategy.local_fn);
+  if (n_out > 0) {
+    // Shapes under the chosen input placements are the global ones either way.
+    auto shapes = meta_outputs(op, args, specs);
+    VESCALE_CHECK(shapes.size() == n_out, "DTensor: ", name, ": meta run gave ", shapes.size(), " outputs, not ", n_out);
+    for (size_t r = 0; r < n_out; ++r) {
+      std::vector<std::shared_ptr<const DTensorSpec>> elems;
+      for (auto& [shape, dtype] : shapes[r]) {
+        DTensorSpec s{mesh, strategy.outputs[r], shape, dtype};
+        s.validate_and_normalize();
+        elems.push_back(std::make_shared<const DTensorSpec>(std::move(s)));
+      }
+      plan->outputs.push_back(std::move(elems));
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+void set_replicate_fallback(bool on) { g_replicate_fallback = on ? 1 : 0; }
+
+DispatchStats dispatch_stats() { return {g_calls.load(), g_hits.load(), g_bypasses.load(), g_redistributions.load()}; }
+
+void reset_dispatch_stats() {
+  g_calls = 0;
+  g_hits = 0;
+  g_bypasses = 0;
+  g_redistributions = 0;
+}
+
+void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  ++g_calls;
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  std::vector<c10::IValue> args(stack->end() - nargs, stack->end());
+  torch::jit::drop(*stack, nargs);
+
+  // 1. The input specs; plain tensors count as Replicate.
+  std::optional<mesh::DeviceMesh> mesh;
+  for_each_tensor(args, [&](size_t, int64_t, const at::Tensor& t) {
+    if (!mesh && is_dtensor(t)) mesh = spec_of(t).mesh;
+  });
+  if (!mesh) mesh = default_mesh();
+  std::vector<DTensorSpec> specs;
+  std::vector<size_t> spec_arg;
+  for_each_tensor(args, [&](size_t i, int64_t, const at::Tensor& t) {
+    if (is_dtensor(t)) {
+      const auto& s = spec_of(t);
+      VESCALE_CHECK(s.mesh == *mesh, "DTensor: ", schema.operator_name(), " mixes DTensors on different meshes");
+      specs.push_back(s);
+    } else {
+      specs.push_back(DTensorSpec{*mesh, replicate_all(mesh->ndim()), t.sizes().vec(), t.scalar_type()});
+    }
+    spec_arg.push_back(i);
+  });
+  const std::string name =
+      "aten::" + std::string(schema.name().substr(schema.name().find("::") + 2)) +
+      (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+
+  // 2. Propagation, cached by (op, input specs, other arguments).
+  std::vector<int64_t> key{reinterpret_cast<int64_t>(&schema)};
+  bool cacheable = true;
+  for (auto& s : specs) key_of(s, key);
+  for (size_t i = 0; i < args.size() && cacheable; ++i) {
+    const auto& v = args[i];
+    if (v.isTensor() || v.isTensorList() || (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList())) continue;
+    cacheable = key_of(v, key);
+  }
+  std::shared_ptr<const Plan> plan;
+  if (cacheable) {
+    if (auto it = t_cache.find(key); it != t_cache.end()) {
+      plan = it->second;
+      ++g_hits;
+    }
+  }
+  if (!plan) {
+    plan = propagate(op, name, args, specs, spec_arg, *mesh);
+    if (cacheable) t_cache.emplace(std::move(key), plan);
+  }
+
+  // 3. Local inputs, redistributed where the plan says so. Mutated inputs must keep their placements.
+  const std::vector<c10::IValue> caller_args = args;
+  const c10::Device device(dist::device_string());
+  size_t k = 0;
+  map_args(args, device, [&](size_t i, int64_t, const at::Tensor& t) -> at::Tensor {
+    const auto& want = plan->inputs[k];
+    const auto& have = specs[k++];
+    const auto* alias = schema.arguments()[i].alias_info();
+    at::Tensor local = is_dtensor(t) ? dtensor_impl(t)->local() : t;
+    if (want == have.placements) return local;
+    VESCALE_CHECK(!(alias && alias->isWrite()), "DTensor: ", name, " writes into an input of placements ",
+                  to_string(have.placements), " but its rule needs ", to_string(want),
+                  "; redistribute that tensor before the in-place op");
+    ++g_redistributions;
+    return redistribute_local(local, have, want);
+  });
+
+  // 4. Run on the local shards, below autograd (it already ran on the DTensors).
+  for (auto& a : args) stack->push_back(a);
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    if (plan->local_fn) plan->local_fn(*stack);
+    else op.callBoxed(*stack);
+  }
+
+  // 5. Wrap: a return that aliases a mutated input is that input (the caller's DTensor, whose
+  //    shard was updated in place); the other tensor returns become new DTensors.
+  const auto& returns = schema.returns();
+  std::vector<c10::IValue> results(stack->end() - static_cast<long>(returns.size()), stack->end());
+  torch::jit::drop(*stack, returns.size());
+  size_t out_i = 0;
+  for (size_t r = 0; r < returns.size(); ++r) {
+    const auto kind = returns[r].type()->kind();
+    const bool tensor_like = kind == c10::TypeKind::TensorType ||
+                             (kind == c10::TypeKind::ListType &&
+                              returns[r].type()->containedType(0)->kind() == c10::TypeKind::TensorType);
+    c10::IValue v = results[r];
+    if (const auto* ra = returns[r].alias_info(); ra && ra->isWrite()) {
+      for (size_t a = 0; a < nargs; ++a) {
+        const auto* aa = schema.arguments()[a].alias_info();
+        if (aa && aa->isWrite() && aa->beforeSets() == ra->beforeSets()) {
+          VESCALE_CHECK(!caller_args[a].isTensor() || is_dtensor(caller_args[a].toTensor()), "DTensor: ", name,
+                        " writes into a plain tensor with DTensor inputs; make it a DTensor first");
+          v = caller_args[a];
+          break;
+        }
+      }
+    } else if (v.isTensor() && v.toTensor().defined()) {
+      v = make_dtensor(v.toTensor(), plan->outputs[out_i][0]);
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      auto l = v.toTensorList();
+      const auto& elems = plan->outputs[out_i];
+      VESCALE_CHECK(elems.size() == l.size(), "DTensor: ", name, " returned ", l.size(), " tensors, the meta run ",
+                    elems.size());
+      for (size_t j = 0; j < l.size(); ++j) out.push_back(make_dtensor(l[j], elems[j]));
+      v = out;
+    }
+    if (tensor_like) ++out_i;
+    stack->push_back(std::move(v));
+  }
+}
+
+}  // namespace vescale::dtensor

@@ -1,0 +1,10 @@
+// Internal: the one boxed kernel every aten op on a DTensor reaches.
+#pragma once
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+namespace vescale::dtensor {
+
+void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+}  // namespace vescale::dtensor

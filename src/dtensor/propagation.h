@@ -1,0 +1,61 @@
+// Internal: sharding propagation. A rule looks at an op call's input specs and arguments and
+// says which placements the inputs must have and which the outputs then get. Rules are
+// registered by op name ("aten::mm", "aten::add.Tensor") or by tag (pointwise).
+#pragma once
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vescale/dtensor/dtensor_spec.h"
+
+namespace vescale::dtensor {
+
+struct OpCall {
+  const c10::OperatorHandle& op;
+  const std::string& name;                   // "aten::mm" or "aten::add.Tensor"
+  const std::vector<DTensorSpec>& specs;     // every tensor input, flattened in argument order
+  const std::vector<size_t>& spec_arg;       // which schema argument each spec came from
+  c10::ArrayRef<c10::IValue> args;           // the call's arguments (tensors still as given)
+
+  int64_t mesh_ndim() const { return specs.empty() ? 0 : specs[0].mesh.ndim(); }
+  // The argument at schema position `i`, or by name.
+  const c10::IValue& arg(size_t i) const { return args[i]; }
+  const c10::IValue& arg(const char* name) const;
+  bool has_arg(const char* name) const;
+  // Index into `specs` of the tensor at schema position `i`, or -1.
+  int64_t spec_index(size_t arg_index) const;
+  bool is_inplace() const;  // mutates its first argument (add_, copy_, fill_, ...)
+};
+
+// What a rule decides.
+struct Strategy {
+  std::vector<Placements> inputs;   // one per entry of OpCall::specs
+  std::vector<Placements> outputs;  // one per tensor return (a Tensor[] return: for every element)
+  // When set, runs instead of the op on the local tensors (e.g. a mean over a sharded dim is a
+  // local sum divided by the global count). Gets the stack with local tensors; leaves the returns.
+  std::function<void(torch::jit::Stack&)> local_fn;
+};
+
+using Rule = std::function<Strategy(const OpCall&)>;
+
+// Registers `rule` for op names (with overload, or "aten::name" for every overload).
+void register_rule(const std::string& name, Rule rule);
+// The rule for a call, or nullopt if none applies.
+const Rule* find_rule(const c10::OperatorHandle& op, const std::string& name);
+
+// Strategies for the common shapes of rules, shared by the rule files.
+Placements replicate_all(int64_t mesh_ndim);
+Strategy all_replicate(const OpCall& call, size_t n_outputs);
+
+// Registration hooks of the rule files (called once by the backend).
+void register_pointwise_rules();
+void register_matmul_rules();
+void register_reduction_rules();
+void register_view_rules();
+void register_tensor_rules();  // factories, *_like, clone, copy_, fill_, detach, ...
+
+}  // namespace vescale::dtensor

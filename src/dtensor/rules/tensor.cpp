@@ -1,0 +1,87 @@
+// Ops that copy, convert, fill or create tensors.
+#include "dtensor/propagation.h"
+#include "dtensor/rules/rule_utils.h"
+#include "vescale/common/check.h"
+
+namespace vescale::dtensor {
+
+namespace {
+
+size_t tensor_returns(const OpCall& call) {
+  size_t n = 0;
+  for (auto& r : call.op.schema().returns()) n += r.type()->kind() == c10::TypeKind::TensorType;
+  return n;
+}
+
+// The output is the input, placements and all (clone, detach, alias, dtype casts).
+Strategy same_as_input(const OpCall& call) {
+  Strategy st;
+  st.inputs = {call.specs[0].placements};
+  for (size_t i = 1; i < call.specs.size(); ++i) st.inputs.push_back(call.specs[i].placements);
+  st.outputs.assign(tensor_returns(call), call.specs[0].placements);
+  return st;
+}
+
+// *_like: the shape and shard layout of the input, but fresh values, so never Partial.
+Strategy like(const OpCall& call) {
+  Strategy st;
+  st.inputs = {call.specs[0].placements};
+  Placements out = call.specs[0].placements;
+  for (auto& p : out)
+    if (p.is_partial()) p = Placement::replicate();
+  st.outputs = {out};
+  return st;
+}
+
+// new_zeros/new_empty/new_full/new_ones: global sizes, so the result is Replicate.
+Strategy new_factory(const OpCall& call) {
+  Strategy st;
+  st.inputs = {call.specs[0].placements};
+  st.outputs = {replicate_all(call.mesh_ndim())};
+  return st;
+}
+
+// copy_(self, src): src takes self's placements.
+Strategy copy_into(const OpCall& call) {
+  Strategy st;
+  st.inputs = {call.specs[0].placements, call.specs[0].placements};
+  st.outputs = {call.specs[0].placements};
+  return st;
+}
+
+// fill_ / zero_ in place: zero is fine for any placement; a value on a Partial would be
+// counted once per rank.
+Strategy fill(const OpCall& call, bool zero) {
+  for (auto& p : call.specs[0].placements)
+    VESCALE_CHECK(zero || !p.is_partial(), "DTensor: ", call.name, " on a Partial tensor would count the value once per "
+                                           "rank; redistribute it to Replicate first");
+  Strategy st;
+  st.inputs.clear();
+  for (auto& s : call.specs) st.inputs.push_back(s.placements);
+  if (st.inputs.size() > 1) st.inputs[1] = replicate_all(call.mesh_ndim());  // fill_.Tensor's value
+  st.outputs = {call.specs[0].placements};
+  return st;
+}
+
+// Reading values out (item, equal): the values must be whole.
+Strategy needs_replicate(const OpCall& call) { return all_replicate(call, tensor_returns(call)); }
+
+}  // namespace
+
+void register_tensor_rules() {
+  for (const char* op : {"aten::clone", "aten::detach", "aten::alias", "aten::_to_copy", "aten::lift_fresh",
+                         "aten::contiguous", "aten::_conj", "aten::resolve_conj", "aten::resolve_neg"})
+    register_rule(op, same_as_input);
+  for (const char* op : {"aten::empty_like", "aten::zeros_like", "aten::ones_like", "aten::full_like"})
+    register_rule(op, like);
+  for (const char* op : {"aten::new_zeros", "aten::new_empty", "aten::new_ones", "aten::new_full",
+                         "aten::new_empty_strided"})
+    register_rule(op, new_factory);
+  register_rule("aten::copy_", copy_into);
+  register_rule("aten::fill_", [](const OpCall& c) { return fill(c, false); });
+  register_rule("aten::zero_", [](const OpCall& c) { return fill(c, true); });
+  register_rule("aten::_local_scalar_dense", needs_replicate);
+  register_rule("aten::equal", needs_replicate);
+}
+
+}  // namespace vescale::dtensor

@@ -1,0 +1,190 @@
+// View and shape ops: where each sharded dim goes. Ops whose arguments are sizes (view,
+// reshape, expand) run locally with the shard's sizes. A shard that a view would split
+// unevenly against torch.chunk is gathered first.
+#include "dtensor/propagation.h"
+#include "dtensor/rules/rule_utils.h"
+#include "vescale/common/check.h"
+
+namespace vescale::dtensor {
+
+namespace {
+
+// Moves every Shard(d) of the single input to Shard(map[d]); map[d] < 0 means "gather it".
+Strategy remap(const OpCall& call, const std::vector<int64_t>& map) {
+  const auto& in = call.specs[0];
+  Strategy st;
+  st.inputs = {in.placements};
+  Placements out = in.placements;
+  for (int64_t m = 0; m < call.mesh_ndim(); ++m) {
+    if (!in.placements[m].is_shard()) continue;
+    const int64_t to = map[in.placements[m].dim];
+    if (to < 0) {
+      st.inputs[0][m] = Placement::replicate();
+      out[m] = Placement::replicate();
+    } else {
+      out[m] = Placement::shard(to);
+    }
+  }
+  for (size_t i = 1; i < call.specs.size(); ++i) st.inputs.push_back(replicate_all(call.mesh_ndim()));
+  size_t n_out = 0;
+  for (auto& r : call.op.schema().returns()) n_out += r.type()->kind() != c10::TypeKind::IntType;
+  st.outputs.assign(n_out, out);
+  return st;
+}
+
+std::vector<int64_t> identity(int64_t n) {
+  std::vector<int64_t> m(n);
+  for (int64_t i = 0; i < n; ++i) m[i] = i;
+  return m;
+}
+
+Strategy transpose(const OpCall& call, int64_t a, int64_t b) {
+  const int64_t nd = call.specs[0].ndim();
+  auto map = identity(nd);
+  if (nd >= 2) std::swap(map[rules::wrap_dim(a, nd)], map[rules::wrap_dim(b, nd)]);
+  return remap(call, map);
+}
+
+Strategy permute(const OpCall& call) {
+  const int64_t nd = call.specs[0].ndim();
+  auto dims = call.arg("dims").toIntVector();
+  std::vector<int64_t> map(nd);
+  for (int64_t i = 0; i < nd; ++i) map[rules::wrap_dim(dims[i], nd)] = i;
+  return remap(call, map);
+}
+
+Strategy unsqueeze(const OpCall& call) {
+  const int64_t nd = call.specs[0].ndim();
+  const int64_t at = rules::wrap_dim(call.arg("dim").toInt(), nd + 1);
+  auto map = identity(nd);
+  for (auto& d : map) d += d >= at;
+  return remap(call, map);
+}
+
+Strategy squeeze_dim(const OpCall& call) {
+  const auto& in = call.specs[0];
+  const int64_t nd = in.ndim();
+  auto map = identity(nd);
+  if (nd == 0) return remap(call, map);
+  const int64_t dim = rules::wrap_dim(call.arg("dim").toInt(), nd);
+  if (in.shape[dim] != 1) return remap(call, map);
+  for (auto& d : map) d = d == dim ? -1 : d - (d > dim);
+  return remap(call, map);
+}
+
+// Ops that keep a dim's index but may cut it (slice, select, split, narrow): fine when that
+// dim isn't sharded; a sharded one is gathered first. `drop` removes the dim (select).
+Strategy along_dim(const OpCall& call, bool drop) {
+  const int64_t nd = call.specs[0].ndim();
+  const int64_t dim = rules::wrap_dim(call.arg("dim").toInt(), nd);
+  auto map = identity(nd);
+  for (auto& d : map) d = d == dim ? -1 : (drop ? d - (d > dim) : d);
+  return remap(call, map);
+}
+
+// expand: shards of dims that aren't broadcast move right by the added leading dims; the
+// local op expands to the shard's sizes.
+Strategy expand(const OpCall& call) {
+  const auto& in = call.specs[0];
+  auto size = call.arg("size").toIntVector();
+  const int64_t nd = in.ndim(), nout = static_cast<int64_t>(size.size()), lead = nout - nd;
+  std::vector<int64_t> global(size);
+  for (int64_t i = 0; i < nout; ++i)
+    if (global[i] == -1) global[i] = in.shape[i - lead];
+  std::vector<int64_t> map(nd);
+  for (int64_t d = 0; d < nd; ++d) map[d] = in.shape[d] == global[d + lead] ? d + lead : -1;
+  Strategy st = remap(call, map);
+  st.local_fn = rules::run_with_sizes(call.op, call.op.schema().arguments().size(), 1,
+                                      rules::local_shape(in.mesh, st.outputs[0], global));
+  return st;
+}
+
+// view / reshape / _unsafe_view: group input and output dims with equal products. A sharded
+// dim survives when it opens its group and splits evenly (its size, or the output dim's,
+// divisible by the mesh dim), so that torch.chunk pieces line up on both sides.
+Strategy view(const OpCall& call) {
+  const auto& in = call.specs[0];
+  auto size = call.arg(call.has_arg("size") ? "size" : "shape").toIntVector();
+  const int64_t numel = c10::multiply_integers(in.shape);
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < size.size(); ++i) {
+    if (size[i] == -1) infer = static_cast<int64_t>(i);
+    else known *= size[i];
+  }
+  std::vector<int64_t> global(size);
+  if (infer >= 0) global[infer] = known ? numel / known : 0;
+  const int64_t nd = in.ndim(), no = static_cast<int64_t>(global.size());
+  std::vector<int64_t> map(nd, -1);
+  // Walk both shapes, matching groups [i0,i1) <-> [o0,o1) with equal products.
+  int64_t i = 0, o = 0;
+  while (i < nd || o < no) {
+    int64_t i1 = i, o1 = o, pi = 1, po = 1;
+    if (i1 < nd) pi *= in.shape[i1++];
+    if (o1 < no) po *= global[o1++];
+    while (pi != po) {
+      if (pi < po && i1 < nd) pi *= in.shape[i1++];
+      else if (o1 < no) po *= global[o1++];
+      else break;
+    }
+    // The first input dim of size > 1 in the group, and the first output dim of size > 1.
+    int64_t fi = i, fo = o;
+    while (fi < i1 && in.shape[fi] == 1) ++fi;
+    while (fo < o1 && global[fo] == 1) ++fo;
+    for (int64_t m = 0; m < in.mesh.ndim() && fi < i1 && fo < o1; ++m) {
+      const auto& p = in.placements[m];
+      if (!p.is_shard(fi)) continue;
+      const int64_t k = in.mesh.shape().sizes()[m];
+      const bool same = i1 - i == 1 && o1 - o == 1;
+      const bool even = in.shape[fi] % k == 0 && global[fo] % k == 0;
+      if ((same || even) && in.mesh_dims_sharding(fi).size() == 1) map[fi] = fo;
+    }
+    i = i1;
+    o = o1;
+    if (i1 == nd && o1 == no) break;
+  }
+  Strategy st = remap(call, map);
+  st.local_fn = rules::run_with_sizes(call.op, call.op.schema().arguments().size(), 1,
+                                      rules::local_shape(in.mesh, st.outputs[0], global));
+  return st;
+}
+
+// cat: the cat dim must not be sharded; other dims follow the first input's placements.
+Strategy cat(const OpCall& call) {
+  const int64_t nm = call.mesh_ndim();
+  const auto& first = call.specs[0];
+  const int64_t dim = rules::wrap_dim(call.arg("dim").toInt(), first.ndim());
+  Placements p = first.placements;
+  for (auto& x : p)
+    if (x.is_shard(dim) || x.is_partial()) x = Placement::replicate();
+  Strategy st;
+  st.inputs.assign(call.specs.size(), p);
+  // 1-D empty tensors are skipped by cat; keep them Replicate.
+  for (size_t i = 0; i < call.specs.size(); ++i)
+    if (call.specs[i].ndim() != first.ndim()) st.inputs[i] = replicate_all(nm);
+  st.outputs = {p};
+  return st;
+}
+
+}  // namespace
+
+void register_view_rules() {
+  register_rule("aten::t", [](const OpCall& c) { return transpose(c, 0, 1); });
+  register_rule("aten::transpose.int", [](const OpCall& c) {
+    return transpose(c, c.arg("dim0").toInt(), c.arg("dim1").toInt());
+  });
+  register_rule("aten::permute", permute);
+  register_rule("aten::unsqueeze", unsqueeze);
+  register_rule("aten::squeeze.dim", squeeze_dim);
+  register_rule("aten::select.int", [](const OpCall& c) { return along_dim(c, true); });
+  register_rule("aten::slice.Tensor", [](const OpCall& c) { return along_dim(c, false); });
+  register_rule("aten::narrow", [](const OpCall& c) { return along_dim(c, false); });
+  register_rule("aten::split.Tensor", [](const OpCall& c) { return along_dim(c, false); });
+  register_rule("aten::split_with_sizes", [](const OpCall& c) { return along_dim(c, false); });
+  register_rule("aten::expand", expand);
+  register_rule("aten::view", view);
+  register_rule("aten::_unsafe_view", view);
+  register_rule("aten::reshape", view);
+  register_rule("aten::cat", cat);
+}
+
+}  // namespace vescale::dtensor
