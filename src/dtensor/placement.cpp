@@ -1,6 +1,7 @@
 #include "vescale/dtensor/placement.h"
 
 #include <cctype>
+#include <ostream>
 
 #include "vescale/common/check.h"
 
@@ -50,5 +51,7 @@ std::string to_string(const Placements& p) {
   for (size_t i = 0; i < p.size(); ++i) s += (i ? ", " : "") + p[i].to_string();
   return s + "]";
 }
+
+std::ostream& operator<<(std::ostream& os, const Placement& p) { return os << p.to_string(); }
 
 }  // namespace vescale::dtensor

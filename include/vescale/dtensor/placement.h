@@ -3,6 +3,7 @@
 // their reduction).
 #pragma once
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@ struct Placement {
 using Placements = std::vector<Placement>;
 
 std::string to_string(const Placements& p);  // "[Replicate, Shard(0)]"
+std::ostream& operator<<(std::ostream& os, const Placement& p);
 
 // Shorthands for code and tests: Shard(0), Replicate(), Partial().
 inline Placement Shard(int64_t dim) { return Placement::shard(dim); }
