@@ -1,18 +1,34 @@
 // vescale-run: start N ranks of a program on this node, torchrun-style.
 //   vescale-run --nproc-per-node 4 -- ./my_prog --flag
 #include <cstdio>
+#include <cstring>
 
 #include "launch_flags.h"
 #include "vescale/common/check.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"vescale-run: start N ranks of a program with RANK/WORLD_SIZE/MASTER_* set"};
+  // Everything after "--" is the command, verbatim: CLI11 would otherwise read "[a],[b]" as a list.
+  int split = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--") == 0) {
+      split = i;
+      break;
+    }
+  std::vector<std::string> command(argv + std::min(split + 1, argc), argv + argc);
+
+  CLI::App app{"vescale-run: start N ranks of a program with RANK/WORLD_SIZE/MASTER_* set\n"
+               "usage: vescale-run [options] -- program [args...]"};
   vescale::dist::LauncherOptions options;
   vescale::apps::add_launch_flags(app, options);
-  std::vector<std::string> command;
-  app.add_option("command", command, "program and its arguments (after --)")->required();
-  app.allow_extras(false);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(split, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (command.empty()) {
+    std::fprintf(stderr, "vescale-run: no program given; put it after --, e.g. vescale-run --nproc-per-node 2 -- ./prog\n");
+    return 2;
+  }
   try {
     return vescale::dist::launch(options, command);
   } catch (const vescale::Error& e) {

@@ -40,7 +40,9 @@ bool replicate_fallback_on() {
 // What propagation decided for one (op, input specs, arguments) combination.
 struct Plan {
   std::vector<Placements> inputs;
-  // Per tensor return, per element (one for a Tensor, n for a Tensor[]).
+  std::vector<Placements> output_placements;  // per tensor return
+  // Per tensor return, per element (one for a Tensor, n for a Tensor[]); empty when the
+  // shapes come from the local result (Replicate outputs of ops without a meta kernel).
   std::vector<std::vector<std::shared_ptr<const DTensorSpec>>> outputs;
   std::function<void(torch::jit::Stack&)> local_fn;
 };
@@ -202,8 +204,11 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
   VESCALE_CHECK(!random, "DTensor: ", name, " draws random numbers; random ops on DTensors need the consistent RNG "
                          "(vescale random/), which does not cover this op yet");
 
+  // view must go through its rule even when replicated: the shard may be a transposed view
+  // that only a reshape can handle (see rules/view.cpp).
+  const bool always_rule = name == "aten::view" || name == "aten::_unsafe_view";
   Strategy strategy;
-  if (all_replicated) {
+  if (all_replicated && !always_rule) {
     // Bypass: a deterministic op on replicated inputs gives replicated outputs, no rule needed.
     strategy.inputs.assign(specs.size(), replicate_all(nm));
     strategy.outputs.assign(n_out, replicate_all(nm));
@@ -231,22 +236,55 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
 
   auto plan = std::make_shared<Plan>();
   plan->inputs = std::move(strategy.inputs);
+  plan->output_placements = strategy.outputs;
   plan->local_fn = std::move(strategy.local_fn);
-  if (n_out > 0) {
-    // Shapes under the chosen input placements are the global ones either way.
-    auto shapes = meta_outputs(op, args, specs);
-    VESCALE_CHECK(shapes.size() == n_out, "DTensor: ", name, ": meta run gave ", shapes.size(), " outputs, not ", n_out);
-    for (size_t r = 0; r < n_out; ++r) {
-      std::vector<std::shared_ptr<const DTensorSpec>> elems;
-      for (auto& [shape, dtype] : shapes[r]) {
-        DTensorSpec s{mesh, strategy.outputs[r], shape, dtype};
-        s.validate_and_normalize();
-        elems.push_back(std::make_shared<const DTensorSpec>(std::move(s)));
-      }
-      plan->outputs.push_back(std::move(elems));
+  if (n_out == 0) return plan;
+  // Global shapes: from the rule, else from a meta run of the op on the global shapes.
+  std::vector<std::vector<std::pair<std::vector<int64_t>, c10::ScalarType>>> shapes;
+  if (!strategy.output_shapes.empty()) {
+    VESCALE_CHECK(strategy.output_shapes.size() == n_out, "DTensor: the rule for ", name, " gave ",
+                  strategy.output_shapes.size(), " output shapes for ", n_out, " outputs");
+    for (auto& sh : strategy.output_shapes) shapes.push_back({{sh, c10::ScalarType::Undefined}});
+  } else {
+    try {
+      shapes = meta_outputs(op, args, specs);
+    } catch (const std::exception& e) {
+      // No meta kernel (many exist only in Python). Replicate outputs take the local shape.
+      bool all_rep = true;
+      for (auto& p : plan->output_placements)
+        for (auto& x : p) all_rep &= x.is_replicate();
+      VESCALE_CHECK(all_rep, "DTensor: cannot infer the global output shape of ", name, " (no meta kernel: ",
+                    e.what(), "); its rule must give output_shapes");
+      return plan;
     }
   }
+  VESCALE_CHECK(shapes.size() == n_out, "DTensor: ", name, ": meta run gave ", shapes.size(), " outputs, not ", n_out);
+  for (size_t r = 0; r < n_out; ++r) {
+    std::vector<std::shared_ptr<const DTensorSpec>> elems;
+    for (auto& [shape, dtype] : shapes[r]) {
+      DTensorSpec s{mesh, strategy.outputs[r], shape, dtype};
+      s.validate_and_normalize();
+      elems.push_back(std::make_shared<const DTensorSpec>(std::move(s)));
+    }
+    plan->outputs.push_back(std::move(elems));
+  }
   return plan;
+}
+
+// The spec of output (r, j): cached by the plan; else built from the local result.
+std::shared_ptr<const DTensorSpec> output_spec(const Plan& plan, const mesh::DeviceMesh& mesh, size_t r, size_t j,
+                                               const at::Tensor& local) {
+  if (!plan.outputs.empty()) {
+    const auto& elems = plan.outputs[r];
+    VESCALE_CHECK(j < elems.size(), "DTensor: an op returned more tensors than its meta run");
+    const auto& s = elems[j];
+    if (s->dtype == local.scalar_type()) return s;
+    DTensorSpec copy = *s;  // the rule gave the shape only
+    copy.dtype = local.scalar_type();
+    return std::make_shared<const DTensorSpec>(std::move(copy));
+  }
+  return std::make_shared<const DTensorSpec>(
+      DTensorSpec{mesh, plan.output_placements[r], local.sizes().vec(), local.scalar_type()});
 }
 
 }  // namespace
@@ -292,7 +330,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       (schema.overload_name().empty() ? "" : "." + schema.overload_name());
 
   // 2. Propagation, cached by (op, input specs, other arguments).
-  std::vector<int64_t> key{reinterpret_cast<int64_t>(&schema)};
+  // The mesh is part of the key: factory calls have no input spec that would name it.
+  std::vector<int64_t> key{reinterpret_cast<int64_t>(&schema), reinterpret_cast<int64_t>(mesh->id())};
   bool cacheable = true;
   for (auto& s : specs) key_of(s, key);
   for (size_t i = 0; i < args.size() && cacheable; ++i) {
@@ -360,14 +399,11 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         }
       }
     } else if (v.isTensor() && v.toTensor().defined()) {
-      v = make_dtensor(v.toTensor(), plan->outputs[out_i][0]);
+      v = make_dtensor(v.toTensor(), output_spec(*plan, *mesh, out_i, 0, v.toTensor()));
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> out;
       auto l = v.toTensorList();
-      const auto& elems = plan->outputs[out_i];
-      VESCALE_CHECK(elems.size() == l.size(), "DTensor: ", name, " returned ", l.size(), " tensors, the meta run ",
-                    elems.size());
-      for (size_t j = 0; j < l.size(); ++j) out.push_back(make_dtensor(l[j], elems[j]));
+      for (size_t j = 0; j < l.size(); ++j) out.push_back(make_dtensor(l[j], output_spec(*plan, *mesh, out_i, j, l[j])));
       v = out;
     }
     if (tensor_like) ++out_i;

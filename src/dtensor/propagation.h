@@ -35,6 +35,9 @@ struct OpCall {
 struct Strategy {
   std::vector<Placements> inputs;   // one per entry of OpCall::specs
   std::vector<Placements> outputs;  // one per tensor return (a Tensor[] return: for every element)
+  // Global output shapes, when the rule knows them (else a meta run finds them, or, for
+  // Replicate outputs, the local result's shape is the global one).
+  std::vector<std::vector<int64_t>> output_shapes;
   // When set, runs instead of the op on the local tensors (e.g. a mean over a sharded dim is a
   // local sum divided by the global count). Gets the stack with local tensors; leaves the returns.
   std::function<void(torch::jit::Stack&)> local_fn;

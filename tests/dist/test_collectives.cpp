@@ -119,7 +119,7 @@ TEST_CASE("broadcast from the last rank", "[any]") {
   CHECK(at::equal(t, at::arange(5, at::kFloat) * 3));
 }
 
-TEST_CASE("send and recv around a ring", "[world2],[world4]") {
+TEST_CASE("send and recv around a ring", "[world2][world4]") {
   auto& g = world();
   const int r = g.rank(), w = g.size();
   auto mine = at::full({4}, float(r));
@@ -152,7 +152,8 @@ TEST_CASE("bad collective arguments are rejected before any communication", "[an
   auto nc = at::ones({4, 4}).t();
   CHECK_THROWS_WITH(g.all_reduce(nc), Contains("must be contiguous"));
   CHECK_THROWS_WITH(g.all_gather(at::empty({3}), at::ones({2})), Contains("does not fit input shape"));
-  CHECK_THROWS_WITH(g.all_to_all(at::empty({g.size()}), at::ones({g.size()}), {1}, {}), Contains("one per rank"));
+  CHECK_THROWS_WITH(g.all_to_all(at::empty({g.size()}), at::ones({g.size()}), std::vector<int64_t>(g.size() + 1, 0), {}),
+                    Contains("one per rank"));
   CHECK_THROWS_WITH(g.all_reduce(at::ones({2}, at::kLong), ReduceOp::Avg), Contains("avg needs a floating-point"));
   CHECK_THROWS_WITH(g.broadcast(at::ones({1}), g.size()), Contains("is not a group rank"));
 }

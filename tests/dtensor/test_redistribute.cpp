@@ -52,7 +52,7 @@ void check_all_transitions(const mesh::DeviceMesh& mesh, std::vector<int64_t> sh
 
 }  // namespace
 
-TEST_CASE("redistribute: every transition on a 1-D mesh, even and uneven", "[world2],[world4]") {
+TEST_CASE("redistribute: every transition on a 1-D mesh, even and uneven", "[world2][world4]") {
   auto mesh = mesh::DeviceMesh::init({{"x", -1}});
   const int64_t w = mesh.size();
   check_all_transitions(mesh, {2 * w, 3});      // even

@@ -82,6 +82,7 @@ Strategy pointwise(const OpCall& call) {
                   " would need to reduce its Partial self in place; redistribute it to Replicate first");
   }
   st.outputs.assign(call.op.schema().returns().size(), out);
+  st.output_shapes.assign(st.outputs.size(), out_shape);
   return st;
 }
 

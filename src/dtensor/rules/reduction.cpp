@@ -3,6 +3,8 @@
 // sharded dim runs locally as a sum divided by the global count.
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 #include "dtensor/propagation.h"
 #include "dtensor/rules/rule_utils.h"
 #include "vescale/common/check.h"
@@ -26,13 +28,14 @@ Strategy reduction(const OpCall& call, Reduce kind) {
   Strategy st;
   st.inputs = {in.placements};
   Placements out(nm, Placement::replicate());
-  bool sharded_mean = false;
+  bool sharded_mean = false, sharded_extreme = false;
   for (int64_t m = 0; m < nm; ++m) {
     const auto& p = in.placements[m];
     if (p.is_shard()) {
       if (reduced(p.dim)) {
         out[m] = Placement::partial(partial_op);
         sharded_mean |= kind == Reduce::Mean;
+        sharded_extreme |= kind == Reduce::Max || kind == Reduce::Min;
       } else {
         int64_t nd_out = p.dim;
         if (!keepdim)
@@ -59,6 +62,25 @@ Strategy reduction(const OpCall& call, Reduce kind) {
       if (dt.isInt()) dtype = static_cast<at::ScalarType>(dt.toInt());
       at::Tensor r = at::sum(self, dims, has_dim ? keepdim : false, dtype).div_(count);
       torch::jit::drop(stack, n_args);
+      stack.emplace_back(std::move(r));
+    };
+  }
+  if (sharded_extreme) {
+    // torch.chunk can leave a rank with an empty shard; its term is the identity of max/min.
+    const size_t n_args = call.op.schema().arguments().size();
+    const bool is_max = kind == Reduce::Max;
+    st.local_fn = [dims, keepdim, n_args, is_max](torch::jit::Stack& stack) {
+      at::Tensor self = stack[stack.size() - n_args].toTensor();
+      torch::jit::drop(stack, n_args);
+      at::Tensor r;
+      if (self.numel() > 0) {
+        r = is_max ? at::amax(self, dims, keepdim) : at::amin(self, dims, keepdim);
+      } else {
+        auto shape = self.sizes().vec();
+        for (auto d : dims) shape[d] = 1;
+        r = at::full(shape, is_max ? -INFINITY : INFINITY, self.options());
+        if (!keepdim) r = r.squeeze(dims);
+      }
       stack.emplace_back(std::move(r));
     };
   }

@@ -1,6 +1,8 @@
 // View and shape ops: where each sharded dim goes. Ops whose arguments are sizes (view,
 // reshape, expand) run locally with the shard's sizes. A shard that a view would split
 // unevenly against torch.chunk is gathered first.
+#include <ATen/ATen.h>
+
 #include "dtensor/propagation.h"
 #include "dtensor/rules/rule_utils.h"
 #include "vescale/common/check.h"
@@ -143,8 +145,15 @@ Strategy view(const OpCall& call) {
     if (i1 == nd && o1 == no) break;
   }
   Strategy st = remap(call, map);
-  st.local_fn = rules::run_with_sizes(call.op, call.op.schema().arguments().size(), 1,
-                                      rules::local_shape(in.mesh, st.outputs[0], global));
+  // The wrapper reports contiguous strides, so autograd may view a DTensor whose shard is a
+  // transposed view; the shard then reshapes (copying) where it can't view.
+  auto local = rules::local_shape(in.mesh, st.outputs[0], global);
+  const size_t n_args = call.op.schema().arguments().size();
+  st.local_fn = [local, n_args](torch::jit::Stack& stack) {
+    at::Tensor self = stack[stack.size() - n_args].toTensor();
+    torch::jit::drop(stack, n_args);
+    stack.emplace_back(self.reshape(local));
+  };
   return st;
 }
 
