@@ -66,6 +66,13 @@ TEST_CASE("every output line is prefixed with its rank", "[launcher]") {
   }
 }
 
+TEST_CASE("arguments after -- reach the ranks verbatim", "[launcher]") {
+  auto r = run(RUN + " --nproc-per-node 1 -- echo \"[any],[world2]\" --flag");
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("[rank 0] [any],[world2] --flag"));
+}
+
 TEST_CASE("one rank exiting 3 stops the others within seconds", "[launcher]") {
   auto r = run(RUN + " --nproc-per-node 3 --grace-seconds 2 -- " + FAULT + " exit 1 3");
   INFO(r.out << r.err);
