@@ -79,6 +79,10 @@ void ensure_backend_registered() {
     register_reduction_rules();
     register_view_rules();
     register_tensor_rules();
+    register_softmax_rules();
+    register_embedding_rules();
+    register_norm_rules();
+    register_index_rules();
   });
 }
 

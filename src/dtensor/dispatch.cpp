@@ -234,6 +234,7 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
                 "DTensor: the rule for ", name, " gave ", strategy.inputs.size(), " input and ",
                 strategy.outputs.size(), " output placements for ", specs.size(), " inputs and ", n_out, " outputs");
 
+  log::debug("DTensor: " + name + describe_inputs(specs) + (all_replicated ? " bypass" : ""));
   auto plan = std::make_shared<Plan>();
   plan->inputs = std::move(strategy.inputs);
   plan->output_placements = strategy.outputs;
@@ -361,11 +362,18 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const auto* alias = schema.arguments()[i].alias_info();
     at::Tensor local = is_dtensor(t) ? dtensor_impl(t)->local() : t;
     if (want == have.placements) return local;
-    VESCALE_CHECK(!(alias && alias->isWrite()), "DTensor: ", name, " writes into an input of placements ",
-                  to_string(have.placements), " but its rule needs ", to_string(want),
-                  "; redistribute that tensor before the in-place op");
     ++g_redistributions;
-    return redistribute_local(local, have, want);
+    at::Tensor moved = redistribute_local(local, have, want);
+    if (alias && alias->isWrite()) {
+      // An in-place op on a tensor in the wrong placements: the tensor itself changes
+      // representation (same global value), then the op writes into its new shard.
+      VESCALE_CHECK(is_dtensor(t), "DTensor: ", name, " writes into a plain tensor with DTensor inputs");
+      DTensorSpec spec = have;
+      spec.placements = want;
+      if (!moved.is_contiguous() || moved.data_ptr() == local.data_ptr()) moved = moved.clone();
+      dtensor_impl(t)->reset(moved, std::make_shared<const DTensorSpec>(std::move(spec)));
+    }
+    return moved;
   });
 
   // 4. Run on the local shards, below autograd (it already ran on the DTensors).

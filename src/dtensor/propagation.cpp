@@ -44,7 +44,15 @@ const Rule* find_rule(const c10::OperatorHandle& op, const std::string& name) {
   if (auto it = r.find(name); it != r.end()) return &it->second;
   const std::string base = op.schema().name();
   if (auto it = r.find(base); it != r.end()) return &it->second;
-  if (op.hasTag(at::Tag::pointwise)) {
+  // Pointwise by tag; in-place variants (masked_fill_) are often untagged, so ask the
+  // functional op (masked_fill) instead.
+  bool pointwise = op.hasTag(at::Tag::pointwise);
+  if (!pointwise && !base.empty() && base.back() == '_') {
+    auto functional = c10::Dispatcher::singleton().findOp(
+        c10::OperatorName(base.substr(0, base.size() - 1), op.schema().overload_name()));
+    pointwise = functional && functional->hasTag(at::Tag::pointwise);
+  }
+  if (pointwise) {
     if (auto it = r.find("@pointwise"); it != r.end()) return &it->second;
   }
   return nullptr;

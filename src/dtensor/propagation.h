@@ -60,5 +60,9 @@ void register_matmul_rules();
 void register_reduction_rules();
 void register_view_rules();
 void register_tensor_rules();  // factories, *_like, clone, copy_, fill_, detach, ...
+void register_softmax_rules();  // softmax, log_softmax, nll_loss (vocab-parallel cross-entropy)
+void register_embedding_rules();
+void register_norm_rules();     // layer_norm, linalg_vector_norm
+void register_index_rules();    // gather, index_select, topk, sort, stack, tril, triu
 
 }  // namespace vescale::dtensor
