@@ -83,6 +83,7 @@ void ensure_backend_registered() {
     register_embedding_rules();
     register_norm_rules();
     register_index_rules();
+    register_foreach_rules();
   });
 }
 

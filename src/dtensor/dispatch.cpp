@@ -240,6 +240,14 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
   plan->output_placements = strategy.outputs;
   plan->local_fn = std::move(strategy.local_fn);
   if (n_out == 0) return plan;
+  if (!strategy.element_outputs.empty()) {
+    std::vector<std::shared_ptr<const DTensorSpec>> elems;
+    for (size_t j = 0; j < strategy.element_outputs.size(); ++j)
+      elems.push_back(std::make_shared<const DTensorSpec>(
+          DTensorSpec{mesh, strategy.element_outputs[j], strategy.element_shapes[j], c10::ScalarType::Undefined}));
+    plan->outputs.push_back(std::move(elems));
+    return plan;
+  }
   // Global shapes: from the rule, else from a meta run of the op on the global shapes.
   std::vector<std::vector<std::pair<std::vector<int64_t>, c10::ScalarType>>> shapes;
   if (!strategy.output_shapes.empty()) {

@@ -38,6 +38,10 @@ struct Strategy {
   // Global output shapes, when the rule knows them (else a meta run finds them, or, for
   // Replicate outputs, the local result's shape is the global one).
   std::vector<std::vector<int64_t>> output_shapes;
+  // For ops returning one Tensor[] whose elements differ (_foreach_*): per-element placements
+  // and global shapes. Leave `outputs` with one entry; these take precedence.
+  std::vector<Placements> element_outputs;
+  std::vector<std::vector<int64_t>> element_shapes;
   // When set, runs instead of the op on the local tensors (e.g. a mean over a sharded dim is a
   // local sum divided by the global count). Gets the stack with local tensors; leaves the returns.
   std::function<void(torch::jit::Stack&)> local_fn;
@@ -64,5 +68,6 @@ void register_softmax_rules();  // softmax, log_softmax, nll_loss (vocab-paralle
 void register_embedding_rules();
 void register_norm_rules();     // layer_norm, linalg_vector_norm
 void register_index_rules();    // gather, index_select, topk, sort, stack, tril, triu
+void register_foreach_rules();  // _foreach_* (optimizer updates)
 
 }  // namespace vescale::dtensor
