@@ -302,6 +302,8 @@ void set_replicate_fallback(bool on) { g_replicate_fallback = on ? 1 : 0; }
 
 DispatchStats dispatch_stats() { return {g_calls.load(), g_hits.load(), g_bypasses.load(), g_redistributions.load()}; }
 
+void clear_propagation_cache() { t_cache.clear(); }
+
 void reset_dispatch_stats() {
   g_calls = 0;
   g_hits = 0;

@@ -57,5 +57,7 @@ struct DispatchStats {
 };
 DispatchStats dispatch_stats();
 void reset_dispatch_stats();
+// Drops this thread's propagation cache (benchmarks of the miss path).
+void clear_propagation_cache();
 
 }  // namespace vescale::dtensor
