@@ -318,33 +318,44 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<c10::IValue> args(stack->end() - nargs, stack->end());
   torch::jit::drop(*stack, nargs);
 
-  // 1. The input specs; plain tensors count as Replicate.
-  std::optional<mesh::DeviceMesh> mesh;
-  for_each_tensor(args, [&](size_t, int64_t, const at::Tensor& t) {
-    if (!mesh && is_dtensor(t)) mesh = spec_of(t).mesh;
-  });
-  if (!mesh) mesh = default_mesh();
-  std::vector<DTensorSpec> specs;
-  std::vector<size_t> spec_arg;
+  // 1. The inputs: DTensors with their specs; plain tensors count as Replicate. The hot path
+  //    only reads the specs in place; copies are made on a cache miss.
+  struct Input {
+    const at::Tensor* tensor;
+    const DTensorSpec* spec;  // null for a plain tensor
+    size_t arg;
+  };
+  thread_local std::vector<Input> inputs;
+  inputs.clear();
+  const mesh::DeviceMesh* mesh = nullptr;
   for_each_tensor(args, [&](size_t i, int64_t, const at::Tensor& t) {
-    if (is_dtensor(t)) {
-      const auto& s = spec_of(t);
-      VESCALE_CHECK(s.mesh == *mesh, "DTensor: ", schema.operator_name(), " mixes DTensors on different meshes");
-      specs.push_back(s);
-    } else {
-      specs.push_back(DTensorSpec{*mesh, replicate_all(mesh->ndim()), t.sizes().vec(), t.scalar_type()});
-    }
-    spec_arg.push_back(i);
+    const DTensorSpec* s = is_dtensor(t) ? &dtensor_impl(t)->spec() : nullptr;
+    if (s && !mesh) mesh = &s->mesh;
+    inputs.push_back({&t, s, i});
   });
-  const std::string name =
-      "aten::" + std::string(schema.name().substr(schema.name().find("::") + 2)) +
-      (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+  if (!mesh) mesh = &default_mesh();
+  auto plain_spec = [&](const at::Tensor& t) {
+    return DTensorSpec{*mesh, replicate_all(mesh->ndim()), t.sizes().vec(), t.scalar_type()};
+  };
 
-  // 2. Propagation, cached by (op, input specs, other arguments).
-  // The mesh is part of the key: factory calls have no input spec that would name it.
-  std::vector<int64_t> key{reinterpret_cast<int64_t>(&schema), reinterpret_cast<int64_t>(mesh->id())};
+  // 2. Propagation, cached by (op, mesh, input specs, other arguments). The mesh is part of the
+  //    key: factory calls have no input spec that would name it.
+  thread_local std::vector<int64_t> key;
+  key.clear();
+  key.push_back(reinterpret_cast<int64_t>(&schema));
+  key.push_back(reinterpret_cast<int64_t>(mesh->id()));
+  for (auto& in : inputs) {
+    if (in.spec) {
+      VESCALE_CHECK(in.spec->mesh == *mesh, "DTensor: ", schema.operator_name(), " mixes DTensors on different meshes");
+      key_of(*in.spec, key);
+    } else {
+      key.push_back(-2);
+      key.push_back(static_cast<int64_t>(in.tensor->scalar_type()));
+      for (auto d : in.tensor->sizes()) key.push_back(d);
+      key.push_back(-1);
+    }
+  }
   bool cacheable = true;
-  for (auto& s : specs) key_of(s, key);
   for (size_t i = 0; i < args.size() && cacheable; ++i) {
     const auto& v = args[i];
     if (v.isTensor() || v.isTensorList() || (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList())) continue;
@@ -357,27 +368,43 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       ++g_hits;
     }
   }
+  auto op_name = [&] {
+    return "aten::" + std::string(schema.name().substr(schema.name().find("::") + 2)) +
+           (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+  };
   if (!plan) {
-    plan = propagate(op, name, args, specs, spec_arg, *mesh);
-    if (cacheable) t_cache.emplace(std::move(key), plan);
+    std::vector<DTensorSpec> specs;
+    std::vector<size_t> spec_arg;
+    for (auto& in : inputs) {
+      specs.push_back(in.spec ? *in.spec : plain_spec(*in.tensor));
+      spec_arg.push_back(in.arg);
+    }
+    plan = propagate(op, op_name(), args, specs, spec_arg, *mesh);
+    if (cacheable) t_cache.emplace(key, plan);
   }
 
-  // 3. Local inputs, redistributed where the plan says so. Mutated inputs must keep their placements.
+  // 3. Local inputs, redistributed where the plan says so.
+  // Holds the caller's tensors (the stack no longer does) while their specs and mesh are in
+  // use, and gives returns that alias a written input back as the caller's tensor.
   const std::vector<c10::IValue> caller_args = args;
-  const c10::Device device(dist::device_string());
+  static const c10::Device device = [] { return c10::Device(dist::device_string()); }();
   size_t k = 0;
+  const auto input_specs = inputs;  // map_args rewrites `args`, which `inputs` points into
   map_args(args, device, [&](size_t i, int64_t, const at::Tensor& t) -> at::Tensor {
     const auto& want = plan->inputs[k];
-    const auto& have = specs[k++];
-    const auto* alias = schema.arguments()[i].alias_info();
-    at::Tensor local = is_dtensor(t) ? dtensor_impl(t)->local() : t;
-    if (want == have.placements) return local;
+    const DTensorSpec* have_ptr = input_specs[k++].spec;
+    at::Tensor local = have_ptr ? dtensor_impl(t)->local() : t;
+    const Placements& have_p = have_ptr ? have_ptr->placements : want;
+    if (have_ptr ? want == have_p : std::all_of(want.begin(), want.end(), [](auto& p) { return p.is_replicate(); }))
+      return local;
     ++g_redistributions;
+    const DTensorSpec have = have_ptr ? *have_ptr : plain_spec(t);
     at::Tensor moved = redistribute_local(local, have, want);
+    const auto* alias = schema.arguments()[i].alias_info();
     if (alias && alias->isWrite()) {
       // An in-place op on a tensor in the wrong placements: the tensor itself changes
       // representation (same global value), then the op writes into its new shard.
-      VESCALE_CHECK(is_dtensor(t), "DTensor: ", name, " writes into a plain tensor with DTensor inputs");
+      VESCALE_CHECK(have_ptr, "DTensor: ", op_name(), " writes into a plain tensor with DTensor inputs");
       DTensorSpec spec = have;
       spec.placements = want;
       if (!moved.is_contiguous() || moved.data_ptr() == local.data_ptr()) moved = moved.clone();
@@ -410,7 +437,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       for (size_t a = 0; a < nargs; ++a) {
         const auto* aa = schema.arguments()[a].alias_info();
         if (aa && aa->isWrite() && aa->beforeSets() == ra->beforeSets()) {
-          VESCALE_CHECK(!caller_args[a].isTensor() || is_dtensor(caller_args[a].toTensor()), "DTensor: ", name,
+          VESCALE_CHECK(!caller_args[a].isTensor() || is_dtensor(caller_args[a].toTensor()), "DTensor: ", op_name(),
                         " writes into a plain tensor with DTensor inputs; make it a DTensor first");
           v = caller_args[a];
           break;
