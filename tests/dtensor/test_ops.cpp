@@ -183,3 +183,26 @@ TEST_CASE("the propagation cache is hit on repeated calls", "[any]") {
   CHECK(s.calls == 5);
   CHECK(s.cache_hits == 5);
 }
+
+TEST_CASE("vocab-parallel cross-entropy never gathers the logits", "[world2][world4]") {
+  auto mesh = mesh::DeviceMesh::init({{"tp", -1}});
+  const int64_t vocab = 4 * mesh.size() + 1;  // uneven shards
+  auto full = full_randn({6, vocab}, 70);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(71);
+  auto target = at::randint(vocab, {6}, gen, at::kLong);
+  auto ref = full.clone().requires_grad_(true);
+  auto ref_loss = at::cross_entropy_loss(ref, target);
+  ref_loss.backward();
+
+  auto logits = distribute_tensor(full, mesh, {Shard(1)}).requires_grad_(true);
+  auto tgt = distribute_tensor(target, mesh, {Replicate()});
+  reset_dispatch_stats();
+  auto loss = at::cross_entropy_loss(logits, tgt);
+  CHECK(dispatch_stats().redistributions == 0);  // only the two small all-reduces inside the rule
+  CHECK(spec_of(loss).placements == Placements{Partial()});
+  loss.backward();
+  CHECK(dispatch_stats().redistributions == 0);
+  CHECK(spec_of(logits.grad()).placements == Placements{Shard(1)});
+  CHECK(full_tensor(loss).item<float>() == Approx(ref_loss.item<float>()).epsilon(1e-6));
+  CHECK(at::allclose(full_tensor(logits.grad()), ref.grad(), 1e-5, 1e-7));
+}
