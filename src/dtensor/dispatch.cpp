@@ -200,20 +200,22 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
   const int64_t nm = mesh.ndim();
   bool all_replicated = true;
   for (auto& s : specs) all_replicated &= s.is_replicated();
+  // Random ops always take their rule (src/random/dtensor_rules.cpp): replicated or not,
+  // every element must come from the consistent stream.
   const bool random = op.hasTag(at::Tag::nondeterministic_seeded);
-  VESCALE_CHECK(!random, "DTensor: ", name, " draws random numbers; random ops on DTensors need the consistent RNG "
-                         "(vescale random/), which does not cover this op yet");
-
+  const Rule* rule = find_rule(op, name);
+  VESCALE_CHECK(!random || rule, "DTensor: ", name, " draws random numbers, and the consistent RNG "
+                                 "(vescale/random) has no rule for it yet; use vescale::random functions");
   // view must go through its rule even when replicated: the shard may be a transposed view
   // that only a reshape can handle (see rules/view.cpp).
   const bool always_rule = name == "aten::view" || name == "aten::_unsafe_view";
   Strategy strategy;
-  if (all_replicated && !always_rule) {
+  if (all_replicated && !always_rule && !random) {
     // Bypass: a deterministic op on replicated inputs gives replicated outputs, no rule needed.
     strategy.inputs.assign(specs.size(), replicate_all(nm));
     strategy.outputs.assign(n_out, replicate_all(nm));
     ++g_bypasses;
-  } else if (const Rule* rule = find_rule(op, name)) {
+  } else if (rule) {
     OpCall call{op, name, specs, spec_arg, args};
     strategy = (*rule)(call);
   } else {
