@@ -25,14 +25,40 @@ struct RegionIndex {
   }
 };
 
+// Flat chunks of the local region in parallel (rows may be long or short); within a chunk
+// the global index advances along the last dim, so each Philox block is computed once.
 template <typename T>
-void fill_typed(T* out, const RegionIndex& ri, int64_t rows, int64_t cols, uint64_t seed, uint64_t base,
+void fill_typed(T* out, const RegionIndex& ri, int64_t numel, int64_t cols, uint64_t seed, uint64_t base,
                 const DistParams& p) {
-  at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint64_t g0 = static_cast<uint64_t>(ri.row_start(r));
-      T* row = out + r * cols;
-      for (int64_t j = 0; j < cols; ++j) row[j] = static_cast<T>(element_value(seed, base, g0 + j, p));
+  at::parallel_for(0, numel, 16384, [&](int64_t i0, int64_t i1) {
+    int64_t row = i0 / cols, col = i0 % cols;
+    uint64_t g = static_cast<uint64_t>(ri.row_start(row)) + col;
+    uint64_t block = ~uint64_t{0}, pair = ~uint64_t{0};
+    Philox4 r{};
+    double pair_vals[2] = {0, 0};
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint64_t b = g / 4;
+      if (b != block) {
+        block = b;
+        r = philox_block(seed, base + b);
+      }
+      const uint32_t lane = static_cast<uint32_t>(g % 4);
+      if (p.dist == Dist::Normal) {
+        // Box-Muller gives both lanes of a pair at once; the values are those of value_from_block.
+        if (g / 2 != pair) {
+          pair = g / 2;
+          normal_pair(r, lane & ~1u, p, pair_vals[0], pair_vals[1]);
+        }
+        out[i] = static_cast<T>(pair_vals[lane & 1u]);
+      } else {
+        out[i] = static_cast<T>(value_from_block(r, lane, p));
+      }
+      if (++col == cols) {
+        col = 0;
+        g = static_cast<uint64_t>(ri.row_start(++row));
+      } else {
+        ++g;
+      }
     }
   });
 }
@@ -46,13 +72,13 @@ void fill_region_cpu(at::Tensor& out, const std::vector<int64_t>& global_shape, 
   for (int64_t d = static_cast<int64_t>(global_shape.size()) - 2; d >= 0; --d)
     ri.gstride[d] = ri.gstride[d + 1] * global_shape[d + 1];
   const int64_t cols = out.dim() ? out.size(-1) : 1;
-  const int64_t rows = cols ? out.numel() / cols : 0;
-  if (out.numel() == 0) return;
-  if (out.scalar_type() == at::kFloat) return fill_typed(out.data_ptr<float>(), ri, rows, cols, seed, base, p);
-  if (out.scalar_type() == at::kDouble) return fill_typed(out.data_ptr<double>(), ri, rows, cols, seed, base, p);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  if (out.scalar_type() == at::kFloat) return fill_typed(out.data_ptr<float>(), ri, n, cols, seed, base, p);
+  if (out.scalar_type() == at::kDouble) return fill_typed(out.data_ptr<double>(), ri, n, cols, seed, base, p);
   // Other dtypes (bf16, half, ints, bool): draw in double, then cast.
   at::Tensor tmp = at::empty(out.sizes(), out.options().dtype(at::kDouble));
-  fill_typed(tmp.data_ptr<double>(), ri, rows, cols, seed, base, p);
+  fill_typed(tmp.data_ptr<double>(), ri, n, cols, seed, base, p);
   out.copy_(tmp);
 }
 
