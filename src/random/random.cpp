@@ -5,6 +5,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "dtensor/dtensor_impl.h"
 #include "random/kernels.h"
 #include "vescale/common/check.h"
 #include "vescale/dtensor/dtensor.h"
@@ -55,7 +56,24 @@ at::Tensor& fill_plain(at::Tensor& t, const DistParams& p) {
   return t;
 }
 
+// A DTensor without an aten op for its distribution: each rank fills its shard directly.
+at::Tensor& fill_dtensor(at::Tensor& t, const DistParams& p) {
+  const auto& spec = dtensor::spec_of(t);
+  VESCALE_CHECK(!spec.has_partial(), "random: cannot fill a Partial DTensor; redistribute it first");
+  auto [seed, base] = reserve(t.numel());
+  at::Tensor local = dtensor::dtensor_impl(t)->local();
+  fill_region(local, spec.shape, spec.local_offset(), seed, base, p);
+  return t;
+}
+
 }  // namespace
+
+at::Tensor& trunc_normal_(at::Tensor& t, double mean, double std, double a, double b) {
+  VESCALE_CHECK(std > 0 && a < b, "random::trunc_normal_: need std > 0 and a < b, got std ", std, ", [", a, ", ", b, "]");
+  auto cdf = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  DistParams p{Dist::TruncNormal, mean, std, cdf((a - mean) / std), cdf((b - mean) / std), a, b};
+  return dtensor::is_dtensor(t) ? fill_dtensor(t, p) : fill_plain(t, p);
+}
 
 // DTensors take the aten op, whose rule (random/dtensor_rules.cpp) fills each shard.
 at::Tensor& uniform_(at::Tensor& t, double from, double to) {

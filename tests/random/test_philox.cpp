@@ -137,6 +137,25 @@ TEST_CASE("distributions have the right moments", "[random]") {
   CHECK(ints.to(at::kDouble).mean().item<double>() == Approx(-0.5).margin(0.05));
 }
 
+TEST_CASE("the normal inverse CDF and the truncated normal", "[random]") {
+  for (double p : {1e-9, 1e-4, 0.02, 0.1, 0.3, 0.5, 0.77, 0.98, 0.9999}) {
+    const double x = normal_icdf(p);
+    INFO("p " << p);
+    CHECK(0.5 * std::erfc(-x / std::sqrt(2.0)) == Approx(p).epsilon(1e-8));
+  }
+  manual_seed(11);
+  at::Tensor t = at::empty({100000}, at::kDouble);
+  trunc_normal_(t, 1.0, 2.0, -1.0, 2.0);
+  CHECK(t.min().item<double>() >= -1.0);
+  CHECK(t.max().item<double>() <= 2.0);
+  // mean of N(1, 2) truncated to [-1, 2]: mu + sigma (phi(alpha) - phi(beta)) / (Phi(beta) - Phi(alpha))
+  auto phi = [](double x) { return std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI); };
+  auto Phi = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  const double alpha = -1.0, beta = 0.5;
+  const double want = 1.0 + 2.0 * (phi(alpha) - phi(beta)) / (Phi(beta) - Phi(alpha));
+  CHECK(t.mean().item<double>() == Approx(want).margin(0.01));
+}
+
 TEST_CASE("init functions use the fans of the global shape", "[random]") {
   manual_seed(3);
   at::Tensor w = at::empty({64, 256});

@@ -128,12 +128,33 @@ VESCALE_HD void det_sincos_turns(double t, double& s, double& c) {
 
 // ---- element values -----------------------------------------------------------------
 
-enum class Dist : int { Uniform = 0, Normal = 1, Bernoulli = 2, RandInt = 3 };
+enum class Dist : int { Uniform = 0, Normal = 1, Bernoulli = 2, RandInt = 3, TruncNormal = 4 };
 
 struct DistParams {
   Dist dist = Dist::Uniform;
   double a = 0.0, b = 1.0;  // uniform [a, b); normal mean a, std b; bernoulli p = a; randint [a, b)
+  // trunc normal: mean a, std b, CDF bounds [c, d) of the standardized limits, values clamped to [e, f]
+  double c = 0.0, d = 1.0, e = 0.0, f = 0.0;
 };
+
+// Inverse of the standard normal CDF (Acklam's rational approximation, relative error < 1.2e-9).
+VESCALE_HD double normal_icdf(double p) {
+  const double lo = 0.02425, hi = 1.0 - lo;
+  if (p < lo || p > hi) {
+    const double q = sqrt(-2.0 * det_log(p < lo ? p : 1.0 - p));
+    const double num = ((((-7.784894002430293e-03 * q + -3.223964580411365e-01) * q + -2.400758277161838e+00) * q +
+                         -2.549732539343734e+00) * q + 4.374664141464968e+00) * q + 2.938163982698783e+00;
+    const double den = (((7.784695709041462e-03 * q + 3.224671290700398e-01) * q + 2.445134137142996e+00) * q +
+                        3.754408661907416e+00) * q + 1.0;
+    return p < lo ? num / den : -(num / den);
+  }
+  const double q = p - 0.5, r = q * q;
+  const double num = (((((-3.969683028665376e+01 * r + 2.209460984245205e+02) * r + -2.759285104469687e+02) * r +
+                        1.383577518672690e+02) * r + -3.066479806614716e+01) * r + 2.506628277459239e+00) * q;
+  const double den = ((((-5.447609879822406e+01 * r + 1.615858368580409e+02) * r + -1.556989798598866e+02) * r +
+                       6.680131188771972e+01) * r + -1.328068155288572e+01) * r + 1.0;
+  return num / den;
+}
 
 // Box-Muller on lanes (even, even + 1) of a block: both normals of the pair.
 VESCALE_HD void normal_pair(const Philox4& r, uint32_t even, const DistParams& p, double& z_even, double& z_odd) {
@@ -165,6 +186,11 @@ VESCALE_HD double value_from_block(const Philox4& r, uint32_t lane, const DistPa
     case Dist::RandInt: {
       const uint64_t range = static_cast<uint64_t>(p.b - p.a);
       return p.a + static_cast<double>((static_cast<uint64_t>(r.v[lane]) * range) >> 32);
+    }
+    case Dist::TruncNormal: {  // inverse CDF of a uniform in [CDF(lo), CDF(hi))
+      const double u = (static_cast<double>(r.v[lane]) + 0.5) / two32;  // (0, 1)
+      const double x = p.a + p.b * normal_icdf(p.c + u * (p.d - p.c));
+      return x < p.e ? p.e : (x > p.f ? p.f : x);
     }
   }
   return 0.0;
