@@ -141,7 +141,7 @@ TEST_CASE("the normal inverse CDF and the truncated normal", "[random]") {
   for (double p : {1e-9, 1e-4, 0.02, 0.1, 0.3, 0.5, 0.77, 0.98, 0.9999}) {
     const double x = normal_icdf(p);
     INFO("p " << p);
-    CHECK(0.5 * std::erfc(-x / std::sqrt(2.0)) == Approx(p).epsilon(1e-8));
+    CHECK(0.5 * std::erfc(-x / std::sqrt(2.0)) == Approx(p).epsilon(1e-7));  // Acklam: |dx/x| < 1.2e-9
   }
   manual_seed(11);
   at::Tensor t = at::empty({100000}, at::kDouble);
