@@ -15,23 +15,26 @@ using dtensor::Placement;
 using dtensor::Placements;
 using dtensor::Strategy;
 
-// Shards stay; Partial becomes Replicate (every rank of the group draws the same values).
-Placements fill_placements(const dtensor::DTensorSpec& s) {
+// Where this rank's shard sits in the global tensor it fills. Shards stay; Partial becomes
+// Replicate (every rank of the group draws the same values).
+struct FillRegion {
+  Placements placements;
+  std::vector<int64_t> global, offset;
+  int64_t numel;
+};
+
+FillRegion fill_region_of(const dtensor::DTensorSpec& s) {
   Placements p = s.placements;
   for (auto& q : p)
     if (q.is_partial()) q = Placement::replicate();
-  return p;
+  const auto offset = dtensor::DTensorSpec{s.mesh, p, s.shape, s.dtype}.local_offset();
+  return {p, s.shape, offset, c10::multiply_integers(s.shape)};
 }
 
 // In-place fills: uniform_(self, from, to, gen), normal_(self, mean, std, gen),
 // bernoulli_.float(self, p, gen), random_.from(self, from, to, gen).
 Strategy fill(const OpCall& call, Dist dist) {
-  const auto& self = call.specs[0];
-  Placements p = fill_placements(self);
-  dtensor::DTensorSpec region{self.mesh, p, self.shape, self.dtype};
-  const auto offset = region.local_offset();
-  const auto global = self.shape;
-  const int64_t numel = c10::multiply_integers(global);
+  const auto [p, global, offset, numel] = fill_region_of(call.specs[0]);
   const size_t n_args = call.op.schema().arguments().size();
   Strategy st;
   st.inputs.assign(call.specs.size(), dtensor::replicate_all(call.mesh_ndim()));
@@ -64,11 +67,7 @@ Strategy fill(const OpCall& call, Dist dist) {
 // output is linear in the input, so a Partial input stays Partial.
 Strategy native_dropout(const OpCall& call) {
   const auto& x = call.specs[0];
-  Placements mask_p = fill_placements(x);
-  dtensor::DTensorSpec region{x.mesh, mask_p, x.shape, x.dtype};
-  const auto offset = region.local_offset();
-  const auto global = x.shape;
-  const int64_t numel = c10::multiply_integers(global);
+  const auto [mask_p, global, offset, numel] = fill_region_of(x);
   Strategy st;
   st.inputs = {x.placements};
   st.outputs = {x.placements, mask_p};

@@ -86,6 +86,28 @@ Strategy softmax_backward(const OpCall& call, bool log) {
   return st;
 }
 
+// How nll_loss lays out its (N, C) input: batch shards (dim 0) and class shards (dim 1) stay,
+// Partials reduce; the target follows the batch shards; c_off is this rank's first class.
+struct NllLayout {
+  Placements self, target;
+  int64_t c_off = 0;
+  std::vector<dist::ProcessGroup> batch_groups;
+};
+
+NllLayout nll_layout(const DTensorSpec& self) {
+  const int64_t nm = self.mesh.ndim();
+  NllLayout l{self.placements, Placements(nm, Placement::replicate()), 0, {}};
+  for (int64_t m = 0; m < nm; ++m) {
+    if (l.self[m].is_partial()) l.self[m] = Placement::replicate();
+    if (l.self[m].is_shard(0)) {
+      l.target[m] = Placement::shard(0);
+      l.batch_groups.push_back(group(self, m));
+    }
+  }
+  l.c_off = DTensorSpec{self.mesh, l.self, self.shape, self.dtype}.local_offset()[1];
+  return l;
+}
+
 // nll_loss_forward(self (N, C), target (N), weight?, reduction, ignore_index) -> (output, total_weight).
 // Batch shards (dim 0) and class shards (dim 1) are both kept. Every rank picks the targets
 // that fall in its class range; the loss is Partial over class and batch shards, and the total
@@ -94,22 +116,15 @@ Strategy nll_forward(const OpCall& call) {
   const auto& self = call.specs[0];
   const int64_t nm = call.mesh_ndim();
   if (self.ndim() != 2) return all_replicate(call, 2);
-  Placements p = self.placements, tp(nm, Placement::replicate());
-  std::vector<dist::ProcessGroup> batch_groups;
-  for (int64_t m = 0; m < nm; ++m) {
-    if (p[m].is_partial()) p[m] = Placement::replicate();
-    if (p[m].is_shard(0)) {
-      tp[m] = Placement::shard(0);
-      batch_groups.push_back(group(self, m));
-    }
-  }
-  DTensorSpec local_view{self.mesh, p, self.shape, self.dtype};
-  const int64_t c_off = local_view.local_offset()[1];
+  const auto layout = nll_layout(self);
+  const Placements& p = layout.self;
+  const int64_t c_off = layout.c_off;
+  auto batch_groups = layout.batch_groups;
   const int64_t reduction = call.arg("reduction").toInt();
   Strategy st;
   st.inputs.assign(call.specs.size(), replicate_all(nm));
   st.inputs[0] = p;
-  st.inputs[1] = tp;  // weight, if any, stays Replicate
+  st.inputs[1] = layout.target;  // weight, if any, stays Replicate
   Placements out(nm, Placement::replicate());
   for (int64_t m = 0; m < nm; ++m) {
     if (p[m].is_shard(1)) out[m] = Placement::partial();
@@ -149,13 +164,10 @@ Strategy nll_backward(const OpCall& call) {
   const auto& self = call.specs[1];
   const int64_t nm = call.mesh_ndim();
   if (self.ndim() != 2) return all_replicate(call, 1);
-  Placements p = self.placements, tp(nm, Placement::replicate());
-  for (int64_t m = 0; m < nm; ++m) {
-    if (p[m].is_partial()) p[m] = Placement::replicate();
-    if (p[m].is_shard(0)) tp[m] = Placement::shard(0);
-  }
-  DTensorSpec local_view{self.mesh, p, self.shape, self.dtype};
-  const int64_t c_off = local_view.local_offset()[1];
+  const auto layout = nll_layout(self);
+  const Placements& p = layout.self;
+  const Placements& tp = layout.target;
+  const int64_t c_off = layout.c_off;
   const int64_t reduction = call.arg("reduction").toInt();
   Strategy st;
   st.inputs.assign(call.specs.size(), replicate_all(nm));
