@@ -131,6 +131,13 @@ at::Tensor full_tensor(const at::Tensor& dt) {
   return to_local(redistribute(dt, Placements(s.mesh.ndim(), Placement::replicate())));
 }
 
+std::string describe(const at::Tensor& dt) {
+  const auto& s = spec_of(dt);
+  return "DTensor(" + c10::str(c10::IntArrayRef(s.shape)) + ", " + c10::toString(s.dtype) + ", " +
+         to_string(s.placements) + " on " + s.mesh.to_string() + ", local " +
+         c10::str(dtensor_impl(dt)->local().sizes()) + ")";
+}
+
 at::Tensor distribute_tensor(const at::Tensor& full, const mesh::DeviceMesh& mesh, Placements placements,
                              int src_rank) {
   VESCALE_CHECK(!is_dtensor(full), "distribute_tensor: the tensor is already a DTensor; use redistribute");

@@ -144,4 +144,8 @@ TEST_CASE("DTensors report global sizes and print", "[any]") {
   std::ostringstream os;
   os << full_tensor(t);
   CHECK(os.str().find("11") != std::string::npos);
+  CHECK_THAT(describe(t), Catch::Matchers::Contains("DTensor([4, 3], Float, [Shard(0)] on DeviceMesh(x="));
+  std::ostringstream direct;
+  CHECK_THROWS_WITH(direct << t, Catch::Matchers::Contains("Use full_tensor(t)"));
+  CHECK(at::equal(full_tensor(t.to(at::kDouble)), at::arange(12, at::kDouble).view({4, 3})));  // casts stay DTensors
 }

@@ -39,6 +39,10 @@ at::Tensor full_tensor(const at::Tensor& dtensor);
 // gradient goes back through the reverse redistribution.
 at::Tensor redistribute(const at::Tensor& dtensor, Placements placements);
 
+// One line for logs: "DTensor([4, 3], Float, [Shard(0)] on DeviceMesh(x=2; rank 1 at [1]), local [2, 3])".
+// Not collective. (Printing a DTensor with << needs its values: use full_tensor, on every rank.)
+std::string describe(const at::Tensor& dtensor);
+
 // Factory calls that name the dtensor device but have no DTensor input (torch::ones(n, x.options()))
 // create Replicate DTensors on this mesh. Set automatically by the first DTensor made.
 void set_default_mesh(const mesh::DeviceMesh& mesh);

@@ -19,7 +19,19 @@ Strategy same_as_input(const OpCall& call) {
   st.inputs = {call.specs[0].placements};
   for (size_t i = 1; i < call.specs.size(); ++i) st.inputs.push_back(call.specs[i].placements);
   st.outputs.assign(tensor_returns(call), call.specs[0].placements);
+  st.output_shapes.assign(st.outputs.size(), call.specs[0].shape);
   return st;
+}
+
+// _to_copy: dtype casts stay DTensors. Moving to a real device would need every rank (the
+// shards live on several), so printing or .to(kCPU) asks for the explicit, collective call.
+Strategy to_copy(const OpCall& call) {
+  const auto& device = call.arg("device");
+  VESCALE_CHECK(device.isNone() || device.toDevice().type() == c10::DeviceType::PrivateUse1,
+                "DTensor: cannot copy a DTensor to ", device.toDevice().str(), " (printing does this). Use "
+                "full_tensor(t) (collective: every rank calls it) for the whole tensor, to_local(t) for this rank's "
+                "shard, or dtensor::describe(t) for a one-line summary");
+  return same_as_input(call);
 }
 
 // *_like: the shape and shard layout of the input, but fresh values, so never Partial.
@@ -30,6 +42,7 @@ Strategy like(const OpCall& call) {
   for (auto& p : out)
     if (p.is_partial()) p = Placement::replicate();
   st.outputs = {out};
+  st.output_shapes = {call.specs[0].shape};
   return st;
 }
 
@@ -69,7 +82,8 @@ Strategy needs_replicate(const OpCall& call) { return all_replicate(call, tensor
 }  // namespace
 
 void register_tensor_rules() {
-  for (const char* op : {"aten::clone", "aten::detach", "aten::alias", "aten::_to_copy", "aten::lift_fresh",
+  register_rule("aten::_to_copy", to_copy);
+  for (const char* op : {"aten::clone", "aten::detach", "aten::alias", "aten::lift_fresh",
                          "aten::contiguous", "aten::_conj", "aten::resolve_conj", "aten::resolve_neg"})
     register_rule(op, same_as_input);
   for (const char* op : {"aten::empty_like", "aten::zeros_like", "aten::ones_like", "aten::full_like"})
