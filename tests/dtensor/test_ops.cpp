@@ -137,6 +137,9 @@ std::vector<OpCase> op_cases(int64_t w) {
       {"gather", {r({n, u}, 60), ids({n, 2}, u, 61)}, [](auto& x) { return at::gather(x[0], 1, x[1]); }},
       {"topk values", {r({n, u}, 62)}, [](auto& x) { return std::get<0>(at::topk(x[0], 2, 1)); }},
       {"stack", {r({n, u}, 63), r({n, u}, 64)}, [](auto& x) { return at::stack({x[0], x[1]}, 1); }},
+      {"cumsum", {r({n, u}, 72)}, [](auto& x) { return at::cumsum(x[0], 1); }, true},
+      {"max.dim values + argmax", {r({n, u}, 73)},
+       [](auto& x) { return std::get<0>(at::max(x[0], 0)) + at::argmax(x[0], 0).to(at::kFloat); }},
       {"masked_fill", {r({n, u}, 65)}, [](auto& x) { return x[0].masked_fill(x[0] > 0.5, -1.0); }},
       {"causal attention", {r({2, n, 3, 4}, 66), r({2, n, 3, 4}, 67), r({2, n, 3, 4}, 68)},
        [](auto& x) { return at::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, true); }},
@@ -164,12 +167,20 @@ TEST_CASE("an op without a rule names itself; the opt-in fallback gathers", "[wo
   auto mesh = mesh::DeviceMesh::init({{"x", -1}});
   auto full = full_randn({6, 4}, 50);
   auto x = distribute_tensor(full, mesh, {Shard(1)});
-  CHECK_THROWS_WITH(at::cumsum(x, 0), Catch::Matchers::Contains("no sharding rule for aten::cumsum"));
+  CHECK_THROWS_WITH(at::logcumsumexp(x, 0), Catch::Matchers::Contains("no sharding rule for aten::logcumsumexp"));
   set_replicate_fallback(true);
-  auto y = at::cumsum(x, 0);
+  auto y = at::logcumsumexp(x, 0);
   set_replicate_fallback(false);
   CHECK(spec_of(y).is_replicated());
-  CHECK(at::allclose(full_tensor(y), at::cumsum(full, 0)));
+  CHECK(at::allclose(full_tensor(y), at::logcumsumexp(full, 0)));
+}
+
+TEST_CASE("distribute_tensor from one source rank", "[world2][world4]") {
+  auto mesh = mesh::DeviceMesh::init({{"x", -1}});
+  const int src = mesh.size() - 1;
+  auto mine = dist::rank() == src ? full_randn({5, 3}, 80) : at::zeros({5, 3});
+  auto dt = distribute_tensor(mine, mesh, {Shard(0)}, src);
+  CHECK(at::equal(full_tensor(dt), full_randn({5, 3}, 80)));
 }
 
 TEST_CASE("the propagation cache is hit on repeated calls", "[any]") {

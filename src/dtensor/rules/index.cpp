@@ -64,19 +64,34 @@ Strategy gather(const OpCall& call) {
   return st;
 }
 
-// topk / sort along `dim`: both outputs keep the other shards.
+// topk / sort / cumsum / max.dim / argmax along `dim`: the outputs keep the other shards
+// (moved down by one when the dim is dropped). cumsum is linear, so it keeps Partials too.
 Strategy along(const OpCall& call) {
   const auto& x = call.specs[0];
-  const int64_t dim = rules::wrap_dim(call.arg("dim").toInt(), x.ndim());
-  Placements p = keep_other_shards(x, {dim});
+  const auto& dim_arg = call.arg("dim");
+  if (dim_arg.isNone()) return all_replicate(call, tensor_returns(call));  // argmax over everything
+  const int64_t dim = rules::wrap_dim(dim_arg.toInt(), x.ndim());
+  const bool linear = call.name.rfind("aten::cumsum", 0) == 0;
+  Placements p = keep_other_shards(x, {dim}, linear);
+  const bool drops = call.has_arg("keepdim") && !call.arg("keepdim").toBool();
+  Placements out = p;
+  for (auto& q : out)
+    if (drops && q.is_shard() && q.dim > dim) q = Placement::shard(q.dim - 1);
   Strategy st;
   st.inputs = {p};
-  st.outputs.assign(tensor_returns(call), p);
+  st.outputs.assign(tensor_returns(call), out);
   auto shape = x.shape;
   if (call.has_arg("k")) shape[dim] = call.arg("k").toInt();
+  if (call.has_arg("keepdim")) {
+    if (drops) shape.erase(shape.begin() + dim);
+    else shape[dim] = 1;
+  }
   st.output_shapes.assign(st.outputs.size(), shape);
   return st;
 }
+
+// Ops whose output shape depends on the values (nonzero, bincount, histc): whole inputs.
+Strategy whole(const OpCall& call) { return all_replicate(call, tensor_returns(call)); }
 
 // stack(tensors, dim): all inputs take the first one's placements; shards move past `dim`.
 Strategy stack(const OpCall& call) {
@@ -129,6 +144,11 @@ void register_index_rules() {
   register_rule("aten::index_select", index_select);
   register_rule("aten::gather", gather);
   register_rule("aten::topk", along);
+  for (const char* op : {"aten::cumsum", "aten::cumsum_", "aten::max.dim", "aten::min.dim", "aten::argmax",
+                         "aten::argmin"})
+    register_rule(op, along);
+  for (const char* op : {"aten::nonzero", "aten::bincount", "aten::histc", "aten::unique_dim", "aten::_unique2"})
+    register_rule(op, whole);
   register_rule("aten::sort", along);
   register_rule("aten::sort.stable", along);
   register_rule("aten::stack", stack);
