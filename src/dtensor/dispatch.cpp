@@ -323,19 +323,20 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // 1. The inputs: DTensors with their specs; plain tensors count as Replicate. The hot path
   //    only reads the specs in place; copies are made on a cache miss.
   struct Input {
-    const at::Tensor* tensor;
-    const DTensorSpec* spec;  // null for a plain tensor
+    at::Tensor tensor;        // held: a Tensor[] element is a temporary
+    const DTensorSpec* spec;  // null for a plain tensor; lives in the impl, which `tensor` holds
     size_t arg;
   };
   thread_local std::vector<Input> inputs;
   inputs.clear();
-  const mesh::DeviceMesh* mesh = nullptr;
+  std::optional<mesh::DeviceMesh> mesh_holder;  // a handle, not a pointer: an in-place reset may drop the spec
   for_each_tensor(args, [&](size_t i, int64_t, const at::Tensor& t) {
     const DTensorSpec* s = is_dtensor(t) ? &dtensor_impl(t)->spec() : nullptr;
-    if (s && !mesh) mesh = &s->mesh;
-    inputs.push_back({&t, s, i});
+    if (s && !mesh_holder) mesh_holder = s->mesh;
+    inputs.push_back({t, s, i});
   });
-  if (!mesh) mesh = &default_mesh();
+  if (!mesh_holder) mesh_holder = default_mesh();
+  const mesh::DeviceMesh* mesh = &*mesh_holder;
   auto plain_spec = [&](const at::Tensor& t) {
     return DTensorSpec{*mesh, replicate_all(mesh->ndim()), t.sizes().vec(), t.scalar_type()};
   };
@@ -352,8 +353,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       key_of(*in.spec, key);
     } else {
       key.push_back(-2);
-      key.push_back(static_cast<int64_t>(in.tensor->scalar_type()));
-      for (auto d : in.tensor->sizes()) key.push_back(d);
+      key.push_back(static_cast<int64_t>(in.tensor.scalar_type()));
+      for (auto d : in.tensor.sizes()) key.push_back(d);
       key.push_back(-1);
     }
   }
@@ -378,7 +379,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     std::vector<DTensorSpec> specs;
     std::vector<size_t> spec_arg;
     for (auto& in : inputs) {
-      specs.push_back(in.spec ? *in.spec : plain_spec(*in.tensor));
+      specs.push_back(in.spec ? *in.spec : plain_spec(in.tensor));
       spec_arg.push_back(in.arg);
     }
     plan = propagate(op, op_name(), args, specs, spec_arg, *mesh);
@@ -391,10 +392,9 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::vector<c10::IValue> caller_args = args;
   static const c10::Device device = [] { return c10::Device(dist::device_string()); }();
   size_t k = 0;
-  const auto input_specs = inputs;  // map_args rewrites `args`, which `inputs` points into
   map_args(args, device, [&](size_t i, int64_t, const at::Tensor& t) -> at::Tensor {
     const auto& want = plan->inputs[k];
-    const DTensorSpec* have_ptr = input_specs[k++].spec;
+    const DTensorSpec* have_ptr = inputs[k++].spec;
     at::Tensor local = have_ptr ? dtensor_impl(t)->local() : t;
     const Placements& have_p = have_ptr ? have_ptr->placements : want;
     if (have_ptr ? want == have_p : std::all_of(want.begin(), want.end(), [](auto& p) { return p.is_replicate(); }))

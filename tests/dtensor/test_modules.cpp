@@ -138,6 +138,9 @@ TEST_CASE("DTensors report global sizes and print", "[any]") {
   CHECK(t.scalar_type() == at::kFloat);
   CHECK(t.device().type() == c10::DeviceType::PrivateUse1);
   CHECK(t.device().str() == "dtensor:0");
+  // A plain tensor inside a Tensor[] counts as Replicate.
+  auto plain = at::ones({4, 2}, at::kFloat);
+  CHECK(at::equal(full_tensor(at::cat({t, plain}, 1)), at::cat({at::arange(12, at::kFloat).view({4, 3}), plain}, 1)));
   auto parts = at::split(t, 2, 1);  // along an unsharded dim: stays sharded
   CHECK(parts.size() == 2);
   CHECK(at::equal(full_tensor(parts[1]), at::arange(12, at::kFloat).view({4, 3}).narrow(1, 2, 1)));
