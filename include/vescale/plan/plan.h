@@ -1,0 +1,74 @@
+// Sharding plans (DESIGN §4): which placements each parameter gets, by FQN pattern, and how
+// module inputs and outputs are resharded. Loaded from JSON or built in C++; the model never
+// sees it. This file covers parsing, matching and validation; parallelize() applies it.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "vescale/dtensor/placement.h"
+
+namespace vescale::plan {
+
+// FQN patterns: `*` matches any run of characters (dots too), `?` one character, `[abc]` one
+// of a set (`[a-z]` ranges). A pattern starting with "re:" is an ECMAScript regex over the
+// whole name.
+bool fqn_match(const std::string& pattern, const std::string& fqn);
+
+// How a module's inputs and outputs are resharded (one Placements per tensor).
+struct ForwardSpec {
+  std::vector<dtensor::Placements> input;
+  std::vector<dtensor::Placements> output;
+};
+
+struct GradReduce {
+  std::vector<std::string> dims;  // mesh dims the grads of Replicate params are reduced over
+  double bucket_mb = 25;
+  bool fused = true;
+};
+
+class Plan {
+ public:
+  Plan() = default;
+  explicit Plan(std::vector<std::string> mesh_dims) : mesh_dims_(std::move(mesh_dims)) {}
+
+  // Throws an Error naming the file, the key and the fix for bad JSON, unknown keys, wrong
+  // types, and bad placements.
+  static Plan from_json_file(const std::string& path);
+  static Plan from_json(const std::string& text, const std::string& source = "<string>");
+
+  // The C++ builder, equal to the JSON: patterns are tried in the order they were added.
+  Plan& shard(const std::string& pattern, dtensor::Placements placements);
+  Plan& forward(const std::string& module_pattern, ForwardSpec spec);
+
+  const std::vector<std::string>& mesh_dims() const { return mesh_dims_; }
+  const std::vector<std::pair<std::string, dtensor::Placements>>& params() const { return params_; }
+  const std::vector<std::pair<std::string, ForwardSpec>>& forwards() const { return forwards_; }
+  const GradReduce& grad_reduce() const { return grad_reduce_; }
+  int zero() const { return zero_; }
+
+  // The placements of one parameter: the first matching pattern wins; none is an error.
+  const dtensor::Placements& placements_for(const std::string& fqn) const;
+  // The forward entry of a module, if any pattern matches.
+  const ForwardSpec* forward_for(const std::string& module_fqn) const;
+
+  // Checks the plan against a mesh (its dim names, in order) and every parameter (name,
+  // global shape); returns each parameter's placements with Shard dims normalized.
+  std::map<std::string, dtensor::Placements> resolve(
+      const std::vector<std::string>& mesh_dims,
+      const std::vector<std::pair<std::string, std::vector<int64_t>>>& params) const;
+
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_ = "<builder>";
+  std::vector<std::string> mesh_dims_;
+  std::vector<std::pair<std::string, dtensor::Placements>> params_;
+  std::vector<std::pair<std::string, ForwardSpec>> forwards_;
+  GradReduce grad_reduce_;
+  int zero_ = 0;
+};
+
+}  // namespace vescale::plan

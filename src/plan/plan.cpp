@@ -1,0 +1,260 @@
+#include "vescale/plan/plan.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "vescale/common/check.h"
+
+namespace vescale::plan {
+
+using dtensor::Placement;
+using dtensor::Placements;
+using json = nlohmann::ordered_json;
+
+// ---- matching ------------------------------------------------------------------------
+
+namespace {
+
+// Glob with *, ? and [..] classes; iterative with backtracking on the last *.
+bool glob(const std::string& p, const std::string& s) {
+  size_t pi = 0, si = 0, star_p = std::string::npos, star_s = 0;
+  auto class_match = [&](size_t& i, char c) {  // p[i] == '['; advances i past ']'
+    size_t j = i + 1;
+    bool neg = j < p.size() && (p[j] == '!' || p[j] == '^');
+    if (neg) ++j;
+    bool hit = false;
+    for (; j < p.size() && p[j] != ']'; ++j) {
+      if (j + 2 < p.size() && p[j + 1] == '-' && p[j + 2] != ']') {
+        hit |= p[j] <= c && c <= p[j + 2];
+        j += 2;
+      } else {
+        hit |= p[j] == c;
+      }
+    }
+    i = j + 1;
+    return hit != neg;
+  };
+  while (si < s.size()) {
+    if (pi < p.size() && p[pi] == '*') {
+      star_p = pi++;
+      star_s = si;
+      continue;
+    }
+    if (pi < p.size()) {
+      size_t next = pi;
+      bool ok = false;
+      if (p[pi] == '?') ok = true, next = pi + 1;
+      else if (p[pi] == '[') ok = class_match(next, s[si]);
+      else ok = p[pi] == s[si], next = pi + 1;
+      if (ok) {
+        pi = next;
+        ++si;
+        continue;
+      }
+    }
+    if (star_p == std::string::npos) return false;
+    pi = star_p + 1;
+    si = ++star_s;
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+}  // namespace
+
+bool fqn_match(const std::string& pattern, const std::string& fqn) {
+  if (pattern.rfind("re:", 0) == 0) return std::regex_match(fqn, std::regex(pattern.substr(3)));
+  return glob(pattern, fqn);
+}
+
+// ---- JSON ----------------------------------------------------------------------------
+
+namespace {
+
+std::string where(const std::string& source, const std::string& key) { return "plan '" + source + "': " + key; }
+
+Placements parse_placements(const json& v, const std::string& source, const std::string& key) {
+  VESCALE_CHECK(v.is_array(), where(source, key), " must be a list of placements, one per mesh dim, like "
+                                                  "[\"Replicate\", \"Shard(0)\"]");
+  Placements out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    VESCALE_CHECK(v[i].is_string(), where(source, key), "[", i, "] must be a string like \"Shard(0)\"");
+    try {
+      out.push_back(Placement::parse(v[i].get<std::string>()));
+    } catch (const Error& e) {
+      VESCALE_FAIL(where(source, key), "[", i, "]: ", e.what());
+    }
+  }
+  return out;
+}
+
+std::vector<Placements> parse_placement_list(const json& v, const std::string& source, const std::string& key) {
+  VESCALE_CHECK(v.is_array(), where(source, key), " must be a list with one placement list per tensor");
+  std::vector<Placements> out;
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(parse_placements(v[i], source, key + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+void check_regex(const std::string& pattern, const std::string& source, const std::string& key) {
+  if (pattern.rfind("re:", 0) != 0) return;
+  try {
+    std::regex r(pattern.substr(3));
+  } catch (const std::regex_error& e) {
+    VESCALE_FAIL(where(source, key), ": '", pattern, "' is not a valid regex: ", e.what());
+  }
+}
+
+}  // namespace
+
+Plan Plan::from_json(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    VESCALE_FAIL("plan '", source, "': not valid JSON: ", e.what());
+  }
+  VESCALE_CHECK(j.is_object(), "plan '", source, "': the top level must be an object with \"mesh\" and \"params\"");
+  static const std::set<std::string> known = {"mesh", "params", "forward", "grad_reduce", "zero", "comment"};
+  for (auto& [k, v] : j.items())
+    VESCALE_CHECK(known.count(k), where(source, "key '" + k + "'"),
+                  " is unknown; the keys are mesh, params, forward, grad_reduce, zero");
+  Plan plan;
+  plan.source_ = source;
+  VESCALE_CHECK(j.contains("mesh") && j["mesh"].is_array() && !j["mesh"].empty(), where(source, "mesh"),
+                " must be a non-empty list of mesh dim names, like [\"dp\", \"tp\"]");
+  for (auto& d : j["mesh"]) {
+    VESCALE_CHECK(d.is_string() && !d.get<std::string>().empty(), where(source, "mesh"),
+                  " must hold dim names (strings)");
+    plan.mesh_dims_.push_back(d.get<std::string>());
+  }
+  VESCALE_CHECK(j.contains("params") && j["params"].is_object(), where(source, "params"),
+                " must be an object mapping FQN patterns to placements");
+  for (auto& [pattern, v] : j["params"].items()) {
+    const std::string key = "params['" + pattern + "']";
+    check_regex(pattern, source, key);
+    auto p = parse_placements(v, source, key);
+    VESCALE_CHECK(p.size() == plan.mesh_dims_.size(), where(source, key), " has ", p.size(),
+                  " placements for a mesh of ", plan.mesh_dims_.size(), " dims; give one per mesh dim");
+    plan.params_.emplace_back(pattern, std::move(p));
+  }
+  if (j.contains("forward")) {
+    VESCALE_CHECK(j["forward"].is_object(), where(source, "forward"), " must be an object mapping module patterns "
+                                                                     "to {\"input\": [...], \"output\": [...]}");
+    for (auto& [pattern, v] : j["forward"].items()) {
+      const std::string key = "forward['" + pattern + "']";
+      check_regex(pattern, source, key);
+      VESCALE_CHECK(v.is_object(), where(source, key), " must be an object with \"input\" and/or \"output\"");
+      ForwardSpec f;
+      for (auto& [k, x] : v.items()) {
+        VESCALE_CHECK(k == "input" || k == "output", where(source, key), ": key '", k, "' is unknown; use input or output");
+        (k == "input" ? f.input : f.output) = parse_placement_list(x, source, key + "." + k);
+        for (auto& p : (k == "input" ? f.input : f.output))
+          VESCALE_CHECK(p.size() == plan.mesh_dims_.size(), where(source, key + "." + k), " has a list of ", p.size(),
+                        " placements for a mesh of ", plan.mesh_dims_.size(), " dims");
+      }
+      plan.forwards_.emplace_back(pattern, std::move(f));
+    }
+  }
+  if (j.contains("grad_reduce")) {
+    const auto& g = j["grad_reduce"];
+    VESCALE_CHECK(g.is_object(), where(source, "grad_reduce"), " must be an object like {\"dims\": [\"dp\"]}");
+    for (auto& [k, v] : g.items()) {
+      if (k == "dims") {
+        VESCALE_CHECK(v.is_array(), where(source, "grad_reduce.dims"), " must be a list of mesh dim names");
+        for (auto& d : v) {
+          VESCALE_CHECK(d.is_string(), where(source, "grad_reduce.dims"), " must hold strings");
+          plan.grad_reduce_.dims.push_back(d.get<std::string>());
+        }
+      } else if (k == "bucket_mb") {
+        VESCALE_CHECK(v.is_number() && v.get<double>() > 0, where(source, "grad_reduce.bucket_mb"),
+                      " must be a positive number");
+        plan.grad_reduce_.bucket_mb = v.get<double>();
+      } else if (k == "fused") {
+        VESCALE_CHECK(v.is_boolean(), where(source, "grad_reduce.fused"), " must be true or false");
+        plan.grad_reduce_.fused = v.get<bool>();
+      } else {
+        VESCALE_FAIL(where(source, "grad_reduce." + k), " is unknown; use dims, bucket_mb, fused");
+      }
+    }
+  }
+  if (j.contains("zero")) {
+    VESCALE_CHECK(j["zero"].is_number_integer() && j["zero"].get<int>() >= 0 && j["zero"].get<int>() <= 3,
+                  where(source, "zero"), " must be 0, 1, 2 or 3");
+    plan.zero_ = j["zero"].get<int>();
+  }
+  return plan;
+}
+
+Plan Plan::from_json_file(const std::string& path) {
+  std::ifstream f(path);
+  VESCALE_CHECK(f.good(), "plan: cannot open '", path, "'; check the path (parallel.plan in the config)");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return from_json(ss.str(), path);
+}
+
+// ---- builder and lookups -------------------------------------------------------------
+
+Plan& Plan::shard(const std::string& pattern, Placements placements) {
+  check_regex(pattern, source_, "shard('" + pattern + "')");
+  params_.emplace_back(pattern, std::move(placements));
+  return *this;
+}
+
+Plan& Plan::forward(const std::string& module_pattern, ForwardSpec spec) {
+  check_regex(module_pattern, source_, "forward('" + module_pattern + "')");
+  forwards_.emplace_back(module_pattern, std::move(spec));
+  return *this;
+}
+
+const Placements& Plan::placements_for(const std::string& fqn) const {
+  for (auto& [pattern, p] : params_)
+    if (fqn_match(pattern, fqn)) return p;
+  VESCALE_FAIL("plan '", source_, "': parameter '", fqn, "' matches no pattern; add one, or a '*' default");
+}
+
+const ForwardSpec* Plan::forward_for(const std::string& module_fqn) const {
+  for (auto& [pattern, f] : forwards_)
+    if (fqn_match(pattern, module_fqn)) return &f;
+  return nullptr;
+}
+
+std::map<std::string, Placements> Plan::resolve(const std::vector<std::string>& mesh_dims,
+                                                const std::vector<std::pair<std::string, std::vector<int64_t>>>& params) const {
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return "[" + s + "]";
+  };
+  for (auto& d : mesh_dims_)
+    VESCALE_CHECK(std::find(mesh_dims.begin(), mesh_dims.end(), d) != mesh_dims.end(), "plan '", source_,
+                  "': mesh dim '", d, "' is not in the mesh ", list(mesh_dims), "; rename it or change parallel.mesh");
+  VESCALE_CHECK(mesh_dims_ == mesh_dims, "plan '", source_, "': its mesh ", list(mesh_dims_), " must list the mesh's dims ",
+                list(mesh_dims), " in the same order");
+  for (auto& d : grad_reduce_.dims)
+    VESCALE_CHECK(std::find(mesh_dims.begin(), mesh_dims.end(), d) != mesh_dims.end(), "plan '", source_,
+                  "': grad_reduce.dims names '", d, "', which is not in the mesh ", list(mesh_dims));
+  std::map<std::string, Placements> out;
+  for (auto& [fqn, shape] : params) {
+    Placements p = placements_for(fqn);
+    VESCALE_CHECK(p.size() == mesh_dims.size(), "plan '", source_, "': parameter '", fqn, "' gets ", p.size(),
+                  " placements for a mesh of ", mesh_dims.size(), " dims");
+    const int64_t nd = static_cast<int64_t>(shape.size());
+    for (auto& x : p) {
+      VESCALE_CHECK(!x.is_partial(), "plan '", source_, "': parameter '", fqn, "' cannot be Partial; parameters are "
+                                     "Shard or Replicate");
+      if (!x.is_shard()) continue;
+      VESCALE_CHECK(x.dim >= -nd && x.dim < nd, "plan '", source_, "': parameter '", fqn, "' has ", nd,
+                    " dims (shape ", c10::IntArrayRef(shape), ") but its pattern shards dim ", x.dim);
+      if (x.dim < 0) x.dim += nd;
+    }
+    out.emplace(fqn, std::move(p));
+  }
+  return out;
+}
+
+}  // namespace vescale::plan

@@ -1,0 +1,102 @@
+// Plans: FQN matching, first match wins, and every way a plan can be wrong gives an error
+// that names what is wrong.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "vescale/common/check.h"
+#include "vescale/plan/plan.h"
+
+using namespace vescale::plan;
+using namespace vescale::dtensor;
+using Catch::Matchers::Contains;
+
+namespace {
+const char* kLlamaPlan = R"J({
+  "mesh": ["dp", "tp"],
+  "params": {
+    "tok_embeddings.weight": ["Replicate", "Shard(0)"],
+    "layers.*.attention.w[qkv].weight": ["Replicate", "Shard(0)"],
+    "layers.*.attention.wo.weight": ["Replicate", "Shard(1)"],
+    "re:layers\\.[0-9]+\\.feed_forward\\.w[13]\\.weight": ["Replicate", "Shard(0)"],
+    "layers.*.feed_forward.w2.weight": ["Replicate", "Shard(-1)"],
+    "*": ["Replicate", "Replicate"]
+  },
+  "forward": {
+    "layers.*.attention_norm": {"input": [["Shard(0)", "Shard(1)"]], "output": [["Shard(0)", "Replicate"]]}
+  },
+  "grad_reduce": {"dims": ["dp"], "bucket_mb": 25, "fused": true},
+  "zero": 1
+})J";
+}  // namespace
+
+TEST_CASE("FQN patterns: globs, classes and regexes", "[plan]") {
+  CHECK(fqn_match("layers.*.attention.wq.weight", "layers.12.attention.wq.weight"));
+  CHECK(fqn_match("layers.*.attention.w[qkv].weight", "layers.0.attention.wk.weight"));
+  CHECK_FALSE(fqn_match("layers.*.attention.w[qkv].weight", "layers.0.attention.wo.weight"));
+  CHECK(fqn_match("*", "anything.at.all"));
+  CHECK(fqn_match("layers.?.norm", "layers.3.norm"));
+  CHECK_FALSE(fqn_match("layers.?.norm", "layers.13.norm"));
+  CHECK(fqn_match("w[1-3]", "w2"));
+  CHECK_FALSE(fqn_match("w[!1-3]", "w2"));
+  CHECK(fqn_match("re:layers\\.[0-9]+\\.mlp", "layers.7.mlp"));
+  CHECK_FALSE(fqn_match("re:layers\\.[0-9]+\\.mlp", "layers.x.mlp"));
+  CHECK_FALSE(fqn_match("layers.*.norm", "layers.1.norm.weight"));
+}
+
+TEST_CASE("a plan from JSON: first match wins, shard dims normalized", "[plan]") {
+  auto plan = Plan::from_json(kLlamaPlan, "llama.json");
+  CHECK(plan.mesh_dims() == std::vector<std::string>{"dp", "tp"});
+  CHECK(plan.zero() == 1);
+  CHECK(plan.grad_reduce().dims == std::vector<std::string>{"dp"});
+  CHECK(plan.placements_for("layers.3.attention.wv.weight") == Placements{Replicate(), Shard(0)});
+  CHECK(plan.placements_for("layers.3.feed_forward.w3.weight") == Placements{Replicate(), Shard(0)});
+  CHECK(plan.placements_for("norm.weight") == Placements{Replicate(), Replicate()});  // the '*' default
+  auto resolved = plan.resolve({"dp", "tp"}, {{"layers.0.feed_forward.w2.weight", {16, 64}}, {"norm.weight", {16}}});
+  CHECK(resolved["layers.0.feed_forward.w2.weight"] == Placements{Replicate(), Shard(1)});  // Shard(-1) -> 1
+  auto* f = plan.forward_for("layers.5.attention_norm");
+  REQUIRE(f);
+  CHECK(f->input.at(0) == Placements{Shard(0), Shard(1)});
+  CHECK(plan.forward_for("layers.5.ffn_norm") == nullptr);
+}
+
+TEST_CASE("the C++ builder equals the JSON", "[plan]") {
+  Plan plan({"dp", "tp"});
+  plan.shard("layers.*.attention.w[qkv].weight", {Replicate(), Shard(0)}).shard("*", {Replicate(), Replicate()});
+  auto json = Plan::from_json(kLlamaPlan);
+  for (auto name : {"layers.1.attention.wq.weight", "output.weight"})
+    CHECK(plan.placements_for(name) == json.placements_for(name));
+}
+
+TEST_CASE("plan errors name the pattern, the parameter or the mesh dim", "[plan]") {
+  // An unmatched parameter.
+  auto plan = Plan::from_json(R"J({"mesh": ["tp"], "params": {"a.*": ["Shard(0)"]}})J", "p.json");
+  CHECK_THROWS_WITH(plan.resolve({"tp"}, {{"b.weight", {4}}}),
+                    Contains("plan 'p.json': parameter 'b.weight' matches no pattern; add one, or a '*' default"));
+  // A bad placement string.
+  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Shard(x)"]}})J", "p.json"),
+                    Contains("params['*'][0]: placement 'Shard(x)': Shard needs an integer dim"));
+  // An unknown mesh dim.
+  auto pp = Plan::from_json(R"J({"mesh": ["pp"], "params": {"*": ["Replicate"]}})J", "p.json");
+  CHECK_THROWS_WITH(pp.resolve({"tp"}, {{"w", {4}}}), Contains("mesh dim 'pp' is not in the mesh [tp]"));
+  // A shard dim out of range.
+  auto deep = Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Shard(2)"]}})J", "p.json");
+  CHECK_THROWS_WITH(deep.resolve({"tp"}, {{"w", {4, 4}}}),
+                    Contains("parameter 'w' has 2 dims (shape [4, 4]) but its pattern shards dim 2"));
+  // Wrong counts, types and keys.
+  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["dp", "tp"], "params": {"*": ["Replicate"]}})J", "p.json"),
+                    Contains("params['*'] has 1 placements for a mesh of 2 dims"));
+  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zeros": 1})J", "p.json"),
+                    Contains("key 'zeros' is unknown"));
+  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zero": 5})J", "p.json"),
+                    Contains("zero must be 0, 1, 2 or 3"));
+  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": "tp", "params": {}})J", "p.json"), Contains("mesh must be a non-empty list"));
+  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {"re:(": ["Replicate"]}})J", "p.json"),
+                    Contains("is not a valid regex"));
+  CHECK_THROWS_WITH(Plan::from_json("{\"mesh\": [", "p.json"), Contains("plan 'p.json': not valid JSON"));
+  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Partial"]}})J", "p.json")
+                        .resolve({"tp"}, {{"w", {2}}}),
+                    Contains("cannot be Partial"));
+  CHECK_THROWS_WITH(Plan::from_json_file("/nonexistent/plan.json"), Contains("cannot open '/nonexistent/plan.json'"));
+}
