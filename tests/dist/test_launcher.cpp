@@ -10,6 +10,10 @@
 #include <sstream>
 #include <string>
 
+#include "vescale/common/check.h"
+#include "vescale/train/byte_tokenizer.h"
+#include "vescale/train/token_data.h"
+
 namespace {
 
 struct Result {
@@ -45,6 +49,7 @@ Result run(const std::string& cmd) {
 const std::string RUN = VESCALE_RUN;
 const std::string FAULT = FAULT_RANK;
 const std::string TRAIN = VESCALE_TRAIN;
+const std::string TOKENIZE = VESCALE_TOKENIZE;
 
 std::string write_temp(const std::string& name, const std::string& text) {
   std::string path = "/tmp/vescale_launcher_test." + std::to_string(::getpid()) + "." + name;
@@ -128,4 +133,26 @@ TEST_CASE("vescale-train starts its own ranks with the launcher flags", "[launch
   CHECK_THAT(r.err, Contains("has 3 devices but the world has 2 ranks"));
   std::remove(cfg.c_str());
   std::remove(bad.c_str());
+}
+
+TEST_CASE("vescale-tokenize writes train and val shards of bytes", "[launcher]") {
+  const std::string text = "hello, vescale!\nbytes in, bytes out.\n";
+  auto in = write_temp("text.txt", text);
+  auto prefix = "/tmp/vescale_launcher_test." + std::to_string(::getpid()) + ".corpus";
+  auto r = run(TOKENIZE + " --input " + in + " --output " + prefix + " --val-fraction 0.25");
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  vescale::train::TokenDataset train({prefix + "_train.bin"}), val({prefix + "_val.bin"});
+  const int64_t n_val = static_cast<int64_t>(text.size() * 0.25);
+  CHECK(val.size() == n_val);
+  CHECK(train.size() + val.size() == static_cast<int64_t>(text.size()));
+  std::vector<int64_t> all(text.size());
+  train.copy(0, train.size(), all.data());
+  val.copy(0, val.size(), all.data() + train.size());
+  CHECK(vescale::train::ByteTokenizer::decode(all) == text);
+  CHECK_THROWS_WITH(vescale::train::ByteTokenizer::decode({300}), Contains("token 300 at position 0 is not a byte"));
+  r = run(TOKENIZE + " --input /nonexistent.txt --output " + prefix);
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Contains("/nonexistent.txt"));
+  for (auto p : {in, prefix + "_train.bin", prefix + "_val.bin"}) std::remove(p.c_str());
 }
