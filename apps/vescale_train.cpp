@@ -17,8 +17,36 @@
 
 namespace {
 
+// --set a.b.c=value: the key must exist; the value is JSON if it parses, else a string.
+void apply_override(nlohmann::ordered_json& cfg, const std::string& path, const std::string& kv) {
+  const auto eq = kv.find('=');
+  VESCALE_CHECK(eq != std::string::npos && eq > 0, "--set '", kv, "': expected key=value, like train.steps=200");
+  const std::string key = kv.substr(0, eq), text = kv.substr(eq + 1);
+  nlohmann::ordered_json* node = &cfg;
+  std::string walked;
+  for (size_t b = 0, e; b <= key.size(); b = e + 1) {
+    e = key.find('.', b);
+    if (e == std::string::npos) e = key.size();
+    const std::string part = key.substr(b, e - b);
+    walked += (walked.empty() ? "" : ".") + part;
+    VESCALE_CHECK(node->is_object() && node->contains(part), "--set ", key, ": config '", path, "' has no key '",
+                  walked, "'; check the spelling against the config file");
+    node = &(*node)[part];
+  }
+  nlohmann::ordered_json value;
+  try {
+    value = nlohmann::ordered_json::parse(text);
+  } catch (const std::exception&) {
+    value = text;
+  }
+  VESCALE_CHECK(std::string(value.type_name()) == node->type_name() || (value.is_number() && node->is_number()),
+                "--set ", key, ": the config has a ", node->type_name(), " there, not a ", value.type_name(), " ('",
+                text, "')");
+  *node = value;
+}
+
 // parallel.mesh: {"dp": 2, "tp": 2} in order; default one dp dim over the whole world.
-vescale::mesh::MeshDims mesh_dims_from_config(const std::string& path) {
+vescale::mesh::MeshDims mesh_dims_from_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::ifstream f(path);
   VESCALE_CHECK(f.good(), "config: cannot open '", path, "'; pass an existing file to --config");
   nlohmann::ordered_json cfg;
@@ -27,6 +55,7 @@ vescale::mesh::MeshDims mesh_dims_from_config(const std::string& path) {
   } catch (const std::exception& e) {
     VESCALE_FAIL("config '", path, "': not valid JSON: ", e.what());
   }
+  for (auto& kv : overrides) apply_override(cfg, path, kv);
   vescale::mesh::MeshDims dims;
   if (cfg.contains("parallel") && cfg["parallel"].contains("mesh")) {
     auto& m = cfg["parallel"]["mesh"];
@@ -63,7 +92,7 @@ int main(int argc, char** argv) {
       for (int i = 1; i < argc; ++i) cmd.emplace_back(argv[i]);
       return vescale::dist::launch(launch, cmd);
     }
-    auto dims = mesh_dims_from_config(config);
+    auto dims = mesh_dims_from_config(config, overrides);
     vescale::dist::init();
     vescale::log::init(vescale::dist::rank(), log_level);
     auto mesh = vescale::mesh::DeviceMesh::init(dims);

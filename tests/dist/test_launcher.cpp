@@ -127,6 +127,17 @@ TEST_CASE("vescale-train starts its own ranks with the launcher flags", "[launch
   CHECK_THAT(r.out, Contains("[rank 0] DeviceMesh(dp=2, tp=2; rank 0 at [0, 0]) (launched by torchrun"));
   CHECK_THAT(r.out, Contains("[rank 3] DeviceMesh(dp=2, tp=2; rank 3 at [1, 1])"));
 
+  // --set overrides a field; unknown keys and wrong types are named.
+  r = run(TRAIN + " --nproc-per-node 4 --dry-run --config " + cfg + " --set parallel.mesh.dp=4 --set parallel.mesh.tp=1");
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("[rank 3] DeviceMesh(dp=4, tp=1; rank 3 at [3, 0])"));
+  r = run(TRAIN + " --dry-run --config " + cfg + " --set parallel.mesh.pp=2");
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Contains("has no key 'parallel.mesh.pp'"));
+  r = run(TRAIN + " --dry-run --config " + cfg + " --set parallel.mesh.dp=two");
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Contains("the config has a number there, not a string"));
+
   auto bad = write_temp("bad.json", R"({"parallel": {"mesh": {"dp": 3}}})");
   r = run(TRAIN + " --nproc-per-node 2 --dry-run --config " + bad);
   CHECK(r.code != 0);
