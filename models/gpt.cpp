@@ -1,0 +1,88 @@
+#include "gpt.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+
+namespace models {
+
+GPTAttentionImpl::GPTAttentionImpl(const GPTOptions& o) : n_head(o.n_head), dropout(o.dropout) {
+  TORCH_CHECK(o.n_embd % o.n_head == 0, "GPT: n_embd (", o.n_embd, ") must be divisible by n_head (", o.n_head, ")");
+  c_attn = register_module("c_attn", torch::nn::Linear(o.n_embd, 3 * o.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(o.n_embd, o.n_embd));
+  resid_dropout = register_module("resid_dropout", torch::nn::Dropout(o.dropout));
+}
+
+torch::Tensor GPTAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_head;
+  auto qkv = c_attn->forward(x).split(C, 2);
+  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head, hd}).transpose(1, 2); };
+  auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {},
+                                            is_training() ? dropout : 0.0, /*is_causal=*/true);
+  return resid_dropout->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
+}
+
+GPTMLPImpl::GPTMLPImpl(const GPTOptions& o) {
+  c_fc = register_module("c_fc", torch::nn::Linear(o.n_embd, 4 * o.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(4 * o.n_embd, o.n_embd));
+  dropout = register_module("dropout", torch::nn::Dropout(o.dropout));
+}
+
+torch::Tensor GPTMLPImpl::forward(const torch::Tensor& x) {
+  return dropout->forward(c_proj->forward(at::gelu(c_fc->forward(x), "tanh")));
+}
+
+GPTBlockImpl::GPTBlockImpl(const GPTOptions& o) {
+  auto ln = [&] { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.n_embd}).eps(o.layer_norm_eps)); };
+  ln_1 = register_module("ln_1", ln());
+  attn = register_module("attn", GPTAttention(o));
+  ln_2 = register_module("ln_2", ln());
+  mlp = register_module("mlp", GPTMLP(o));
+}
+
+torch::Tensor GPTBlockImpl::forward(const torch::Tensor& x) {
+  auto h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+GPTImpl::GPTImpl(const GPTOptions& o) : options(o) {
+  wte = register_module("wte", torch::nn::Embedding(o.vocab_size, o.n_embd));
+  wpe = register_module("wpe", torch::nn::Embedding(o.n_positions, o.n_embd));
+  drop = register_module("drop", torch::nn::Dropout(o.dropout));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < o.n_layer; ++i) h->push_back(GPTBlock(o));
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.n_embd}).eps(o.layer_norm_eps)));
+  init_weights();
+}
+
+void GPTImpl::init_weights() {
+  // GPT-2's init: N(0, 0.02) weights, zero biases, and residual projections scaled by
+  // 1/sqrt(2 n_layer) so the residual stream's variance doesn't grow with depth.
+  torch::NoGradGuard no_grad;
+  const double resid_std = 0.02 / std::sqrt(2.0 * options.n_layer);
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+      torch::nn::init::zeros_(p);
+    } else if (name.find("ln_") != std::string::npos) {
+      torch::nn::init::ones_(p);
+    } else {
+      const bool resid = name.find("c_proj.weight") != std::string::npos;
+      torch::nn::init::normal_(p, 0.0, resid ? resid_std : 0.02);
+    }
+  }
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
+  const int64_t T = tokens.size(1);
+  TORCH_CHECK(T <= options.n_positions, "GPT: sequence length ", T, " exceeds n_positions ", options.n_positions);
+  auto pos = at::arange(T, tokens.options());
+  auto x = drop->forward(wte->forward(tokens) + wpe->forward(pos));
+  for (const auto& block : *h) x = block->as<GPTBlockImpl>()->forward(x);
+  return at::linear(ln_f->forward(x), wte->weight);  // tied LM head
+}
+
+}  // namespace models

@@ -1,0 +1,71 @@
+// GPT-2 / nanoGPT in plain libtorch: learned positions, pre-LayerNorm blocks, GELU MLP, tied
+// token embedding and LM head, dropout. Knows nothing about parallelism.
+//
+// Parameter names follow Hugging Face's GPT2LMHeadModel without the "transformer." prefix:
+//   wte.weight, wpe.weight, h.{i}.ln_1.{weight,bias}, h.{i}.attn.c_attn.{weight,bias},
+//   h.{i}.attn.c_proj.{weight,bias}, h.{i}.ln_2.*, h.{i}.mlp.c_fc.*, h.{i}.mlp.c_proj.*, ln_f.*
+// Linear weights are [out, in] (torch::nn::Linear); HF's Conv1D stores [in, out], so import
+// transposes them. The LM head is wte (tied), so it has no parameter of its own.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+namespace models {
+
+struct GPTOptions {
+  int64_t vocab_size = 50257;
+  int64_t n_positions = 1024;
+  int64_t n_embd = 768;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  double dropout = 0.0;
+  double layer_norm_eps = 1e-5;
+};
+
+struct GPTAttentionImpl : torch::nn::Module {
+  explicit GPTAttentionImpl(const GPTOptions& o);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  torch::nn::Dropout resid_dropout{nullptr};
+  int64_t n_head;
+  double dropout;
+};
+TORCH_MODULE(GPTAttention);
+
+struct GPTMLPImpl : torch::nn::Module {
+  explicit GPTMLPImpl(const GPTOptions& o);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+};
+TORCH_MODULE(GPTMLP);
+
+struct GPTBlockImpl : torch::nn::Module {
+  explicit GPTBlockImpl(const GPTOptions& o);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  GPTAttention attn{nullptr};
+  GPTMLP mlp{nullptr};
+};
+TORCH_MODULE(GPTBlock);
+
+struct GPTImpl : torch::nn::Module {
+  explicit GPTImpl(const GPTOptions& o);
+  // tokens [B, T] (int64) -> logits [B, T, vocab]
+  torch::Tensor forward(const torch::Tensor& tokens);
+  // GPT-2's initialization (run by the constructor; through torch::nn::init).
+  void init_weights();
+  GPTOptions options;
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::Dropout drop{nullptr};
+  torch::nn::ModuleList h;
+  torch::nn::LayerNorm ln_f{nullptr};
+};
+TORCH_MODULE(GPT);
+
+}  // namespace models
