@@ -37,6 +37,19 @@ bool OpCall::is_inplace() const {
   return !a.empty() && a[0].alias_info() && a[0].alias_info()->isWrite();
 }
 
+size_t tensor_return_count(const c10::FunctionSchema& schema) {
+  size_t n = 0;
+  for (auto& r : schema.returns()) {
+    auto k = r.type()->kind();
+    if (k == c10::TypeKind::TensorType ||
+        (k == c10::TypeKind::ListType && r.type()->containedType(0)->kind() == c10::TypeKind::TensorType))
+      ++n;
+  }
+  return n;
+}
+
+size_t OpCall::n_outputs() const { return tensor_return_count(op.schema()); }
+
 void register_rule(const std::string& name, Rule rule) { registry()[name] = std::move(rule); }
 
 const Rule* find_rule(const c10::OperatorHandle& op, const std::string& name) {

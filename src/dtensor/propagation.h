@@ -29,6 +29,7 @@ struct OpCall {
   // Index into `specs` of the tensor at schema position `i`, or -1.
   int64_t spec_index(size_t arg_index) const;
   bool is_inplace() const;  // mutates its first argument (add_, copy_, fill_, ...)
+  size_t n_outputs() const;  // tensor returns (a Tensor[] counts once)
 };
 
 // What a rule decides.
@@ -48,6 +49,9 @@ struct Strategy {
 };
 
 using Rule = std::function<Strategy(const OpCall&)>;
+
+// The number of Tensor and Tensor[] returns of an op: the entries of Strategy::outputs.
+size_t tensor_return_count(const c10::FunctionSchema& schema);
 
 // Registers `rule` for op names (with overload, or "aten::name" for every overload).
 void register_rule(const std::string& name, Rule rule);

@@ -18,12 +18,6 @@ Placements keep_other_shards(const DTensorSpec& s, const std::vector<int64_t>& d
   return p;
 }
 
-size_t tensor_returns(const OpCall& call) {
-  size_t n = 0;
-  for (auto& r : call.op.schema().returns()) n += r.type()->kind() == c10::TypeKind::TensorType;
-  return n;
-}
-
 // tril / triu: the last two dims must be whole (the diagonal needs global positions).
 Strategy triangle(const OpCall& call) {
   const auto& x = call.specs[0];
@@ -69,7 +63,7 @@ Strategy gather(const OpCall& call) {
 Strategy along(const OpCall& call) {
   const auto& x = call.specs[0];
   const auto& dim_arg = call.arg("dim");
-  if (dim_arg.isNone()) return all_replicate(call, tensor_returns(call));  // argmax over everything
+  if (dim_arg.isNone()) return all_replicate(call, call.n_outputs());  // argmax over everything
   const int64_t dim = rules::wrap_dim(dim_arg.toInt(), x.ndim());
   const bool linear = call.name.rfind("aten::cumsum", 0) == 0;
   Placements p = keep_other_shards(x, {dim}, linear);
@@ -79,7 +73,7 @@ Strategy along(const OpCall& call) {
     if (drops && q.is_shard() && q.dim > dim) q = Placement::shard(q.dim - 1);
   Strategy st;
   st.inputs = {p};
-  st.outputs.assign(tensor_returns(call), out);
+  st.outputs.assign(call.n_outputs(), out);
   auto shape = x.shape;
   if (call.has_arg("k")) shape[dim] = call.arg("k").toInt();
   if (call.has_arg("keepdim")) {
@@ -91,7 +85,7 @@ Strategy along(const OpCall& call) {
 }
 
 // Ops whose output shape depends on the values (nonzero, bincount, histc): whole inputs.
-Strategy whole(const OpCall& call) { return all_replicate(call, tensor_returns(call)); }
+Strategy whole(const OpCall& call) { return all_replicate(call, call.n_outputs()); }
 
 // stack(tensors, dim): all inputs take the first one's placements; shards move past `dim`.
 Strategy stack(const OpCall& call) {

@@ -80,7 +80,7 @@ Strategy pointwise(const OpCall& call) {
     // 3. Otherwise everything is Replicate (an in-place op reduces its Partial self first).
     (void)self_partial;
   }
-  st.outputs.assign(call.op.schema().returns().size(), out);
+  st.outputs.assign(call.n_outputs(), out);
   st.output_shapes.assign(st.outputs.size(), out_shape);
   return st;
 }

@@ -7,18 +7,12 @@ namespace vescale::dtensor {
 
 namespace {
 
-size_t tensor_returns(const OpCall& call) {
-  size_t n = 0;
-  for (auto& r : call.op.schema().returns()) n += r.type()->kind() == c10::TypeKind::TensorType;
-  return n;
-}
-
 // The output is the input, placements and all (clone, detach, alias, dtype casts).
 Strategy same_as_input(const OpCall& call) {
   Strategy st;
   st.inputs = {call.specs[0].placements};
   for (size_t i = 1; i < call.specs.size(); ++i) st.inputs.push_back(call.specs[i].placements);
-  st.outputs.assign(tensor_returns(call), call.specs[0].placements);
+  st.outputs.assign(call.n_outputs(), call.specs[0].placements);
   st.output_shapes.assign(st.outputs.size(), call.specs[0].shape);
   return st;
 }
@@ -77,7 +71,7 @@ Strategy fill(const OpCall& call, bool zero) {
 }
 
 // Reading values out (item, equal): the values must be whole.
-Strategy needs_replicate(const OpCall& call) { return all_replicate(call, tensor_returns(call)); }
+Strategy needs_replicate(const OpCall& call) { return all_replicate(call, call.n_outputs()); }
 
 }  // namespace
 

@@ -28,9 +28,7 @@ Strategy remap(const OpCall& call, const std::vector<int64_t>& map) {
     }
   }
   for (size_t i = 1; i < call.specs.size(); ++i) st.inputs.push_back(replicate_all(call.mesh_ndim()));
-  size_t n_out = 0;
-  for (auto& r : call.op.schema().returns()) n_out += r.type()->kind() != c10::TypeKind::IntType;
-  st.outputs.assign(n_out, out);
+  st.outputs.assign(call.n_outputs(), out);
   return st;
 }
 
