@@ -108,6 +108,23 @@ NllLayout nll_layout(const DTensorSpec& self) {
   return l;
 }
 
+// Row by row: whether the target falls in this rank's classes [c_off, c_off + C_local), its
+// local column, and the row's weight (0 for ignored rows). Shared by forward and backward.
+struct NllPick {
+  at::Tensor mine, column, weight;
+};
+
+NllPick pick_targets(const at::Tensor& x, const at::Tensor& target, const c10::IValue& weight_arg, int64_t ignore,
+                     int64_t c_off) {
+  at::Tensor valid = target != ignore;
+  at::Tensor mine = valid & (target >= c_off) & (target < c_off + x.size(1));
+  at::Tensor column = at::where(mine, target - c_off, at::zeros_like(target)).unsqueeze(1);
+  at::Tensor w = weight_arg.isTensor() && weight_arg.toTensor().defined()
+                     ? weight_arg.toTensor().index_select(0, at::where(valid, target, at::zeros_like(target)))
+                     : at::ones({x.size(0)}, x.options());
+  return {mine, column, w * valid.to(w.scalar_type())};
+}
+
 // nll_loss_forward(self (N, C), target (N), weight?, reduction, ignore_index) -> (output, total_weight).
 // Batch shards (dim 0) and class shards (dim 1) are both kept. Every rank picks the targets
 // that fall in its class range; the loss is Partial over class and batch shards, and the total
@@ -135,20 +152,13 @@ Strategy nll_forward(const OpCall& call) {
                       std::vector<int64_t>{}};
   st.local_fn = [c_off, batch_groups](torch::jit::Stack& stack) mutable {
     auto a = torch::jit::last(stack, 5);
-    at::Tensor x = a[0].toTensor(), target = a[1].toTensor();
-    std::optional<at::Tensor> weight;
-    if (a[2].isTensor() && a[2].toTensor().defined()) weight = a[2].toTensor();
-    const int64_t reduction = a[3].toInt(), ignore = a[4].toInt();
+    at::Tensor x = a[0].toTensor();
+    const auto pick = pick_targets(x, a[1].toTensor(), a[2], a[4].toInt(), c_off);
+    const int64_t reduction = a[3].toInt();
     torch::jit::drop(stack, 5);
-    const int64_t c_loc = x.size(1);
-    at::Tensor valid = target != ignore;
-    at::Tensor mine = valid & (target >= c_off) & (target < c_off + c_loc);
-    at::Tensor idx = at::where(mine, target - c_off, at::zeros_like(target)).unsqueeze(1);
-    at::Tensor picked = c_loc > 0 ? x.gather(1, idx).squeeze(1) : at::zeros({x.size(0)}, x.options());
-    at::Tensor w = weight ? weight->index_select(0, at::where(valid, target, at::zeros_like(target))) : at::ones_like(picked);
-    w = w * valid.to(w.scalar_type());
-    at::Tensor loss = -(picked * w * mine.to(w.scalar_type()));
-    at::Tensor total = w.sum().contiguous();
+    at::Tensor picked = x.size(1) > 0 ? x.gather(1, pick.column).squeeze(1) : at::zeros({x.size(0)}, x.options());
+    at::Tensor loss = -(picked * pick.weight * pick.mine.to(pick.weight.scalar_type()));
+    at::Tensor total = pick.weight.sum().contiguous();
     for (auto& g : batch_groups) g.all_reduce(total).wait();
     at::Tensor out = reduction == at::Reduction::None ? loss
                      : reduction == at::Reduction::Sum ? loss.sum()
@@ -179,26 +189,16 @@ Strategy nll_backward(const OpCall& call) {
   st.output_shapes = {self.shape};
   st.local_fn = [c_off](torch::jit::Stack& stack) {
     auto a = torch::jit::last(stack, 7);
-    at::Tensor gy = a[0].toTensor(), x = a[1].toTensor(), target = a[2].toTensor();
-    std::optional<at::Tensor> weight;
-    if (a[3].isTensor() && a[3].toTensor().defined()) weight = a[3].toTensor();
-    const int64_t reduction = a[4].toInt(), ignore = a[5].toInt();
-    at::Tensor total = a[6].toTensor();
+    at::Tensor gy = a[0].toTensor(), x = a[1].toTensor(), total = a[6].toTensor();
+    const auto pick = pick_targets(x, a[2].toTensor(), a[3], a[5].toInt(), c_off);
+    const int64_t reduction = a[4].toInt();
     torch::jit::drop(stack, 7);
-    const int64_t c_loc = x.size(1);
     at::Tensor grad = at::zeros_like(x);
-    at::Tensor valid = target != ignore;
-    at::Tensor mine = valid & (target >= c_off) & (target < c_off + c_loc);
-    at::Tensor w = weight ? weight->index_select(0, at::where(valid, target, at::zeros_like(target)))
-                          : at::ones({x.size(0)}, x.options());
     at::Tensor scale = reduction == at::Reduction::None ? gy
                        : reduction == at::Reduction::Sum ? gy.expand({x.size(0)})
                                                          : (gy / total).expand({x.size(0)});
-    at::Tensor vals = -(w * scale * mine.to(x.scalar_type()));
-    if (c_loc > 0) {
-      at::Tensor idx = at::where(mine, target - c_off, at::zeros_like(target)).unsqueeze(1);
-      grad.scatter_add_(1, idx, vals.unsqueeze(1));
-    }
+    at::Tensor vals = -(pick.weight * scale * pick.mine.to(x.scalar_type()));
+    if (x.size(1) > 0) grad.scatter_add_(1, pick.column, vals.unsqueeze(1));
     stack.emplace_back(grad);
   };
   return st;
