@@ -92,6 +92,13 @@ bool key_of(const c10::IValue& v, std::vector<int64_t>& key) {
     key.push_back(-7779);
     return true;
   }
+  if (v.isList()) {  // e.g. Scalar[]: element by element
+    auto l = v.toList();
+    for (size_t i = 0; i < l.size(); ++i)
+      if (!key_of(l.get(i), key)) return false;
+    key.push_back(-7780);
+    return true;
+  }
   return false;
 }
 
@@ -182,21 +189,11 @@ std::vector<std::vector<std::pair<std::vector<int64_t>, c10::ScalarType>>> meta_
   return out;
 }
 
-size_t count_tensor_returns(const c10::FunctionSchema& schema) {
-  size_t n = 0;
-  for (auto& r : schema.returns()) {
-    auto k = r.type()->kind();
-    if (k == c10::TypeKind::TensorType || (k == c10::TypeKind::ListType && r.type()->containedType(0)->kind() == c10::TypeKind::TensorType))
-      ++n;
-  }
-  return n;
-}
-
 std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::string& name,
                                       c10::ArrayRef<c10::IValue> args, const std::vector<DTensorSpec>& specs,
                                       const std::vector<size_t>& spec_arg, const mesh::DeviceMesh& mesh) {
   const auto& schema = op.schema();
-  const size_t n_out = count_tensor_returns(schema);
+  const size_t n_out = tensor_return_count(schema);
   const int64_t nm = mesh.ndim();
   bool all_replicated = true;
   for (auto& s : specs) all_replicated &= s.is_replicated();
@@ -361,7 +358,9 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   bool cacheable = true;
   for (size_t i = 0; i < args.size() && cacheable; ++i) {
     const auto& v = args[i];
-    if (v.isTensor() || v.isTensorList() || (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList())) continue;
+    const bool tensors = v.isTensor() || v.isTensorList() ||
+                         (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType);
+    if (tensors) continue;  // keyed through their specs
     cacheable = key_of(v, key);
   }
   std::shared_ptr<const Plan> plan;
