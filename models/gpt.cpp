@@ -1,5 +1,7 @@
 #include "gpt.h"
 
+#include "module_hooks.h"
+
 #include <ATen/ATen.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/init.h>
@@ -17,11 +19,11 @@ GPTAttentionImpl::GPTAttentionImpl(const GPTOptions& o) : n_head(o.n_head), drop
 
 torch::Tensor GPTAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_head;
-  auto qkv = c_attn->forward(x).split(C, 2);
+  auto qkv = call(c_attn, x).split(C, 2);
   auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head, hd}).transpose(1, 2); };
   auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {},
                                             is_training() ? dropout : 0.0, /*is_causal=*/true);
-  return resid_dropout->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
+  return call(resid_dropout, call(c_proj, y.transpose(1, 2).reshape({B, T, C})));
 }
 
 GPTMLPImpl::GPTMLPImpl(const GPTOptions& o) {
@@ -31,7 +33,7 @@ GPTMLPImpl::GPTMLPImpl(const GPTOptions& o) {
 }
 
 torch::Tensor GPTMLPImpl::forward(const torch::Tensor& x) {
-  return dropout->forward(c_proj->forward(at::gelu(c_fc->forward(x), "tanh")));
+  return call(dropout, call(c_proj, at::gelu(call(c_fc, x), "tanh")));
 }
 
 GPTBlockImpl::GPTBlockImpl(const GPTOptions& o) {
@@ -43,8 +45,8 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& o) {
 }
 
 torch::Tensor GPTBlockImpl::forward(const torch::Tensor& x) {
-  auto h = x + attn->forward(ln_1->forward(x));
-  return h + mlp->forward(ln_2->forward(h));
+  auto h = x + call(attn, call(ln_1, x));
+  return h + call(mlp, call(ln_2, h));
 }
 
 GPTImpl::GPTImpl(const GPTOptions& o) : options(o) {
@@ -80,9 +82,9 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= options.n_positions, "GPT: sequence length ", T, " exceeds n_positions ", options.n_positions);
   auto pos = at::arange(T, tokens.options());
-  auto x = drop->forward(wte->forward(tokens) + wpe->forward(pos));
-  for (const auto& block : *h) x = block->as<GPTBlockImpl>()->forward(x);
-  return at::linear(ln_f->forward(x), wte->weight);  // tied LM head
+  auto x = call(drop, call(wte, tokens) + call(wpe, pos));
+  for (size_t i = 0; i < h->size(); ++i) x = call(h->ptr<GPTBlockImpl>(i), x);
+  return at::linear(call(ln_f, x), wte->weight);  // tied LM head
 }
 
 }  // namespace models

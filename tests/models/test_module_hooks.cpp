@@ -1,0 +1,42 @@
+// models::call runs a module's forward hooks: the k-th tensor argument through the k-th input
+// hook, the result through the output hook, and nothing once the hooks are removed.
+#include <catch2/catch.hpp>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include "module_hooks.h"
+
+namespace {
+struct TwoInputImpl : torch::nn::Module {
+  torch::Tensor forward(const torch::Tensor& a, double scale, const torch::Tensor& b) { return a * scale - b; }
+};
+TORCH_MODULE(TwoInput);
+}  // namespace
+
+TEST_CASE("module hooks rewrite inputs in order and the output", "[models]") {
+  TwoInput m;
+  auto a = torch::full({2}, 3.0), b = torch::full({2}, 1.0);
+  CHECK(models::call(m, a, 2.0, b).equal(torch::full({2}, 5.0)));  // no hooks: 3*2-1
+
+  models::ForwardHooks h;
+  h.inputs = {[](const torch::Tensor& t) { return t + 10; }, [](const torch::Tensor& t) { return t * 4; }};
+  h.output = [](const torch::Tensor& t) { return -t; };
+  models::set_forward_hooks(m.get(), h);
+  CHECK(models::call(m, a, 2.0, b).equal(torch::full({2}, -(13.0 * 2 - 4.0))));
+
+  // Another module of the same type is untouched.
+  TwoInput other;
+  CHECK(models::call(other, a, 2.0, b).equal(torch::full({2}, 5.0)));
+
+  // Only the second input hooked.
+  h.inputs = {{}, [](const torch::Tensor& t) { return t * 4; }};
+  h.output = {};
+  models::set_forward_hooks(m.get(), h);
+  CHECK(models::call(m, a, 2.0, b).equal(torch::full({2}, 2.0)));
+
+  models::set_forward_hooks(m.get(), {});
+  CHECK(models::forward_hooks(m.get()) == nullptr);
+  CHECK(models::call(m, a, 2.0, b).equal(torch::full({2}, 5.0)));
+  models::clear_all_forward_hooks();
+}
