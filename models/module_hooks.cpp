@@ -13,7 +13,7 @@ std::atomic<bool> any_hooks{false};
 }  // namespace
 
 void set_forward_hooks(const torch::nn::Module* module, ForwardHooks hooks) {
-  bool empty = !hooks.output;
+  bool empty = !hooks.output && !hooks.around;
   for (auto& f : hooks.inputs) empty = empty && !f;
   if (empty) {
     table().erase(module);

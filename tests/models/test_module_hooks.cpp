@@ -40,3 +40,22 @@ TEST_CASE("module hooks rewrite inputs in order and the output", "[models]") {
   CHECK(models::call(m, a, 2.0, b).equal(torch::full({2}, 5.0)));
   models::clear_all_forward_hooks();
 }
+
+TEST_CASE("an around hook gets the tensor inputs and a forward that outlives the call", "[models]") {
+  TwoInput m;
+  auto a = torch::full({2}, 3.0), b = torch::full({2}, 1.0);
+  models::ForwardHooks::Forward saved;
+  models::ForwardHooks h;
+  h.inputs = {[](const torch::Tensor& t) { return t + 1; }};
+  h.around = [&](const std::vector<torch::Tensor>& xs, const models::ForwardHooks::Forward& fwd) {
+    REQUIRE(xs.size() == 2);
+    CHECK(xs[0].equal(torch::full({2}, 4.0)));  // the input hook ran first
+    saved = fwd;
+    return fwd(xs) * 10;
+  };
+  models::set_forward_hooks(m.get(), h);
+  CHECK(models::call(m, a, 2.0, b).equal(torch::full({2}, 70.0)));  // (4*2-1)*10
+  models::clear_all_forward_hooks();
+  // Rerun later from new tensors, the scale argument kept.
+  CHECK(saved({torch::full({2}, 5.0), torch::full({2}, 2.0)}).equal(torch::full({2}, 8.0)));
+}
