@@ -1,0 +1,145 @@
+// The train config: one JSON file with sections model, parallel, train, data, checkpoint, log
+// (docs/train.md lists every field). Every field has a default, so a file names only what it
+// changes. Unknown keys and wrong types are errors naming the file and the full key path
+// ("train.stpes: unknown key; did you mean train.steps?"); `--set a.b=v` overrides apply to
+// the JSON before it is read, so they get the same checks.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vescale::train {
+
+// GPT-2 / nanoGPT (models::GPTOptions).
+struct GptConfig {
+  int64_t vocab_size = 50257;
+  int64_t n_positions = 1024;
+  int64_t n_embd = 768;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  double dropout = 0.0;
+  double layer_norm_eps = 1e-5;
+};
+
+// Llama 3.1's "llama3" rotary frequency scaling; off when factor is 0.
+struct RopeScalingConfig {
+  double factor = 0.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+// LLaMA-3 (models::LlamaOptions); defaults are LLaMA-3 8B.
+struct LlamaConfig {
+  int64_t vocab_size = 128256;
+  int64_t dim = 4096;
+  int64_t n_layers = 32;
+  int64_t n_heads = 32;
+  int64_t n_kv_heads = 8;
+  int64_t ffn_dim = 14336;
+  double norm_eps = 1e-5;
+  double rope_theta = 500000.0;
+  RopeScalingConfig rope_scaling;
+  int64_t max_seq_len = 8192;
+  bool tie_embeddings = false;
+};
+
+// Mixtral: LLaMA-style attention and a sparse MoE feed-forward; defaults are Mixtral 8x7B.
+struct MixtralConfig {
+  int64_t vocab_size = 32000;
+  int64_t dim = 4096;
+  int64_t n_layers = 32;
+  int64_t n_heads = 32;
+  int64_t n_kv_heads = 8;
+  int64_t ffn_dim = 14336;  // hidden size of each expert
+  double norm_eps = 1e-5;
+  double rope_theta = 1000000.0;
+  int64_t max_seq_len = 32768;
+  bool tie_embeddings = false;
+  int64_t n_experts = 8;
+  int64_t top_k = 2;
+  double aux_loss_coef = 0.02;  // weight of the load-balancing loss
+};
+
+struct ModelConfig {
+  std::string type = "gpt";  // gpt | llama | mixtral: which of the structs below is read
+  GptConfig gpt;
+  LlamaConfig llama;
+  MixtralConfig mixtral;
+  int64_t max_seq_len() const;  // the longest sequence the model accepts
+  int64_t vocab_size() const;
+};
+
+struct ParallelConfig {
+  // Mesh dims in order, e.g. {"dp": 2, "tp": 2}; one size may be -1 (the rest of the world).
+  std::vector<std::pair<std::string, int64_t>> mesh = {{"dp", -1}};
+  // Sharding plan (JSON); empty means every parameter is replicated. A relative path is looked
+  // up next to the config file first, then in the working directory; stored resolved.
+  std::string plan;
+  bool static_eager = false;  // replay recorded DTensor dispatch after the first steps
+  int64_t zero = 0;           // ZeRO stage 0-3 (sharded optimizer state)
+};
+
+struct TrainConfig {
+  int64_t steps = 1000;
+  int64_t batch_size = 8;  // sequences per data-parallel rank per micro-batch
+  int64_t seq_len = 1024;
+  int64_t grad_accum = 1;  // micro-batches per optimizer step
+  double lr = 3e-4;
+  double min_lr = 3e-5;  // the cosine decays to this floor
+  int64_t warmup_steps = 100;
+  std::string decay = "cosine";  // cosine | linear | constant (after warmup)
+  double weight_decay = 0.1;
+  std::vector<double> betas = {0.9, 0.95};
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // max global grad norm; 0 turns clipping off
+  uint64_t seed = 1234;
+  std::string dtype = "fp32";  // fp32 | bf16 (autocast with fp32 master weights)
+  bool activation_checkpointing = false;
+  double peak_flops = 0.0;  // per device, for MFU; 0 leaves MFU out
+  int64_t log_every = 10;
+  int64_t eval_every = 0;  // 0: no evaluation
+  int64_t eval_steps = 10;
+};
+
+struct DataConfig {
+  // llm.c .bin files (globs allowed). Both empty: the built-in corpus (data/README.md).
+  // Relative paths: next to the config file first, then the working directory; stored resolved.
+  std::vector<std::string> train;
+  std::vector<std::string> val;
+  bool shuffle = true;
+};
+
+struct CheckpointConfig {
+  std::string dir;    // empty: no checkpoints
+  int64_t every = 0;  // steps between checkpoints; 0: only at the end (when dir is set)
+};
+
+struct LogConfig {
+  std::string metrics_jsonl;  // one JSON object per step, written by rank 0; empty: none
+  std::string level = "info";  // trace | debug | info | warn | error | off
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  std::string source = "<string>";  // where it was read from (for messages)
+
+  // Parses and validates; `overrides` are "a.b.c=value" strings (the value is JSON if it
+  // parses, else a string). `base_dir` anchors relative paths (default: the working directory).
+  // Throws vescale::Error naming `source` and the key for any problem.
+  static Config from_json(const std::string& text, const std::string& source = "<string>",
+                          const std::vector<std::string>& overrides = {}, const std::string& base_dir = "");
+  // Reads the file; relative paths in it resolve against its directory first.
+  static Config from_file(const std::string& path, const std::vector<std::string>& overrides = {});
+
+  // Every field, defaults included, as pretty JSON (from_json of it gives the same config).
+  std::string to_json() const;
+};
+
+}  // namespace vescale::train

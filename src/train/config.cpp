@@ -1,0 +1,538 @@
+// The config schema is written once, as visit() functions over the structs; a Reader visitor
+// parses and checks JSON with them, a Writer visitor prints a config back.
+#include "vescale/train/config.h"
+
+#include <glob.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "vescale/common/check.h"
+
+namespace vescale::train {
+namespace {
+
+using json = nlohmann::ordered_json;
+using Mesh = std::vector<std::pair<std::string, int64_t>>;
+
+// Optimal-string-alignment distance: typos, including swapped neighbours ("stpes").
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+std::string closest(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, key.size() / 3) + 1;
+  for (const auto& k : known) {
+    const size_t d = edit_distance(key, k);
+    if (d < best_d) best_d = d, best = k;
+  }
+  return best;
+}
+
+std::string short_dump(const json& v) {
+  std::string s = v.dump();
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+// "an integer", "a string", ... for messages.
+std::string a_type(const json& v) {
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  const std::string t = v.type_name();
+  return (t == "object" || t == "array" ? "an " : "a ") + t;
+}
+
+class Reader {
+ public:
+  Reader(const json& node, std::string path, const std::string& source) : node_(node), path_(std::move(path)), source_(source) {
+    if (!node_.is_object()) fail_here("expected an object (a section), not " + a_type(node_) + " (" + short_dump(node_) + ")");
+  }
+
+  // A note for unknown-key messages of this section (model: "for model.type 'gpt'").
+  void set_context(std::string c) { context_ = std::move(c); }
+
+  void field(const char* k, int64_t& out) {
+    if (const json* v = take(k)) {
+      if (!v->is_number_integer()) fail(k, "expected an integer, not " + a_type(*v) + " (" + short_dump(*v) + ")");
+      out = v->get<int64_t>();
+    }
+  }
+  void field(const char* k, uint64_t& out) {
+    if (const json* v = take(k)) {
+      if (!v->is_number_unsigned())
+        fail(k, "expected a non-negative integer, not " + short_dump(*v));
+      out = v->get<uint64_t>();
+    }
+  }
+  void field(const char* k, double& out) {
+    if (const json* v = take(k)) {
+      if (!v->is_number()) fail(k, "expected a number, not " + a_type(*v) + " (" + short_dump(*v) + ")");
+      out = v->get<double>();
+    }
+  }
+  void field(const char* k, bool& out) {
+    if (const json* v = take(k)) {
+      if (!v->is_boolean()) fail(k, "expected true or false, not " + a_type(*v) + " (" + short_dump(*v) + ")");
+      out = v->get<bool>();
+    }
+  }
+  void field(const char* k, std::string& out) {
+    if (const json* v = take(k)) {
+      if (!v->is_string()) fail(k, "expected a string, not " + a_type(*v) + " (" + short_dump(*v) + ")");
+      out = v->get<std::string>();
+    }
+  }
+  void field(const char* k, std::vector<double>& out) {
+    if (const json* v = take(k)) {
+      bool ok = v->is_array();
+      for (size_t i = 0; ok && i < v->size(); ++i) ok = (*v)[i].is_number();
+      if (!ok) fail(k, "expected an array of numbers, not " + short_dump(*v));
+      out = v->get<std::vector<double>>();
+    }
+  }
+  // A string or an array of strings.
+  void field(const char* k, std::vector<std::string>& out) {
+    if (const json* v = take(k)) {
+      if (v->is_string()) {
+        out = {v->get<std::string>()};
+        return;
+      }
+      bool ok = v->is_array();
+      for (size_t i = 0; ok && i < v->size(); ++i) ok = (*v)[i].is_string();
+      if (!ok) fail(k, "expected a string or an array of strings, not " + short_dump(*v));
+      out = v->get<std::vector<std::string>>();
+    }
+  }
+  // Mesh dims: an object of integers, in order.
+  void field(const char* k, Mesh& out) {
+    if (const json* v = take(k)) {
+      if (!v->is_object() || v->empty())
+        fail(k, "expected an object of mesh dims like {\"dp\": 2, \"tp\": 2}, not " + short_dump(*v));
+      out.clear();
+      for (auto& [name, size] : v->items()) {
+        if (!size.is_number_integer())
+          fail(std::string(k) + "." + name, "expected an integer (a mesh dim size, or -1 to infer it), not " +
+                                                a_type(size) + " (" + short_dump(size) + ")");
+        out.emplace_back(name, size.get<int64_t>());
+      }
+    }
+  }
+  template <class F>
+  void object(const char* k, F&& read) {
+    if (const json* v = take(k)) {
+      Reader sub(*v, key(k), source_);
+      read(sub);
+      sub.finish();
+    }
+  }
+
+  // Every key of this section must have been asked for.
+  void finish() const {
+    for (auto& [k, v] : node_.items()) {
+      if (std::find(known_.begin(), known_.end(), k) != known_.end()) continue;
+      std::string msg = "unknown key" + context_;
+      const std::string guess = closest(k, known_);
+      msg += guess.empty() ? "; known keys: " + join(known_) : "; did you mean " + key(guess) + "?";
+      fail(k, msg);
+    }
+  }
+
+  std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+  [[noreturn]] void fail(const std::string& k, const std::string& msg) const {
+    VESCALE_FAIL("config '", source_, "': ", key(k), ": ", msg);
+  }
+
+ private:
+  const json* take(const char* k) {
+    known_.emplace_back(k);
+    auto it = node_.find(k);
+    return it == node_.end() ? nullptr : &*it;
+  }
+  [[noreturn]] void fail_here(const std::string& msg) const {
+    VESCALE_FAIL("config '", source_, "': ", path_.empty() ? "top level" : path_, ": ", msg);
+  }
+  static std::string join(const std::vector<std::string>& v) {
+    std::string s;
+    for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  }
+
+  const json& node_;
+  std::string path_;
+  const std::string& source_;
+  std::vector<std::string> known_;
+  std::string context_;
+};
+
+class Writer {
+ public:
+  template <class T>
+  void field(const char* k, const T& v) {
+    node[k] = v;
+  }
+  void field(const char* k, const Mesh& mesh) {
+    json m = json::object();
+    for (auto& [name, size] : mesh) m[name] = size;
+    node[k] = m;
+  }
+  template <class F>
+  void object(const char* k, F&& write) {
+    Writer sub;
+    write(sub);
+    node[k] = sub.node;
+  }
+  void set_context(const std::string&) {}
+  [[noreturn]] void fail(const std::string& k, const std::string& msg) const { VESCALE_FAIL(k, ": ", msg); }
+  json node = json::object();
+};
+
+// The schema -------------------------------------------------------------------------------
+
+template <class V>
+void visit(V& v, GptConfig& c) {
+  v.field("vocab_size", c.vocab_size);
+  v.field("n_positions", c.n_positions);
+  v.field("n_embd", c.n_embd);
+  v.field("n_layer", c.n_layer);
+  v.field("n_head", c.n_head);
+  v.field("dropout", c.dropout);
+  v.field("layer_norm_eps", c.layer_norm_eps);
+}
+
+template <class V>
+void visit(V& v, RopeScalingConfig& c) {
+  v.field("factor", c.factor);
+  v.field("low_freq_factor", c.low_freq_factor);
+  v.field("high_freq_factor", c.high_freq_factor);
+  v.field("original_max_position_embeddings", c.original_max_position_embeddings);
+}
+
+template <class V, class C>
+void visit_attention(V& v, C& c) {
+  v.field("vocab_size", c.vocab_size);
+  v.field("dim", c.dim);
+  v.field("n_layers", c.n_layers);
+  v.field("n_heads", c.n_heads);
+  v.field("n_kv_heads", c.n_kv_heads);
+  v.field("ffn_dim", c.ffn_dim);
+  v.field("norm_eps", c.norm_eps);
+  v.field("rope_theta", c.rope_theta);
+  v.field("max_seq_len", c.max_seq_len);
+  v.field("tie_embeddings", c.tie_embeddings);
+}
+
+template <class V>
+void visit(V& v, LlamaConfig& c) {
+  visit_attention(v, c);
+  v.object("rope_scaling", [&](auto& s) { visit(s, c.rope_scaling); });
+}
+
+template <class V>
+void visit(V& v, MixtralConfig& c) {
+  visit_attention(v, c);
+  v.field("n_experts", c.n_experts);
+  v.field("top_k", c.top_k);
+  v.field("aux_loss_coef", c.aux_loss_coef);
+}
+
+const std::vector<std::string> kModelTypes = {"gpt", "llama", "mixtral"};
+
+template <class V>
+void visit(V& v, ModelConfig& c) {
+  v.field("type", c.type);
+  v.set_context(" for model.type '" + c.type + "'");
+  if (c.type == "gpt") {
+    visit(v, c.gpt);
+  } else if (c.type == "llama") {
+    visit(v, c.llama);
+  } else if (c.type == "mixtral") {
+    visit(v, c.mixtral);
+  } else {
+    v.fail("type", "'" + c.type + "' is not one of gpt, llama, mixtral");
+  }
+}
+
+template <class V>
+void visit(V& v, ParallelConfig& c) {
+  v.field("mesh", c.mesh);
+  v.field("plan", c.plan);
+  v.field("static_eager", c.static_eager);
+  v.field("zero", c.zero);
+}
+
+template <class V>
+void visit(V& v, TrainConfig& c) {
+  v.field("steps", c.steps);
+  v.field("batch_size", c.batch_size);
+  v.field("seq_len", c.seq_len);
+  v.field("grad_accum", c.grad_accum);
+  v.field("lr", c.lr);
+  v.field("min_lr", c.min_lr);
+  v.field("warmup_steps", c.warmup_steps);
+  v.field("decay", c.decay);
+  v.field("weight_decay", c.weight_decay);
+  v.field("betas", c.betas);
+  v.field("eps", c.eps);
+  v.field("grad_clip", c.grad_clip);
+  v.field("seed", c.seed);
+  v.field("dtype", c.dtype);
+  v.field("activation_checkpointing", c.activation_checkpointing);
+  v.field("peak_flops", c.peak_flops);
+  v.field("log_every", c.log_every);
+  v.field("eval_every", c.eval_every);
+  v.field("eval_steps", c.eval_steps);
+}
+
+template <class V>
+void visit(V& v, DataConfig& c) {
+  v.field("train", c.train);
+  v.field("val", c.val);
+  v.field("shuffle", c.shuffle);
+}
+
+template <class V>
+void visit(V& v, CheckpointConfig& c) {
+  v.field("dir", c.dir);
+  v.field("every", c.every);
+}
+
+template <class V>
+void visit(V& v, LogConfig& c) {
+  v.field("metrics_jsonl", c.metrics_jsonl);
+  v.field("level", c.level);
+}
+
+template <class V>
+void visit(V& v, Config& c) {
+  v.object("model", [&](auto& s) { visit(s, c.model); });
+  v.object("parallel", [&](auto& s) { visit(s, c.parallel); });
+  v.object("train", [&](auto& s) { visit(s, c.train); });
+  v.object("data", [&](auto& s) { visit(s, c.data); });
+  v.object("checkpoint", [&](auto& s) { visit(s, c.checkpoint); });
+  v.object("log", [&](auto& s) { visit(s, c.log); });
+}
+
+// Checks beyond types ------------------------------------------------------------------------
+
+struct Checker {
+  const std::string& source;
+  void operator()(bool ok, const std::string& key, const std::string& msg) const {
+    VESCALE_CHECK(ok, "config '", source, "': ", key, ": ", msg);
+  }
+};
+
+void check_one_of(const Checker& check, const std::string& key, const std::string& v, const std::vector<std::string>& ok) {
+  std::string list;
+  for (auto& o : ok) list += (list.empty() ? "" : ", ") + o;
+  check(std::find(ok.begin(), ok.end(), v) != ok.end(), key, "'" + v + "' is not one of " + list);
+}
+
+void positive(const Checker& check, const std::string& key, int64_t v) {
+  check(v >= 1, key, "must be >= 1, got " + std::to_string(v));
+}
+
+void validate_attention(const Checker& check, const std::string& p, int64_t vocab, int64_t dim, int64_t layers, int64_t heads,
+                        int64_t kv_heads, int64_t ffn, int64_t max_seq) {
+  positive(check, p + "vocab_size", vocab);
+  positive(check, p + "dim", dim);
+  positive(check, p + "n_layers", layers);
+  positive(check, p + "n_heads", heads);
+  positive(check, p + "n_kv_heads", kv_heads);
+  positive(check, p + "ffn_dim", ffn);
+  positive(check, p + "max_seq_len", max_seq);
+  check(dim % heads == 0 && (dim / heads) % 2 == 0, p + "dim",
+        std::to_string(dim) + " must be divisible by n_heads (" + std::to_string(heads) + ") into an even head dim (RoPE)");
+  check(heads % kv_heads == 0, p + "n_kv_heads",
+        "n_heads (" + std::to_string(heads) + ") must be a multiple of n_kv_heads (" + std::to_string(kv_heads) + ")");
+}
+
+void validate(const Config& c, const std::string& source) {
+  const Checker check{source};
+  const auto& m = c.model;
+  if (m.type == "gpt") {
+    const auto& g = m.gpt;
+    for (auto [k, v] : {std::pair{"vocab_size", g.vocab_size}, {"n_positions", g.n_positions}, {"n_embd", g.n_embd},
+                        {"n_layer", g.n_layer}, {"n_head", g.n_head}})
+      positive(check, std::string("model.") + k, v);
+    check(g.n_embd % g.n_head == 0, "model.n_embd",
+          std::to_string(g.n_embd) + " must be divisible by n_head (" + std::to_string(g.n_head) + ")");
+    check(g.dropout >= 0 && g.dropout < 1, "model.dropout", "must be in [0, 1)");
+  } else if (m.type == "llama") {
+    const auto& l = m.llama;
+    validate_attention(check, "model.", l.vocab_size, l.dim, l.n_layers, l.n_heads, l.n_kv_heads, l.ffn_dim, l.max_seq_len);
+    check(l.rope_theta > 0, "model.rope_theta", "must be > 0");
+    check(l.rope_scaling.factor == 0 || l.rope_scaling.factor >= 1, "model.rope_scaling.factor",
+          "must be 0 (off) or >= 1");
+  } else {
+    const auto& x = m.mixtral;
+    validate_attention(check, "model.", x.vocab_size, x.dim, x.n_layers, x.n_heads, x.n_kv_heads, x.ffn_dim, x.max_seq_len);
+    positive(check, "model.n_experts", x.n_experts);
+    check(x.top_k >= 1 && x.top_k <= x.n_experts, "model.top_k",
+          "must be in [1, n_experts = " + std::to_string(x.n_experts) + "], got " + std::to_string(x.top_k));
+    check(x.aux_loss_coef >= 0, "model.aux_loss_coef", "must be >= 0");
+  }
+
+  int inferred = 0;
+  std::set<std::string> names;
+  for (auto& [name, size] : c.parallel.mesh) {
+    check(!name.empty() && names.insert(name).second, "parallel.mesh", "dim names must be non-empty and distinct");
+    check(size >= 1 || size == -1, "parallel.mesh." + name, "must be >= 1, or -1 to take the rest of the world");
+    inferred += size == -1;
+  }
+  check(inferred <= 1, "parallel.mesh", "at most one dim may be -1");
+  check(c.parallel.zero >= 0 && c.parallel.zero <= 3, "parallel.zero", "must be 0, 1, 2 or 3");
+
+  const auto& t = c.train;
+  for (auto [k, v] : {std::pair{"steps", t.steps}, {"batch_size", t.batch_size}, {"seq_len", t.seq_len},
+                      {"grad_accum", t.grad_accum}, {"log_every", t.log_every}, {"eval_steps", t.eval_steps}})
+    positive(check, std::string("train.") + k, v);
+  check(t.seq_len <= m.max_seq_len(), "train.seq_len",
+        std::to_string(t.seq_len) + " exceeds the model's maximum sequence length " + std::to_string(m.max_seq_len()));
+  check(t.lr > 0, "train.lr", "must be > 0");
+  check(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "must be in [0, train.lr]");
+  check(t.warmup_steps >= 0, "train.warmup_steps", "must be >= 0");
+  check_one_of(check, "train.decay", t.decay, {"cosine", "linear", "constant"});
+  check(t.weight_decay >= 0, "train.weight_decay", "must be >= 0");
+  check(t.betas.size() == 2 && t.betas[0] >= 0 && t.betas[0] < 1 && t.betas[1] >= 0 && t.betas[1] < 1, "train.betas",
+        "must be two numbers in [0, 1), like [0.9, 0.95]");
+  check(t.eps > 0, "train.eps", "must be > 0");
+  check(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 turns clipping off)");
+  check_one_of(check, "train.dtype", t.dtype, {"fp32", "bf16"});
+  check(t.peak_flops >= 0, "train.peak_flops", "must be >= 0 (0 leaves MFU out)");
+  check(t.eval_every >= 0, "train.eval_every", "must be >= 0 (0: no evaluation)");
+  check(c.checkpoint.every >= 0, "checkpoint.every", "must be >= 0");
+  check_one_of(check, "log.level", c.log.level, {"trace", "debug", "info", "warn", "error", "off"});
+}
+
+// Paths ------------------------------------------------------------------------------------
+
+bool glob_matches(const std::string& pattern) {
+  glob_t g{};
+  const bool any = ::glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0;
+  globfree(&g);
+  return any;
+}
+
+// Next to the config file if it is there, else as given (the working directory).
+std::string resolve_path(const std::string& p, const std::string& base_dir) {
+  namespace fs = std::filesystem;
+  if (p.empty() || fs::path(p).is_absolute() || base_dir.empty()) return p;
+  const std::string near = (fs::path(base_dir) / p).lexically_normal().string();
+  if (glob_matches(near) || !glob_matches(p)) return near;
+  return p;
+}
+
+// --set a.b.c=value --------------------------------------------------------------------------
+
+void apply_override(json& cfg, const std::string& source, const std::string& kv) {
+  const auto eq = kv.find('=');
+  VESCALE_CHECK(eq != std::string::npos && eq > 0, "--set '", kv, "': expected key=value, like train.steps=200");
+  const std::string key = kv.substr(0, eq), text = kv.substr(eq + 1);
+  json value;
+  try {
+    value = json::parse(text);
+  } catch (const std::exception&) {
+    value = text;
+  }
+  // Mesh dims are ordered: a new one can't be slotted in by name, only by setting the whole mesh.
+  if (key.rfind("parallel.mesh.", 0) == 0 && !(cfg.contains("parallel") && cfg["parallel"].contains("mesh")))
+    cfg["parallel"]["mesh"] = {{"dp", -1}};
+  json* node = &cfg;
+  std::string walked;
+  for (size_t b = 0, e; b <= key.size(); b = e + 1) {
+    e = key.find('.', b);
+    if (e == std::string::npos) e = key.size();
+    const std::string part = key.substr(b, e - b);
+    VESCALE_CHECK(!part.empty(), "--set ", key, ": empty key part; write keys like train.steps");
+    VESCALE_CHECK(node->is_object(), "--set ", key, ": config '", source, "' has ", a_type(*node), " at '", walked,
+                  "', not a section");
+    walked += (walked.empty() ? "" : ".") + part;
+    const bool last = e == key.size();
+    if (!node->contains(part)) {
+      VESCALE_CHECK(walked.rfind("parallel.mesh.", 0) != 0, "--set ", key, ": config '", source, "' has no key '",
+                    walked, "'; mesh dims are ordered, so set the whole mesh: --set 'parallel.mesh={\"dp\":2,\"tp\":2}'");
+      // Absent from the file: the schema reader checks the key and the type.
+      (*node)[part] = last ? value : json::object();
+    } else if (last) {
+      json& old = (*node)[part];
+      VESCALE_CHECK(std::string(value.type_name()) == old.type_name() || (value.is_number() && old.is_number()),
+                    "--set ", key, ": the config has ", a_type(old) == "an integer" ? "a number" : a_type(old),
+                    " there, not ", a_type(value), " ('", text, "')");
+      old = value;
+    }
+    node = &(*node)[part];
+  }
+}
+
+}  // namespace
+
+int64_t ModelConfig::max_seq_len() const {
+  if (type == "gpt") return gpt.n_positions;
+  if (type == "llama") return llama.max_seq_len;
+  return mixtral.max_seq_len;
+}
+
+int64_t ModelConfig::vocab_size() const {
+  if (type == "gpt") return gpt.vocab_size;
+  if (type == "llama") return llama.vocab_size;
+  return mixtral.vocab_size;
+}
+
+Config Config::from_json(const std::string& text, const std::string& source, const std::vector<std::string>& overrides,
+                         const std::string& base_dir) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    VESCALE_FAIL("config '", source, "': not valid JSON: ", e.what());
+  }
+  VESCALE_CHECK(j.is_object(), "config '", source, "': the top level must be an object with sections model, parallel, ",
+                "train, data, checkpoint, log");
+  for (auto& kv : overrides) apply_override(j, source, kv);
+  Config c;
+  c.source = source;
+  Reader r(j, "", source);
+  visit(r, c);
+  r.finish();
+  validate(c, source);
+  c.parallel.plan = resolve_path(c.parallel.plan, base_dir);
+  VESCALE_CHECK(c.parallel.plan.empty() || std::filesystem::is_regular_file(c.parallel.plan), "config '", source,
+                "': parallel.plan: no file '", c.parallel.plan, "'; relative paths are looked up next to the config file, ",
+                "then in the working directory");
+  for (auto* list : {&c.data.train, &c.data.val})
+    for (auto& p : *list) p = resolve_path(p, base_dir);
+  return c;
+}
+
+Config Config::from_file(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream f(path);
+  VESCALE_CHECK(f.good(), "config: cannot open '", path, "'; pass an existing file to --config");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return from_json(ss.str(), path, overrides, std::filesystem::path(path).parent_path().string());
+}
+
+std::string Config::to_json() const {
+  Writer w;
+  Config copy = *this;
+  visit(w, copy);
+  return w.node.dump(2);
+}
+
+}  // namespace vescale::train
