@@ -1,0 +1,63 @@
+// AdamW with decoupled weight decay, the same arithmetic as torch::optim::AdamW (so results
+// match it to the last bit on plain tensors). The step is written only with aten ops on the
+// parameters, gradients and state, so it runs unchanged when they are DTensors: the state
+// tensors take the parameters' placements (zeros_like), and no value is read back to the host.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vescale::optim {
+
+using NamedParams = std::vector<std::pair<std::string, at::Tensor>>;
+
+struct ParamGroup {
+  NamedParams params;
+  double weight_decay = 0.0;
+};
+
+// nanoGPT's convention: tensors with 2+ dims (matmul weights, embeddings) decay; biases and
+// norm weights (1-D) don't.
+std::vector<ParamGroup> decay_groups(const NamedParams& params, double weight_decay);
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
+
+  // One update of every parameter that has a gradient; one without (grad undefined) is left
+  // alone and its step count does not advance, as in torch.
+  void step();
+  // Drops the gradients (set_to_none), so the next backward writes fresh ones.
+  void zero_grad();
+
+  void set_lr(double lr) { options_.lr = lr; }
+  double lr() const { return options_.lr; }
+  const AdamWOptions& options() const { return options_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+
+  // For checkpoints: "<param>.exp_avg", "<param>.exp_avg_sq" and "<param>.step" (an int64
+  // scalar) for every parameter that has state. Loading checks names and shapes.
+  std::map<std::string, at::Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, at::Tensor>& state);
+
+ private:
+  struct State {
+    int64_t step = 0;
+    at::Tensor exp_avg, exp_avg_sq;
+  };
+  std::vector<ParamGroup> groups_;
+  AdamWOptions options_;
+  std::map<std::string, State> state_;
+};
+
+}  // namespace vescale::optim

@@ -1,0 +1,16 @@
+// Gradient clipping over the global norm of all gradients, in aten ops only: the sum of
+// squares of each gradient, added, then the square root. With DTensor gradients each sum is
+// a cross-rank reduction, so the result is the norm of the whole (unsharded) gradient.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace vescale::optim {
+
+// Scales every gradient by min(1, max_norm / (norm + 1e-6)) (torch's formula) and returns the
+// norm before clipping as a 0-dim fp32 tensor (nothing read back to the host). Parameters
+// without a gradient are skipped; max_norm <= 0 only computes the norm.
+at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm);
+
+}  // namespace vescale::optim

@@ -1,0 +1,97 @@
+#include "vescale/optim/adamw.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+
+#include "vescale/common/check.h"
+
+namespace vescale::optim {
+
+std::vector<ParamGroup> decay_groups(const NamedParams& params, double weight_decay) {
+  ParamGroup decay{{}, weight_decay}, no_decay{{}, 0.0};
+  for (const auto& [name, p] : params) (p.dim() >= 2 ? decay : no_decay).params.emplace_back(name, p);
+  std::vector<ParamGroup> groups;
+  if (!decay.params.empty()) groups.push_back(std::move(decay));
+  if (!no_decay.params.empty()) groups.push_back(std::move(no_decay));
+  return groups;
+}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : groups_(std::move(groups)), options_(options) {
+  for (const auto& g : groups_)
+    for (const auto& [name, p] : g.params) {
+      VESCALE_CHECK(p.defined() && p.is_floating_point(), "AdamW: parameter '", name, "' must be a floating-point tensor");
+      VESCALE_CHECK(state_.emplace(name, State{}).second, "AdamW: parameter name '", name,
+                    "' appears twice; each parameter must be in exactly one group");
+    }
+}
+
+void AdamW::step() {
+  c10::NoGradGuard no_grad;
+  const double lr = options_.lr, b1 = options_.beta1, b2 = options_.beta2;
+  for (auto& g : groups_) {
+    for (auto& [name, p] : g.params) {
+      const at::Tensor& grad = p.grad();
+      if (!grad.defined()) continue;
+      State& s = state_.at(name);
+      if (!s.exp_avg.defined()) {
+        s.exp_avg = at::zeros_like(p, at::MemoryFormat::Preserve);
+        s.exp_avg_sq = at::zeros_like(p, at::MemoryFormat::Preserve);
+      }
+      s.step += 1;
+      // Decoupled weight decay: shrink the weights, apart from the gradient's moments.
+      if (g.weight_decay != 0.0) p.mul_(1.0 - lr * g.weight_decay);
+      const double bias1 = 1.0 - std::pow(b1, static_cast<double>(s.step));
+      const double bias2 = 1.0 - std::pow(b2, static_cast<double>(s.step));
+      s.exp_avg.mul_(b1).add_(grad, 1.0 - b1);
+      s.exp_avg_sq.mul_(b2).addcmul_(grad, grad, 1.0 - b2);
+      at::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias2)).add_(options_.eps);
+      p.addcdiv_(s.exp_avg, denom, -lr / bias1);
+    }
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& [name, p] : g.params) p.mutable_grad() = at::Tensor();
+}
+
+std::map<std::string, at::Tensor> AdamW::state_dict() const {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, s] : state_) {
+    if (!s.exp_avg.defined()) continue;
+    out[name + ".exp_avg"] = s.exp_avg;
+    out[name + ".exp_avg_sq"] = s.exp_avg_sq;
+    out[name + ".step"] = at::scalar_tensor(s.step, at::kLong);
+  }
+  return out;
+}
+
+void AdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
+  c10::NoGradGuard no_grad;
+  size_t used = 0;
+  for (auto& g : groups_) {
+    for (auto& [name, p] : g.params) {
+      State& s = state_.at(name);
+      auto it = state.find(name + ".step");
+      if (it == state.end()) {
+        s = State{};
+        continue;
+      }
+      auto m = state.find(name + ".exp_avg"), v = state.find(name + ".exp_avg_sq");
+      VESCALE_CHECK(m != state.end() && v != state.end(), "AdamW state: parameter '", name,
+                    "' has a step but no exp_avg/exp_avg_sq; the checkpoint is incomplete");
+      VESCALE_CHECK(m->second.sizes() == p.sizes() && v->second.sizes() == p.sizes(), "AdamW state: '", name,
+                    "' has shape ", m->second.sizes(), " in the checkpoint but the parameter is ", p.sizes());
+      s.step = it->second.item<int64_t>();  // host-side counter, read once at load
+      s.exp_avg = at::empty_like(p).copy_(m->second);
+      s.exp_avg_sq = at::empty_like(p).copy_(v->second);
+      used += 3;
+    }
+  }
+  VESCALE_CHECK(used == state.size(), "AdamW state: the checkpoint holds ", state.size() - used,
+                " entries for parameters this optimizer doesn't have (a different model?)");
+}
+
+}  // namespace vescale::optim

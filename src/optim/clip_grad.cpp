@@ -1,0 +1,29 @@
+#include "vescale/optim/clip_grad.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "vescale/common/check.h"
+
+namespace vescale::optim {
+
+at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm) {
+  c10::NoGradGuard no_grad;
+  at::Tensor sum_sq;
+  for (const auto& p : params) {
+    const at::Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    at::Tensor s = g.to(at::kFloat).square().sum();
+    sum_sq = sum_sq.defined() ? sum_sq.add(s) : s;
+  }
+  VESCALE_CHECK(sum_sq.defined(), "clip_grad_norm_: no parameter has a gradient; run backward first");
+  at::Tensor norm = sum_sq.sqrt();
+  if (max_norm > 0) {
+    at::Tensor scale = (max_norm / (norm + 1e-6)).clamp_max(1.0);
+    for (const auto& p : params)
+      if (p.grad().defined()) p.grad().mul_(scale.to(p.grad().scalar_type()));
+  }
+  return norm;
+}
+
+}  // namespace vescale::optim
