@@ -1,0 +1,49 @@
+// Models from the config: build one (models::GPT, ...), or describe one without building it
+// (parameter names and shapes computed from the options, for dry runs of models far larger
+// than this machine's memory).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "vescale/train/config.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace vescale::train {
+
+using ParamShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
+struct Model {
+  std::shared_ptr<torch::nn::Module> module;
+  // tokens [B, T] (int64) -> logits [B, T, vocab]
+  std::function<at::Tensor(const at::Tensor&)> forward;
+  // A loss term the model adds (Mixtral's load balancing), or an empty function.
+  std::function<at::Tensor()> aux_loss;
+  // The transformer blocks, as module FQN patterns with '*' matching one name component
+  // ("h.*"): activation checkpointing wraps each of them.
+  std::string block_pattern;
+};
+
+// Builds and initializes the model on the CPU (init uses libtorch's generator, so seed it).
+Model build_model(const ModelConfig& config);
+
+// Every parameter's name and shape, in the model's named_parameters() order, from the options.
+ParamShapes parameter_shapes(const ModelConfig& config);
+int64_t parameter_count(const ParamShapes& shapes);
+
+// Training FLOPs per token: 6 x the parameters that multiply (embedding lookups don't; for
+// Mixtral only top_k of the experts run) plus attention's 12 x layers x dim x seq_len.
+double flops_per_token(const ModelConfig& config, int64_t seq_len);
+
+// FQN match where '*' is one whole name component: "h.*" matches "h.3" but not "h.3.attn".
+bool component_match(const std::string& pattern, const std::string& fqn);
+
+}  // namespace vescale::train

@@ -1,0 +1,76 @@
+// The training loop: model from the config, data-parallel loader, grad accumulation, optional
+// bf16 autocast (fp32 master weights) and activation checkpointing, AdamW with warmup + cosine
+// and global-norm clipping, NaN/inf stops, progress lines and a metrics JSONL on rank 0.
+// Written only with aten ops on whatever tensors the model returns, so the same loop drives a
+// model whose parameters parallelize() turned into DTensors.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vescale/mesh/device_mesh.h"
+#include "vescale/optim/adamw.h"
+#include "vescale/train/config.h"
+#include "vescale/train/model_factory.h"
+#include "vescale/train/token_data.h"
+
+namespace vescale::train {
+
+// One optimizer step, as logged (and written to the metrics JSONL).
+struct StepMetrics {
+  int64_t step = 0;  // 1-based
+  double loss = 0, lr = 0, grad_norm = 0;
+  double step_ms = 0, tokens_per_s = 0, mfu = 0;  // mfu 0 when train.peak_flops is 0
+  std::optional<double> val_loss;
+};
+
+class Trainer {
+ public:
+  // `mesh` empty: one process, no parallelism. With a mesh, its "dp" dim (if any) splits the
+  // data. Builds the model, optimizer and loaders; nothing runs yet.
+  Trainer(Config config, std::optional<mesh::DeviceMesh> mesh = std::nullopt);
+  ~Trainer();
+
+  // Runs train.steps optimizer steps. Throws vescale::Error naming the step when the loss or
+  // the grad norm is NaN or inf. Returns every step's metrics.
+  std::vector<StepMetrics> run();
+  // One optimizer step (train.grad_accum micro-batches); `step` is 0-based.
+  StepMetrics step(int64_t step);
+  // Mean loss over train.eval_steps validation batches (the same batches every call).
+  double evaluate();
+
+  Model& model() { return model_; }
+  optim::AdamW& optimizer() { return *optimizer_; }
+  const Config& config() const { return config_; }
+  int64_t tokens_per_step() const;  // over all data-parallel ranks
+
+ private:
+  at::Tensor loss_of(const DataLoader::Batch& batch);
+  void log_step(const StepMetrics& m);
+
+  Config config_;
+  std::optional<mesh::DeviceMesh> mesh_;
+  int rank_ = 0;
+  int64_t dp_rank_ = 0, dp_size_ = 1;
+  std::string device_ = "cpu";
+  Model model_;
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  double flops_per_token_ = 0;
+  int64_t world_size_ = 1;
+  std::unique_ptr<std::ofstream> metrics_;
+};
+
+// The .bin files a config's data section names (globs expanded, sorted), or the built-in
+// corpus when it names none. `split` is "train" or "val". Throws when a pattern matches nothing.
+std::vector<std::string> data_files(const DataConfig& data, const std::string& split);
+
+// What --dry-run prints: parameter count, and per-rank parameter, gradient and optimizer
+// memory under the config's plan and mesh (nothing is allocated).
+std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh);
+
+}  // namespace vescale::train

@@ -1,0 +1,137 @@
+#include "vescale/train/activation_checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/ivalue.h>
+#include <torch/autograd.h>
+#include <torch/nn/module.h>
+
+#include <mutex>
+
+#include "module_hooks.h"
+#include "vescale/common/check.h"
+#include "vescale/random/random.h"
+#include "vescale/train/model_factory.h"
+
+namespace vescale::train {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Everything random or precision-related that forward depended on.
+struct Replay : torch::CustomClassHolder {
+  BlockForward forward;
+  random::State vescale_rng;
+  at::Tensor cpu_rng;  // libtorch's default CPU generator (plain-tensor dropout)
+  bool autocast_cpu = false, autocast_cuda = false;
+  at::ScalarType autocast_cpu_dtype = at::kBFloat16, autocast_cuda_dtype = at::kBFloat16;
+  std::vector<bool> needs_grad;
+};
+
+at::Tensor cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_cpu_rng_state(const at::Tensor& s) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(s);
+}
+
+struct Autocast {
+  bool cpu, cuda;
+  at::ScalarType cpu_dtype, cuda_dtype;
+  static Autocast current() {
+    return {at::autocast::is_autocast_enabled(at::kCPU), at::autocast::is_autocast_enabled(at::kCUDA),
+            at::autocast::get_autocast_dtype(at::kCPU), at::autocast::get_autocast_dtype(at::kCUDA)};
+  }
+  void apply() const {
+    at::autocast::set_autocast_enabled(at::kCPU, cpu);
+    at::autocast::set_autocast_enabled(at::kCUDA, cuda);
+    at::autocast::set_autocast_dtype(at::kCPU, cpu_dtype);
+    at::autocast::set_autocast_dtype(at::kCUDA, cuda_dtype);
+  }
+};
+
+struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
+  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<Replay> replay, variable_list inputs) {
+    replay->vescale_rng = random::get_state();
+    replay->cpu_rng = cpu_rng_state();
+    const Autocast ac = Autocast::current();
+    replay->autocast_cpu = ac.cpu, replay->autocast_cuda = ac.cuda;
+    replay->autocast_cpu_dtype = ac.cpu_dtype, replay->autocast_cuda_dtype = ac.cuda_dtype;
+    for (const auto& x : inputs) replay->needs_grad.push_back(x.defined() && x.requires_grad());
+    ctx->save_for_backward(inputs);
+    // apply() already disabled grad mode: no graph is kept for the block's inside.
+    at::Tensor out = replay->forward(inputs);
+    ctx->saved_data["replay"] = at::IValue::make_capsule(std::move(replay));
+    return {out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto replay = c10::static_intrusive_pointer_cast<Replay>(ctx->saved_data["replay"].toCapsule());
+    variable_list saved = ctx->get_saved_variables();
+    std::vector<at::Tensor> inputs;
+    for (size_t i = 0; i < saved.size(); ++i) {
+      at::Tensor x = saved[i].defined() ? saved[i].detach() : at::Tensor();
+      if (x.defined() && replay->needs_grad[i]) x.set_requires_grad(true);
+      inputs.push_back(x);
+    }
+    // Recompute with forward's random and autocast state, then put the present state back.
+    const random::State rng_now = random::get_state();
+    const at::Tensor cpu_now = cpu_rng_state();
+    const Autocast ac_now = Autocast::current();
+    random::set_state(replay->vescale_rng);
+    set_cpu_rng_state(replay->cpu_rng);
+    Autocast{replay->autocast_cpu, replay->autocast_cuda, replay->autocast_cpu_dtype, replay->autocast_cuda_dtype}.apply();
+    at::Tensor out;
+    {
+      at::AutoGradMode grad(true);
+      out = replay->forward(inputs);
+    }
+    ac_now.apply();
+    at::autocast::clear_cache();
+    random::set_state(rng_now);
+    set_cpu_rng_state(cpu_now);
+    // Reentrant backward through the recomputed block: parameter grads accumulate as usual.
+    if (out.requires_grad()) torch::autograd::backward({out}, {grad_outputs[0]});
+    variable_list grads;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      grads.push_back(replay->needs_grad[i] ? inputs[i].grad() : at::Tensor());
+    return grads;
+  }
+};
+
+}  // namespace
+
+at::Tensor checkpoint(const std::vector<at::Tensor>& inputs, const BlockForward& forward) {
+  auto replay = c10::make_intrusive<Replay>();
+  replay->forward = forward;
+  return CheckpointFunction::apply(std::move(replay), inputs)[0];
+}
+
+int enable_activation_checkpointing(torch::nn::Module& root, const std::string& pattern) {
+  int wrapped = 0;
+  for (const auto& item : root.named_modules()) {
+    if (!component_match(pattern, item.key())) continue;
+    const torch::nn::Module* m = item.value().get();
+    models::ForwardHooks hooks;
+    if (const auto* existing = models::forward_hooks(m)) hooks = *existing;
+    VESCALE_CHECK(!hooks.around, "activation checkpointing: module '", item.key(),
+                  "' already has an 'around' hook; wrap it only once");
+    hooks.around = [](const std::vector<at::Tensor>& xs, const models::ForwardHooks::Forward& f) {
+      return checkpoint(xs, f);
+    };
+    models::set_forward_hooks(m, std::move(hooks));
+    ++wrapped;
+  }
+  VESCALE_CHECK(wrapped > 0, "activation checkpointing: no module matches '", pattern,
+                "' ('*' stands for one name component, like h.* for h.0, h.1, ...)");
+  return wrapped;
+}
+
+}  // namespace vescale::train

@@ -1,0 +1,360 @@
+#include "vescale/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <glob.h>
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "vescale/common/check.h"
+#include "vescale/common/logging.h"
+#include "vescale/dist/world.h"
+#include "vescale/optim/clip_grad.h"
+#include "vescale/optim/lr_schedule.h"
+#include "vescale/plan/plan.h"
+#include "vescale/random/random.h"
+#include "vescale/train/activation_checkpoint.h"
+#include "module_hooks.h"
+
+namespace vescale::train {
+namespace {
+
+// ===================================================================================
+// PARALLELIZE HOOKS: the two places where the trainer meets parallelize(). Everything else
+// in this file is plain aten code that works unchanged on DTensors.
+//
+// parallelize_model: called once, after the model is built and moved to its device, before
+// the optimizer sees the parameters. Meant to turn parameters into DTensors under the config's
+// plan and mesh and to install the per-parameter gradient reduction over the data-parallel
+// dims. Today it does nothing: every rank holds the whole model as plain tensors, so with a
+// dp dim > 1 the replicas train apart (no gradient reduction yet).
+void parallelize_model(Model& model, const Config& config, const mesh::DeviceMesh& mesh) {
+  (void)model, (void)config, (void)mesh;
+}
+
+// to_model_input: this rank's [batch, seq_len] token block (inputs or targets) becomes what the
+// model's forward and the loss take, e.g. a DTensor sharded over dp. Today: the local tensor.
+at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh) {
+  (void)mesh;
+  return local_tokens;
+}
+// ===================================================================================
+
+std::string exe_dir() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  buf[n] = '\0';
+  return std::filesystem::path(buf).parent_path().string();
+}
+
+std::vector<std::string> expand_glob(const std::string& pattern) {
+  glob_t g{};
+  std::vector<std::string> out;
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  globfree(&g);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string human(double x, const char* unit) {
+  const char* prefixes[] = {"", "K", "M", "G", "T", "P"};
+  int k = 0;
+  while (std::fabs(x) >= 1000 && k < 5) x /= 1000, ++k;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.2f%s%s", x, prefixes[k], unit);
+  return buf;
+}
+
+std::string gib(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+std::string hms(double seconds) {
+  const auto s = static_cast<int64_t>(std::max(0.0, seconds));
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  return buf;
+}
+
+}  // namespace
+
+std::vector<std::string> data_files(const DataConfig& data, const std::string& split) {
+  const auto& patterns = split == "train" ? data.train : data.val;
+  if (data.train.empty() && data.val.empty()) {
+    // The built-in corpus, tokenized by the build next to our binaries (data/README.md).
+    const char* env = std::getenv("VESCALE_DATA_DIR");
+    const std::string dir = env ? env : exe_dir() + "/../data";
+    const std::string path = dir + "/corpus_" + split + ".bin";
+    VESCALE_CHECK(std::filesystem::exists(path), "data: the config names no files, and the built-in corpus '", path,
+                  "' is missing; build it (cmake --build build --target builtin_data) or set data.train and data.val");
+    return {std::filesystem::path(path).lexically_normal().string()};
+  }
+  std::vector<std::string> files;
+  for (const auto& p : patterns) {
+    auto matched = expand_glob(p);
+    VESCALE_CHECK(!matched.empty(), "data.", split, ": '", p, "' matches no file");
+    files.insert(files.end(), matched.begin(), matched.end());
+  }
+  return files;
+}
+
+Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(std::move(config)), mesh_(std::move(mesh)) {
+  const auto& t = config_.train;
+  if (mesh_) {
+    rank_ = mesh_->rank();
+    world_size_ = mesh_->size();
+    const auto& names = mesh_->dim_names();
+    if (std::find(names.begin(), names.end(), "dp") != names.end()) {
+      dp_rank_ = mesh_->coordinate("dp");
+      dp_size_ = mesh_->size("dp");
+    }
+    device_ = dist::device_string();
+  }
+  // One seed for everything: libtorch's generator (model init, plain-tensor dropout) and ours.
+  torch::manual_seed(t.seed);
+  random::manual_seed(t.seed);
+
+  model_ = build_model(config_.model);
+  if (device_ != "cpu") model_.module->to(at::Device(device_));
+  if (mesh_) parallelize_model(model_, config_, *mesh_);
+  if (t.activation_checkpointing) enable_activation_checkpointing(*model_.module, model_.block_pattern);
+
+  optim::NamedParams named;
+  for (const auto& item : model_.module->named_parameters()) named.emplace_back(item.key(), item.value());
+  for (const auto& [n, p] : named) params_.push_back(p);
+  optimizer_ = std::make_unique<optim::AdamW>(
+      optim::decay_groups(named, t.weight_decay),
+      optim::AdamWOptions{.lr = t.lr, .beta1 = t.betas[0], .beta2 = t.betas[1], .eps = t.eps});
+
+  auto train_data = std::make_shared<TokenDataset>(data_files(config_.data, "train"));
+  train_loader_ = std::make_unique<DataLoader>(train_data, t.batch_size, t.seq_len, dp_rank_, dp_size_, t.seed,
+                                               config_.data.shuffle);
+  VESCALE_CHECK(train_loader_->steps_per_epoch() >= 1, "data.train: ", train_data->size(), " tokens are too few for one ",
+                "batch of ", t.batch_size, " x ", t.seq_len, " on each of ", dp_size_, " data-parallel ranks");
+  const bool has_val = !config_.data.val.empty() || config_.data.train.empty();
+  if (has_val) {
+    auto val_data = std::make_shared<TokenDataset>(data_files(config_.data, "val"));
+    val_loader_ = std::make_unique<DataLoader>(val_data, t.batch_size, t.seq_len, dp_rank_, dp_size_, t.seed, false);
+    if (val_loader_->steps_per_epoch() < 1) val_loader_.reset();  // too small to evaluate on
+  }
+  flops_per_token_ = flops_per_token(config_.model, t.seq_len);
+  if (rank_ == 0 && !config_.log.metrics_jsonl.empty()) {
+    metrics_ = std::make_unique<std::ofstream>(config_.log.metrics_jsonl, std::ios::trunc);
+    VESCALE_CHECK(metrics_->good(), "log.metrics_jsonl: cannot write '", config_.log.metrics_jsonl, "'");
+  }
+  if (!config_.checkpoint.dir.empty())
+    log::warn("checkpoint.dir is set, but this version writes no checkpoints yet; training goes on without them");
+}
+
+Trainer::~Trainer() {
+  if (config_.train.activation_checkpointing) models::clear_all_forward_hooks();
+}
+
+int64_t Trainer::tokens_per_step() const {
+  const auto& t = config_.train;
+  return t.batch_size * t.seq_len * t.grad_accum * dp_size_;
+}
+
+at::Tensor Trainer::loss_of(const DataLoader::Batch& batch) {
+  const at::Device dev(device_);
+  const mesh::DeviceMesh* m = mesh_ ? &*mesh_ : nullptr;
+  at::Tensor inputs = to_model_input(batch.inputs.to(dev), m);
+  at::Tensor targets = to_model_input(batch.targets.to(dev), m);
+  at::Tensor logits;
+  const bool bf16 = config_.train.dtype == "bf16";
+  const at::DeviceType dt = dev.type();
+  if (bf16) {
+    at::autocast::set_autocast_dtype(dt, at::kBFloat16);
+    at::autocast::set_autocast_enabled(dt, true);
+  }
+  try {
+    logits = model_.forward(inputs);
+  } catch (...) {
+    if (bf16) at::autocast::set_autocast_enabled(dt, false), at::autocast::clear_cache();
+    throw;
+  }
+  if (bf16) at::autocast::set_autocast_enabled(dt, false), at::autocast::clear_cache();
+  // The loss in fp32 whatever the compute dtype.
+  at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+  if (model_.aux_loss) loss = loss + model_.aux_loss();
+  return loss;
+}
+
+StepMetrics Trainer::step(int64_t step) {
+  const auto& t = config_.train;
+  const auto start = std::chrono::steady_clock::now();
+  const double lr = optim::lr_at({t.lr, t.min_lr, t.warmup_steps, t.steps, t.decay}, step);
+  optimizer_->set_lr(lr);
+  model_.module->train();
+  at::Tensor loss_sum;
+  for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+    at::Tensor loss = loss_of(train_loader_->next());
+    (loss / static_cast<double>(t.grad_accum)).backward();
+    loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+  }
+  at::Tensor norm = optim::clip_grad_norm_(params_, t.grad_clip);
+  // The one host read per step: the loss and the norm, for the log and the NaN/inf stop.
+  StepMetrics m;
+  m.step = step + 1;
+  m.lr = lr;
+  m.loss = (loss_sum / static_cast<double>(t.grad_accum)).item<double>();
+  m.grad_norm = norm.item<double>();
+  VESCALE_CHECK(std::isfinite(m.loss), "step ", m.step, ": the loss is ", m.loss,
+                "; stopping before the update. Lower train.lr, raise train.warmup_steps, or check the data");
+  VESCALE_CHECK(std::isfinite(m.grad_norm), "step ", m.step, ": the gradient norm is ", m.grad_norm, " (loss ", m.loss,
+                "); stopping before the update. Lower train.lr or set train.grad_clip");
+  optimizer_->step();
+  optimizer_->zero_grad();
+  m.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  m.tokens_per_s = static_cast<double>(tokens_per_step()) / (m.step_ms / 1000.0);
+  if (t.peak_flops > 0)
+    m.mfu = flops_per_token_ * m.tokens_per_s / (t.peak_flops * static_cast<double>(world_size_));
+  return m;
+}
+
+double Trainer::evaluate() {
+  VESCALE_CHECK(val_loader_, "evaluate: no validation data (data.val names no files, or they hold less than a batch)");
+  c10::NoGradGuard no_grad;
+  model_.module->eval();
+  val_loader_->seek({});
+  const int64_t n = std::min(config_.train.eval_steps, val_loader_->steps_per_epoch());
+  at::Tensor sum;
+  for (int64_t i = 0; i < n; ++i) {
+    at::Tensor loss = loss_of(val_loader_->next());
+    sum = sum.defined() ? sum + loss : loss;
+  }
+  model_.module->train();
+  return (sum / static_cast<double>(n)).item<double>();
+}
+
+void Trainer::log_step(const StepMetrics& m) {
+  if (metrics_) {
+    nlohmann::ordered_json j{{"step", m.step},           {"loss", m.loss},
+                             {"lr", m.lr},               {"grad_norm", m.grad_norm},
+                             {"step_ms", m.step_ms},     {"tokens", m.step * tokens_per_step()},
+                             {"tokens_per_s", m.tokens_per_s}};
+    if (config_.train.peak_flops > 0) j["mfu"] = m.mfu;
+    if (m.val_loss) j["val_loss"] = *m.val_loss;
+    *metrics_ << j.dump() << '\n';
+    metrics_->flush();
+  }
+}
+
+std::vector<StepMetrics> Trainer::run() {
+  const auto& t = config_.train;
+  if (rank_ == 0) {
+    log::info("model " + config_.model.type + ": " + human(static_cast<double>(parameter_count(parameter_shapes(config_.model))), "") +
+              " parameters; " + std::to_string(tokens_per_step()) + " tokens per step (" + std::to_string(t.batch_size) + " x " +
+              std::to_string(t.seq_len) + " x " + std::to_string(t.grad_accum) + " accum x " + std::to_string(dp_size_) +
+              " dp); " + std::to_string(t.steps) + " steps, dtype " + t.dtype +
+              (t.activation_checkpointing ? ", activation checkpointing" : ""));
+  }
+  std::vector<StepMetrics> all;
+  double window_ms = 0;
+  int64_t window = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t s = 0; s < t.steps; ++s) {
+    StepMetrics m = step(s);
+    const bool last = s + 1 == t.steps;
+    if (val_loader_ && ((t.eval_every > 0 && m.step % t.eval_every == 0) || last)) m.val_loss = evaluate();
+    all.push_back(m);
+    if (rank_ == 0) log_step(m);
+    // Throughput over the steps since the last line (the first step, with its warm-up, is
+    // reported on its own).
+    window_ms += m.step_ms, ++window;
+    if (rank_ == 0 && (m.step % t.log_every == 0 || m.step == 1 || last)) {
+      const double ms = window_ms / static_cast<double>(window);
+      const double tok_s = static_cast<double>(tokens_per_step()) / (ms / 1000.0);
+      char line[512];
+      int n = std::snprintf(line, sizeof(line), "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s",
+                            static_cast<int>(std::to_string(t.steps).size()), static_cast<long long>(m.step),
+                            static_cast<long long>(t.steps), m.loss, m.lr, m.grad_norm, human(tok_s, "").c_str());
+      if (t.peak_flops > 0)
+        n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.2f%%",
+                           100.0 * flops_per_token_ * tok_s / (t.peak_flops * static_cast<double>(world_size_)));
+      n += std::snprintf(line + n, sizeof(line) - n, " | %.0f ms/step | ETA %s", ms,
+                         hms(ms / 1000.0 * static_cast<double>(t.steps - m.step)).c_str());
+      if (m.val_loss) std::snprintf(line + n, sizeof(line) - n, " | val loss %.4f", *m.val_loss);
+      log::info(line);
+      window_ms = 0, window = 0;
+    }
+  }
+  if (rank_ == 0) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    log::info("done: " + std::to_string(t.steps) + " steps in " + hms(secs) + "; loss " + std::to_string(all.front().loss) +
+              " -> " + std::to_string(all.back().loss) +
+              (all.back().val_loss ? ", val loss " + std::to_string(*all.back().val_loss) : std::string()));
+  }
+  return all;
+}
+
+// Dry run ------------------------------------------------------------------------------------
+
+std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
+  const ParamShapes shapes = parameter_shapes(config.model);
+  const int64_t total = parameter_count(shapes);
+  std::map<std::string, dtensor::Placements> placements;
+  std::string plan_line = "none (every parameter replicated)";
+  if (!config.parallel.plan.empty()) {
+    const auto plan = plan::Plan::from_json_file(config.parallel.plan);
+    placements = plan.resolve(mesh.names(), shapes);
+    plan_line = config.parallel.plan;
+  }
+  const auto& names = mesh.names();
+  const auto dp_it = std::find(names.begin(), names.end(), "dp");
+  const int64_t dp = dp_it == names.end() ? 1 : mesh.size("dp");
+  const int64_t zero = config.parallel.zero;
+  // The largest shard any rank holds: torch.chunk gives the first ranks ceil(n / k).
+  double params = 0, grads = 0, optim = 0;
+  for (const auto& [name, shape] : shapes) {
+    std::vector<int64_t> local = shape;
+    bool replicated_on_dp = true;
+    auto it = placements.find(name);
+    if (it != placements.end()) {
+      for (size_t i = 0; i < it->second.size(); ++i) {
+        const auto& p = it->second[i];
+        if (!p.is_shard()) continue;
+        const int64_t k = mesh.sizes()[i];
+        local[p.dim] = (local[p.dim] + k - 1) / k;
+        if (names[i] == "dp") replicated_on_dp = false;
+      }
+    }
+    double n = 1;
+    for (int64_t d : local) n *= static_cast<double>(d);
+    // ZeRO shards what is replicated over dp: stage 1 the optimizer state, 2 the grads, 3 the params.
+    const double zero_div = replicated_on_dp ? static_cast<double>(dp) : 1.0;
+    params += 4 * n / (zero >= 3 ? zero_div : 1.0);
+    grads += 4 * n / (zero >= 2 ? zero_div : 1.0);
+    optim += 8 * n / (zero >= 1 ? zero_div : 1.0);
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%.2fB", static_cast<double>(total) / 1e9);
+  std::string mesh_line;
+  for (size_t i = 0; i < names.size(); ++i)
+    mesh_line += (i ? ", " : "") + names[i] + "=" + std::to_string(mesh.sizes()[i]);
+  std::string out;
+  out += "model: " + config.model.type + ", " + buf + " parameters (" + std::to_string(total) + ")\n";
+  out += "mesh: " + mesh_line + " (" + std::to_string(mesh.numel()) + " ranks)\n";
+  out += "plan: " + plan_line + "; zero " + std::to_string(zero) + "\n";
+  out += "per rank (fp32 master weights, AdamW exp_avg + exp_avg_sq): params " + gib(params) + ", grads " + gib(grads) +
+         ", optimizer " + gib(optim) + ", total " + gib(params + grads + optim) + " (activations not counted)\n";
+  return out;
+}
+
+}  // namespace vescale::train
