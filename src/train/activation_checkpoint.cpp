@@ -58,7 +58,9 @@ struct Autocast {
 };
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
-  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<Replay> replay, variable_list inputs) {
+  // `inputs` as a TensorList: autograd counts each element as an input (a std::vector wouldn't be).
+  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<Replay> replay, at::TensorList input_list) {
+    const variable_list inputs = input_list.vec();
     replay->vescale_rng = random::get_state();
     replay->cpu_rng = cpu_rng_state();
     const Autocast ac = Autocast::current();
@@ -99,7 +101,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     set_cpu_rng_state(cpu_now);
     // Reentrant backward through the recomputed block: parameter grads accumulate as usual.
     if (out.requires_grad()) torch::autograd::backward({out}, {grad_outputs[0]});
-    variable_list grads;
+    variable_list grads{at::Tensor()};  // for the Replay argument
     for (size_t i = 0; i < inputs.size(); ++i)
       grads.push_back(replay->needs_grad[i] ? inputs[i].grad() : at::Tensor());
     return grads;
@@ -111,7 +113,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 at::Tensor checkpoint(const std::vector<at::Tensor>& inputs, const BlockForward& forward) {
   auto replay = c10::make_intrusive<Replay>();
   replay->forward = forward;
-  return CheckpointFunction::apply(std::move(replay), inputs)[0];
+  return CheckpointFunction::apply(std::move(replay), at::TensorList(inputs))[0];
 }
 
 int enable_activation_checkpointing(torch::nn::Module& root, const std::string& pattern) {

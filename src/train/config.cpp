@@ -471,6 +471,7 @@ void apply_override(json& cfg, const std::string& source, const std::string& kv)
       (*node)[part] = last ? value : json::object();
     } else if (last) {
       json& old = (*node)[part];
+      if (old.is_array() && value.is_string()) value = json::array({value});  // file lists: one file
       VESCALE_CHECK(std::string(value.type_name()) == old.type_name() || (value.is_number() && old.is_number()),
                     "--set ", key, ": the config has ", a_type(old) == "an integer" ? "a number" : a_type(old),
                     " there, not ", a_type(value), " ('", text, "')");

@@ -3,6 +3,9 @@
 #include <torch/nn/module.h>
 
 #include "gpt.h"
+#include "llama.h"
+#include "meta_device.h"
+#include "mixtral.h"
 #include "vescale/common/check.h"
 
 namespace vescale::train {
@@ -30,47 +33,38 @@ std::vector<std::string> split(const std::string& s) {
   return parts;
 }
 
-ParamShapes gpt_shapes(const GptConfig& c) {
-  const int64_t C = c.n_embd;
-  ParamShapes s{{"wte.weight", {c.vocab_size, C}}, {"wpe.weight", {c.n_positions, C}}};
-  for (int64_t i = 0; i < c.n_layer; ++i) {
-    const std::string h = "h." + std::to_string(i) + ".";
-    s.push_back({h + "ln_1.weight", {C}});
-    s.push_back({h + "ln_1.bias", {C}});
-    s.push_back({h + "attn.c_attn.weight", {3 * C, C}});
-    s.push_back({h + "attn.c_attn.bias", {3 * C}});
-    s.push_back({h + "attn.c_proj.weight", {C, C}});
-    s.push_back({h + "attn.c_proj.bias", {C}});
-    s.push_back({h + "ln_2.weight", {C}});
-    s.push_back({h + "ln_2.bias", {C}});
-    s.push_back({h + "mlp.c_fc.weight", {4 * C, C}});
-    s.push_back({h + "mlp.c_fc.bias", {4 * C}});
-    s.push_back({h + "mlp.c_proj.weight", {C, 4 * C}});
-    s.push_back({h + "mlp.c_proj.bias", {C}});
-  }
-  s.push_back({"ln_f.weight", {C}});
-  s.push_back({"ln_f.bias", {C}});
-  return s;
+models::LlamaOptions llama_options(const LlamaConfig& c) {
+  models::LlamaOptions o;
+  o.vocab_size = c.vocab_size;
+  o.dim = c.dim;
+  o.n_layers = c.n_layers;
+  o.n_heads = c.n_heads;
+  o.n_kv_heads = c.n_kv_heads;
+  o.ffn_dim = c.ffn_dim;
+  o.norm_eps = c.norm_eps;
+  o.rope_theta = c.rope_theta;
+  o.rope_scaling = {c.rope_scaling.factor, c.rope_scaling.low_freq_factor, c.rope_scaling.high_freq_factor,
+                    c.rope_scaling.original_max_position_embeddings};
+  o.max_seq_len = c.max_seq_len;
+  o.tie_embeddings = c.tie_embeddings;
+  return o;
 }
 
-// LLaMA's attention and norms; `ffn` adds a layer's feed-forward parameters.
-template <class C, class Ffn>
-ParamShapes llama_like_shapes(const C& c, Ffn&& ffn) {
-  const int64_t D = c.dim, hd = c.dim / c.n_heads;
-  ParamShapes s{{"tok_embeddings.weight", {c.vocab_size, D}}};
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string l = "layers." + std::to_string(i) + ".";
-    s.push_back({l + "attention_norm.weight", {D}});
-    s.push_back({l + "attention.wq.weight", {c.n_heads * hd, D}});
-    s.push_back({l + "attention.wk.weight", {c.n_kv_heads * hd, D}});
-    s.push_back({l + "attention.wv.weight", {c.n_kv_heads * hd, D}});
-    s.push_back({l + "attention.wo.weight", {D, c.n_heads * hd}});
-    s.push_back({l + "ffn_norm.weight", {D}});
-    ffn(s, l);
-  }
-  s.push_back({"norm.weight", {D}});
-  if (!c.tie_embeddings) s.push_back({"output.weight", {c.vocab_size, D}});
-  return s;
+models::MixtralOptions mixtral_options(const MixtralConfig& c) {
+  models::MixtralOptions o;
+  o.vocab_size = c.vocab_size;
+  o.dim = c.dim;
+  o.n_layers = c.n_layers;
+  o.n_heads = c.n_heads;
+  o.n_kv_heads = c.n_kv_heads;
+  o.ffn_dim = c.ffn_dim;
+  o.n_experts = c.n_experts;
+  o.top_k = c.top_k;
+  o.norm_eps = c.norm_eps;
+  o.rope_theta = c.rope_theta;
+  o.max_seq_len = c.max_seq_len;
+  o.tie_embeddings = c.tie_embeddings;
+  return o;
 }
 
 }  // namespace
@@ -84,22 +78,15 @@ bool component_match(const std::string& pattern, const std::string& fqn) {
 }
 
 ParamShapes parameter_shapes(const ModelConfig& config) {
-  if (config.type == "gpt") return gpt_shapes(config.gpt);
-  if (config.type == "llama") {
-    const auto& c = config.llama;
-    return llama_like_shapes(c, [&](ParamShapes& s, const std::string& l) {
-      s.push_back({l + "feed_forward.w1.weight", {c.ffn_dim, c.dim}});
-      s.push_back({l + "feed_forward.w2.weight", {c.dim, c.ffn_dim}});
-      s.push_back({l + "feed_forward.w3.weight", {c.ffn_dim, c.dim}});
-    });
+  // Built on the meta device: the real module's names and shapes, and no memory.
+  Model m;
+  {
+    models::MetaDeviceScope meta;
+    m = build_model(config);
   }
-  const auto& c = config.mixtral;
-  return llama_like_shapes(c, [&](ParamShapes& s, const std::string& l) {
-    s.push_back({l + "feed_forward.router.weight", {c.n_experts, c.dim}});
-    s.push_back({l + "feed_forward.w1", {c.n_experts, c.ffn_dim, c.dim}});
-    s.push_back({l + "feed_forward.w2", {c.n_experts, c.dim, c.ffn_dim}});
-    s.push_back({l + "feed_forward.w3", {c.n_experts, c.ffn_dim, c.dim}});
-  });
+  ParamShapes shapes;
+  for (const auto& item : m.module->named_parameters()) shapes.emplace_back(item.key(), item.value().sizes().vec());
+  return shapes;
 }
 
 int64_t parameter_count(const ParamShapes& shapes) {
@@ -113,28 +100,23 @@ int64_t parameter_count(const ParamShapes& shapes) {
 }
 
 double flops_per_token(const ModelConfig& config, int64_t seq_len) {
+  // Tables used only by lookup do no multiplies: GPT's positions, and the token embedding unless
+  // it is tied to the head (GPT's wte always is).
+  const bool tied = config.type == "llama" ? config.llama.tie_embeddings
+                                           : config.type == "mixtral" && config.mixtral.tie_embeddings;
   double matmul = 0;
-  int64_t layers = 0, dim = 0;
   for (const auto& [name, shape] : parameter_shapes(config)) {
-    if (shape.size() < 2) continue;                                      // norms and biases: no matmul
-    if (name == "wpe.weight" || name == "tok_embeddings.weight") continue;  // lookups only
+    if (shape.size() < 2) continue;  // norms and biases
+    if (name == "wpe.weight" || (name == "tok_embeddings.weight" && !tied)) continue;
     double k = 1;
     for (int64_t d : shape) k *= static_cast<double>(d);
-    if (config.type == "mixtral" && shape.size() == 3)                   // only top_k experts run
+    if (config.type == "mixtral" && shape.size() == 3)  // stacked experts: only top_k of them run
       k *= static_cast<double>(config.mixtral.top_k) / static_cast<double>(config.mixtral.n_experts);
     matmul += k;
   }
-  if (config.type == "gpt") {
-    layers = config.gpt.n_layer, dim = config.gpt.n_embd;
-    // The tied head multiplies with wte, which the lookup skip above left out.
-    matmul += static_cast<double>(config.gpt.vocab_size * config.gpt.n_embd);
-  } else if (config.type == "llama") {
-    layers = config.llama.n_layers, dim = config.llama.dim;
-    if (config.llama.tie_embeddings) matmul += static_cast<double>(config.llama.vocab_size * dim);
-  } else {
-    layers = config.mixtral.n_layers, dim = config.mixtral.dim;
-    if (config.mixtral.tie_embeddings) matmul += static_cast<double>(config.mixtral.vocab_size * dim);
-  }
+  int64_t layers = config.gpt.n_layer, dim = config.gpt.n_embd;
+  if (config.type == "llama") layers = config.llama.n_layers, dim = config.llama.dim;
+  if (config.type == "mixtral") layers = config.mixtral.n_layers, dim = config.mixtral.dim;
   return 6.0 * matmul + 12.0 * static_cast<double>(layers * dim * seq_len);
 }
 
@@ -145,10 +127,22 @@ Model build_model(const ModelConfig& config) {
     m.module = gpt.ptr();
     m.forward = [impl = gpt.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
     m.block_pattern = "h.*";
-    return m;
+  } else if (config.type == "llama") {
+    auto llama = models::Llama(llama_options(config.llama));
+    m.module = llama.ptr();
+    m.forward = [impl = llama.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
+    m.block_pattern = "layers.*";
+  } else if (config.type == "mixtral") {
+    auto mixtral = models::Mixtral(mixtral_options(config.mixtral));
+    m.module = mixtral.ptr();
+    m.forward = [impl = mixtral.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
+    if (config.mixtral.aux_loss_coef > 0)
+      m.aux_loss = [impl = mixtral.ptr(), coef = config.mixtral.aux_loss_coef] { return impl->aux_loss() * coef; };
+    m.block_pattern = "layers.*";
+  } else {
+    VESCALE_FAIL("model.type '", config.type, "' is not one of gpt, llama, mixtral");
   }
-  VESCALE_FAIL("model.type '", config.type, "': this build has no ", config.type,
-               " model yet (models/ lands it); use model.type gpt, or --dry-run for parameter counts");
+  return m;
 }
 
 }  // namespace vescale::train

@@ -130,6 +130,10 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
   torch::manual_seed(t.seed);
   random::manual_seed(t.seed);
 
+  VESCALE_CHECK(!(t.activation_checkpointing && config_.model.type == "mixtral" && config_.model.mixtral.aux_loss_coef > 0),
+                "train.activation_checkpointing: Mixtral's load-balancing loss reads the router logits of the ",
+                "forward, which a checkpointed block runs without autograd; set model.aux_loss_coef=0 or turn ",
+                "checkpointing off");
   model_ = build_model(config_.model);
   if (device_ != "cpu") model_.module->to(at::Device(device_));
   if (mesh_) parallelize_model(model_, config_, *mesh_);
@@ -306,22 +310,17 @@ std::vector<StepMetrics> Trainer::run() {
 
 // Dry run ------------------------------------------------------------------------------------
 
-std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
+MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh) {
   const ParamShapes shapes = parameter_shapes(config.model);
-  const int64_t total = parameter_count(shapes);
   std::map<std::string, dtensor::Placements> placements;
-  std::string plan_line = "none (every parameter replicated)";
-  if (!config.parallel.plan.empty()) {
-    const auto plan = plan::Plan::from_json_file(config.parallel.plan);
-    placements = plan.resolve(mesh.names(), shapes);
-    plan_line = config.parallel.plan;
-  }
+  if (!config.parallel.plan.empty())
+    placements = plan::Plan::from_json_file(config.parallel.plan).resolve(mesh.names(), shapes);
   const auto& names = mesh.names();
-  const auto dp_it = std::find(names.begin(), names.end(), "dp");
-  const int64_t dp = dp_it == names.end() ? 1 : mesh.size("dp");
+  const bool has_dp = std::find(names.begin(), names.end(), "dp") != names.end();
+  const double dp = has_dp ? static_cast<double>(mesh.size("dp")) : 1.0;
   const int64_t zero = config.parallel.zero;
-  // The largest shard any rank holds: torch.chunk gives the first ranks ceil(n / k).
-  double params = 0, grads = 0, optim = 0;
+  MemoryEstimate m;
+  m.parameters = parameter_count(shapes);
   for (const auto& [name, shape] : shapes) {
     std::vector<int64_t> local = shape;
     bool replicated_on_dp = true;
@@ -337,23 +336,30 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
     }
     double n = 1;
     for (int64_t d : local) n *= static_cast<double>(d);
-    // ZeRO shards what is replicated over dp: stage 1 the optimizer state, 2 the grads, 3 the params.
-    const double zero_div = replicated_on_dp ? static_cast<double>(dp) : 1.0;
-    params += 4 * n / (zero >= 3 ? zero_div : 1.0);
-    grads += 4 * n / (zero >= 2 ? zero_div : 1.0);
-    optim += 8 * n / (zero >= 1 ? zero_div : 1.0);
+    const double zdiv = replicated_on_dp ? dp : 1.0;
+    m.param_bytes += 4 * n / (zero >= 3 ? zdiv : 1.0);
+    m.grad_bytes += 4 * n / (zero >= 2 ? zdiv : 1.0);
+    m.optimizer_bytes += 8 * n / (zero >= 1 ? zdiv : 1.0);
   }
-  char buf[256];
-  std::snprintf(buf, sizeof(buf), "%.2fB", static_cast<double>(total) / 1e9);
+  return m;
+}
+
+std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
+  const MemoryEstimate m = memory_per_rank(config, mesh);
+  const auto& names = mesh.names();
+  char count[64];
+  std::snprintf(count, sizeof(count), "%.2fB", static_cast<double>(m.parameters) / 1e9);
   std::string mesh_line;
   for (size_t i = 0; i < names.size(); ++i)
     mesh_line += (i ? ", " : "") + names[i] + "=" + std::to_string(mesh.sizes()[i]);
   std::string out;
-  out += "model: " + config.model.type + ", " + buf + " parameters (" + std::to_string(total) + ")\n";
+  out += "model: " + config.model.type + ", " + count + " parameters (" + std::to_string(m.parameters) + ")\n";
   out += "mesh: " + mesh_line + " (" + std::to_string(mesh.numel()) + " ranks)\n";
-  out += "plan: " + plan_line + "; zero " + std::to_string(zero) + "\n";
-  out += "per rank (fp32 master weights, AdamW exp_avg + exp_avg_sq): params " + gib(params) + ", grads " + gib(grads) +
-         ", optimizer " + gib(optim) + ", total " + gib(params + grads + optim) + " (activations not counted)\n";
+  out += "plan: " + (config.parallel.plan.empty() ? std::string("none (every parameter replicated)") : config.parallel.plan) +
+         "; zero " + std::to_string(config.parallel.zero) + "\n";
+  out += "per rank (fp32 master weights, AdamW exp_avg + exp_avg_sq): params " + gib(m.param_bytes) + ", grads " +
+         gib(m.grad_bytes) + ", optimizer " + gib(m.optimizer_bytes) + ", total " +
+         gib(m.param_bytes + m.grad_bytes + m.optimizer_bytes) + " (activations not counted)\n";
   return out;
 }
 

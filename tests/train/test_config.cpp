@@ -118,6 +118,8 @@ TEST_CASE("--set overrides any field, with the same checks", "[config]") {
   CHECK(c.model.gpt.n_layer == 2);  // absent from the file: the schema still knows it
   CHECK(c.data.train == std::vector<std::string>{"a.bin"});
   CHECK(c.log.level == "debug");
+  c = Config::from_json(R"({"data": {"train": ["x.bin", "y.bin"]}})", "t.json", {"data.train=z_*.bin"});
+  CHECK(c.data.train == std::vector<std::string>{"z_*.bin"});  // one pattern replaces the list
   c = Config::from_json(text, "t.json", {"parallel.mesh={\"dp\":1,\"pp\":4}"});
   CHECK(c.parallel.mesh == std::vector<std::pair<std::string, int64_t>>{{"dp", 1}, {"pp", 4}});
 

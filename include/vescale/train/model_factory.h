@@ -1,6 +1,6 @@
-// Models from the config: build one (models::GPT, ...), or describe one without building it
-// (parameter names and shapes computed from the options, for dry runs of models far larger
-// than this machine's memory).
+// Models from the config: build one (models::GPT, Llama, Mixtral), or describe one without
+// memory (built on the meta device: real names and shapes, no storage), for dry runs of models
+// far larger than this machine.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -35,7 +35,7 @@ struct Model {
 // Builds and initializes the model on the CPU (init uses libtorch's generator, so seed it).
 Model build_model(const ModelConfig& config);
 
-// Every parameter's name and shape, in the model's named_parameters() order, from the options.
+// Every parameter's name and shape, in named_parameters() order, from a meta-device build.
 ParamShapes parameter_shapes(const ModelConfig& config);
 int64_t parameter_count(const ParamShapes& shapes);
 
