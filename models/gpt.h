@@ -24,6 +24,7 @@ struct GPTOptions {
   int64_t n_layer = 12;
   int64_t n_head = 12;
   double dropout = 0.0;
+  bool bias = true;  // biases in the Linears (GPT-2); nanoGPT's bias=False drops them
   double layer_norm_eps = 1e-5;
 };
 

@@ -11,73 +11,70 @@ namespace vescale::dtensor {
 
 namespace {
 const c10::Device kDTensorDevice(c10::DeviceType::PrivateUse1, 0);
+
+// Only construction needs a subclass: the storage-throw flag and the sizes are protected.
+// Everything after that is plain TensorImpl behaviour (copies keep the BackendMeta).
+class DTensorImplInit : public c10::TensorImpl {
+ public:
+  DTensorImplInit(const at::Tensor& local, const DTensorSpec& spec)
+      : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), local.dtype(), kDTensorDevice) {
+    // No storage of its own: anything that reaches for it is a bug in a rule.
+    set_storage_access_should_throw();
+    // Global sizes with contiguous strides: autograd (AccumulateGrad, validate_outputs) reads them.
+    sizes_and_strides_.set_sizes(spec.shape);
+    sizes_and_strides_.set_strides(c10::contiguous_strides(spec.shape));
+    refresh_numel();
+    refresh_contiguous();
+  }
+
+ private:
+  const char* tensorimpl_type_name() const override { return "DTensorImpl"; }
+};
 }  // namespace
 
-DTensorImpl::DTensorImpl(at::Tensor local, std::shared_ptr<const DTensorSpec> spec)
-    : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), local.dtype(), kDTensorDevice),
-      local_(std::move(local)),
-      spec_(std::move(spec)) {
-  // The wrapper has no storage of its own: anything that reaches for it is a bug in a rule.
-  set_storage_access_should_throw();
-  refresh_metadata();
-}
-
-void DTensorImpl::refresh_metadata() {
-  // Global sizes with contiguous strides: autograd (AccumulateGrad, validate_outputs) reads them.
-  sizes_and_strides_.set_sizes(spec_->shape);
-  sizes_and_strides_.set_strides(c10::contiguous_strides(spec_->shape));
-  data_type_ = local_.dtype();
-  refresh_numel();
-  refresh_contiguous();
-}
-
-void DTensorImpl::reset(at::Tensor local, std::shared_ptr<const DTensorSpec> spec) {
+void DTensorMeta::reset(at::Tensor local, std::shared_ptr<const DTensorSpec> spec) {
+  VESCALE_CHECK(spec->shape == spec_->shape && local.dtype() == local_.dtype(),
+                "DTensor: an in-place op may change placements, not the global shape or dtype");
   local_ = std::move(local);
   spec_ = std::move(spec);
-  refresh_metadata();
 }
 
-c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(const c10::VariableVersion& version_counter,
-                                                                         bool allow_tensor_metadata_change) const {
-  auto impl = c10::make_intrusive<DTensorImpl>(local_, spec_);
-  copy_tensor_metadata(this, impl.get(), version_counter, allow_tensor_metadata_change);
-  impl->refresh_metadata();
-  return impl;
-}
-
-c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(c10::VariableVersion&& version_counter,
-                                                                         bool allow_tensor_metadata_change) const {
-  auto impl = c10::make_intrusive<DTensorImpl>(local_, spec_);
-  copy_tensor_metadata(this, impl.get(), std::move(version_counter), allow_tensor_metadata_change);
-  impl->refresh_metadata();
-  return impl;
-}
-
-void DTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) {
-  auto* src = dynamic_cast<DTensorImpl*>(impl.get());
-  VESCALE_CHECK(src, "DTensor: cannot copy a plain tensor's metadata into a DTensor (.data = plain?); "
-                     "use distribute_tensor or from_local");
-  copy_tensor_metadata(src, this, version_counter(), allow_tensor_metadata_change());
-  local_ = src->local_;
-  spec_ = src->spec_;
-  refresh_metadata();
+c10::intrusive_ptr<c10::BackendMeta> DTensorMeta::clone(const c10::intrusive_ptr<c10::BackendMeta>&) const {
+  return c10::make_intrusive<DTensorMeta>(local_, spec_);
 }
 
 at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spec) {
   ensure_backend_registered();
   VESCALE_CHECK(!is_dtensor(local), "DTensor: the local shard is itself a DTensor");
-  return at::detail::make_tensor<DTensorImpl>(std::move(local), std::move(spec));
+  at::Tensor t = at::detail::make_tensor<DTensorImplInit>(local, *spec);
+  t.unsafeGetTensorImpl()->set_backend_meta(c10::make_intrusive<DTensorMeta>(std::move(local), std::move(spec)));
+  return t;
 }
 
 at::Tensor make_dtensor(at::Tensor local, DTensorSpec spec) {
   return make_dtensor(std::move(local), std::make_shared<const DTensorSpec>(std::move(spec)));
 }
 
-DTensorImpl* dtensor_impl(const at::Tensor& t) { return static_cast<DTensorImpl*>(t.unsafeGetTensorImpl()); }
+DTensorMeta* dtensor_impl(const at::Tensor& t) {
+  return static_cast<DTensorMeta*>(t.unsafeGetTensorImpl()->get_backend_meta());
+}
 
 bool is_dtensor(const at::Tensor& t) {
   return t.defined() && t.key_set().has(c10::DispatchKey::PrivateUse1) &&
-         dynamic_cast<DTensorImpl*>(t.unsafeGetTensorImpl()) != nullptr;
+         dynamic_cast<DTensorMeta*>(t.unsafeGetTensorImpl()->get_backend_meta()) != nullptr;
+}
+
+void become_dtensor(const at::Tensor& t, const at::Tensor& dtensor) {
+  VESCALE_CHECK(t.defined() && !is_dtensor(t), "become_dtensor: expected a plain tensor");
+  VESCALE_CHECK(is_dtensor(dtensor), "become_dtensor: the source is not a DTensor");
+  VESCALE_CHECK(!t.grad().defined(), "become_dtensor: the tensor already has a gradient; convert parameters "
+                                     "before the first backward");
+  VESCALE_CHECK(t.dtype() == dtensor.dtype() && t.sizes().equals(dtensor.sizes()),
+                "become_dtensor: shape or dtype differ (", t.sizes(), " ", t.dtype(), " vs ", dtensor.sizes(), " ",
+                dtensor.dtype(), ")");
+  // What Tensor::set_data does, minus its check that both are dense CPU/CUDA tensors: the
+  // impl takes the DTensor's keys, sizes, device and meta; every handle to it sees a DTensor.
+  t.unsafeGetTensorImpl()->shallow_copy_from(dtensor.getIntrusivePtr());
 }
 
 const DTensorSpec& spec_of(const at::Tensor& t) {

@@ -1,4 +1,9 @@
-// Internal: the TensorImpl behind a DTensor, on the PrivateUse1 dispatch key (docs/dtensor.md).
+// Internal: how a DTensor is represented (docs/dtensor.md). The TensorImpl is an ordinary
+// storage-less TensorImpl on the PrivateUse1 key with the global sizes; the local shard and the
+// spec ride in its BackendMeta (DTensorMeta), the slot libtorch gives private-use backends.
+// Because the state lives there and not in a TensorImpl subclass, an existing tensor can
+// *become* a DTensor in place (become_dtensor): that is how parallelize() turns a module's
+// parameters into DTensors while the module's own members keep pointing at them.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorImpl.h>
@@ -9,27 +14,23 @@
 
 namespace vescale::dtensor {
 
-class DTensorImpl : public c10::TensorImpl {
+class DTensorMeta : public c10::BackendMeta {
  public:
-  DTensorImpl(at::Tensor local, std::shared_ptr<const DTensorSpec> spec);
+  DTensorMeta(at::Tensor local, std::shared_ptr<const DTensorSpec> spec)
+      : local_(std::move(local)), spec_(std::move(spec)) {}
 
   const at::Tensor& local() const { return local_; }
   const DTensorSpec& spec() const { return *spec_; }
   const std::shared_ptr<const DTensorSpec>& spec_ptr() const { return spec_; }
-  // In-place ops that resize or re-point the local shard (set_, resize_) update both.
+  // In-place ops that re-point the local shard (a placement change of self) update both;
+  // the global shape stays.
   void reset(at::Tensor local, std::shared_ptr<const DTensorSpec> spec);
 
-  // Autograd and detach copy TensorImpls through these; the copy must stay a DTensor.
-  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(const c10::VariableVersion& version_counter,
-                                                              bool allow_tensor_metadata_change) const override;
-  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(c10::VariableVersion&& version_counter,
-                                                              bool allow_tensor_metadata_change) const override;
-  void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override;
+  // detach() and autograd copy TensorImpls with their metadata; the copy gets its own meta
+  // over the same local shard, as a detached plain tensor shares storage.
+  c10::intrusive_ptr<c10::BackendMeta> clone(const c10::intrusive_ptr<c10::BackendMeta>& self) const override;
 
  private:
-  const char* tensorimpl_type_name() const override { return "DTensorImpl"; }
-  void refresh_metadata();
-
   at::Tensor local_;
   std::shared_ptr<const DTensorSpec> spec_;
 };
@@ -42,8 +43,8 @@ void ensure_backend_registered();
 at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spec);
 at::Tensor make_dtensor(at::Tensor local, DTensorSpec spec);
 
-// Unchecked accessors for code that already knows `t` is a DTensor.
-DTensorImpl* dtensor_impl(const at::Tensor& t);
+// Unchecked accessor for code that already knows `t` is a DTensor.
+DTensorMeta* dtensor_impl(const at::Tensor& t);
 
 // The mesh used for factory calls with no DTensor input; throws if none was set.
 const mesh::DeviceMesh& default_mesh();

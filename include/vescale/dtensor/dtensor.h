@@ -29,6 +29,12 @@ at::Tensor distribute_tensor(const at::Tensor& full, const mesh::DeviceMesh& mes
 at::Tensor from_local(const at::Tensor& local, const mesh::DeviceMesh& mesh, Placements placements,
                       std::optional<std::vector<int64_t>> shape = std::nullopt);
 
+// Turns the plain tensor `t` itself into the DTensor `dtensor` (same global shape and dtype):
+// every handle to t's TensorImpl (a module's `weight` member, its parameter dict) then sees
+// the DTensor, and t keeps its autograd identity (leaf, requires_grad). parallelize() uses
+// it on parameters, which must not have a gradient yet.
+void become_dtensor(const at::Tensor& t, const at::Tensor& dtensor);
+
 // This rank's shard as a plain tensor. Differentiable.
 at::Tensor to_local(const at::Tensor& dtensor);
 
