@@ -68,8 +68,10 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
   auto assigned = top_e.reshape({-1});
   auto order = std::get<1>(assigned.sort(/*stable=*/std::optional<bool>(true), /*dim=*/0));
   auto token = order.div(top_k, "floor");
-  auto counts_t = at::bincount(assigned, {}, n_experts).cpu();
-  std::vector<int64_t> counts(counts_t.data_ptr<int64_t>(), counts_t.data_ptr<int64_t>() + n_experts);
+  // Read through item(), not a raw pointer, so tensors without host storage work too.
+  auto counts_t = at::bincount(assigned, {}, n_experts);
+  std::vector<int64_t> counts(n_experts);
+  for (int64_t e = 0; e < n_experts; ++e) counts[e] = counts_t[e].item<int64_t>();
   auto y = call(experts, flat.index_select(0, token), counts);
   y = y * weights.reshape({-1}).index_select(0, order).unsqueeze(-1);
   return at::zeros_like(flat).index_add(0, token, y).view(x.sizes());

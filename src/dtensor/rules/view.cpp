@@ -172,6 +172,32 @@ Strategy cat(const OpCall& call) {
   return st;
 }
 
+// select_backward(grad, input_sizes, dim, index): the grad written into zeros at `index`.
+// Linear in grad, so Partial stays Partial; grad's dim d lands at d, or d + 1 past `dim`.
+Strategy select_backward(const OpCall& call) {
+  const auto& g = call.specs[0];
+  const auto sizes = call.arg(1).toIntVector();
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  const int64_t dim = (call.arg(2).toInt() % rank + rank) % rank;
+  Strategy st;
+  st.inputs = {g.placements};
+  Placements out = g.placements;
+  for (auto& p : out)
+    if (p.is_shard() && p.dim >= dim) p = Placement::shard(p.dim + 1);
+  st.outputs = {out};
+  st.output_shapes = {sizes};
+  st.local_fn = [dim](torch::jit::Stack& stack) {
+    const int64_t n = static_cast<int64_t>(stack.size());
+    at::Tensor grad = stack[n - 4].toTensor();
+    auto local = grad.sizes().vec();
+    local.insert(local.begin() + dim, stack[n - 3].toIntVector()[dim]);
+    const int64_t index = stack[n - 1].toInt();
+    stack.resize(n - 4);
+    stack.emplace_back(at::select_backward(grad, local, dim, index));
+  };
+  return st;
+}
+
 }  // namespace
 
 void register_view_rules() {
@@ -192,6 +218,7 @@ void register_view_rules() {
   register_rule("aten::_unsafe_view", view);
   register_rule("aten::reshape", view);
   register_rule("aten::cat", cat);
+  register_rule("aten::select_backward", select_backward);
 }
 
 }  // namespace vescale::dtensor
