@@ -126,16 +126,19 @@ Model build_model(const ModelConfig& config) {
     auto gpt = models::GPT(gpt_options(config.gpt));
     m.module = gpt.ptr();
     m.forward = [impl = gpt.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
+    m.init = [impl = gpt.ptr()] { impl->init_weights(); };
     m.block_pattern = "h.*";
   } else if (config.type == "llama") {
     auto llama = models::Llama(llama_options(config.llama));
     m.module = llama.ptr();
     m.forward = [impl = llama.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
+    m.init = [impl = llama.ptr()] { impl->init_weights(); };
     m.block_pattern = "layers.*";
   } else if (config.type == "mixtral") {
     auto mixtral = models::Mixtral(mixtral_options(config.mixtral));
     m.module = mixtral.ptr();
     m.forward = [impl = mixtral.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
+    m.init = [impl = mixtral.ptr()] { impl->init_weights(); };
     if (config.mixtral.aux_loss_coef > 0)
       m.aux_loss = [impl = mixtral.ptr(), coef = config.mixtral.aux_loss_coef] { return impl->aux_loss() * coef; };
     m.block_pattern = "layers.*";

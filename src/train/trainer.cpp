@@ -22,6 +22,9 @@
 #include "vescale/dist/world.h"
 #include "vescale/optim/clip_grad.h"
 #include "vescale/optim/lr_schedule.h"
+#include "vescale/ddp/grad_reduce.h"
+#include "vescale/dtensor/dtensor.h"
+#include "vescale/plan/parallelize.h"
 #include "vescale/plan/plan.h"
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
@@ -30,24 +33,36 @@
 namespace vescale::train {
 namespace {
 
-// ===================================================================================
-// PARALLELIZE HOOKS: the two places where the trainer meets parallelize(). Everything else
-// in this file is plain aten code that works unchanged on DTensors.
+// Where the trainer meets parallelize(). Everything else in this file is plain aten code that
+// works unchanged on DTensors.
 //
-// parallelize_model: called once, after the model is built and moved to its device, before
-// the optimizer sees the parameters. Meant to turn parameters into DTensors under the config's
-// plan and mesh and to install the per-parameter gradient reduction over the data-parallel
-// dims. Today it does nothing: every rank holds the whole model as plain tensors, so with a
-// dp dim > 1 the replicas train apart (no gradient reduction yet).
+// The parameters become DTensors under the config's plan (every parameter replicated without
+// one) and the model's own init reruns on them through the Philox RNG, so the initial weights
+// are bitwise the same for every mesh, world size and plan.
 void parallelize_model(Model& model, const Config& config, const mesh::DeviceMesh& mesh) {
-  (void)model, (void)config, (void)mesh;
+  plan::Plan plan(mesh.dim_names());
+  if (config.parallel.plan.empty()) {
+    plan.shard("*", dtensor::Placements(mesh.ndim(), dtensor::Replicate()));
+  } else {
+    plan = plan::Plan::from_json_file(config.parallel.plan);
+  }
+  plan::parallelize(*model.module, plan, mesh, {.init = model.init});
 }
 
-// to_model_input: this rank's [batch, seq_len] token block (inputs or targets) becomes what the
-// model's forward and the loss take, e.g. a DTensor sharded over dp. Today: the local tensor.
+// This rank's [batch, seq_len] token block is its part of the global batch: rows split over
+// the data-parallel dim (the loader already gave each dp rank its own rows), replicated over
+// the others.
 at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh) {
-  (void)mesh;
-  return local_tokens;
+  if (mesh == nullptr) return local_tokens;
+  dtensor::Placements placements(mesh->ndim(), dtensor::Replicate());
+  auto global = local_tokens.sizes().vec();
+  const auto& names = mesh->dim_names();
+  for (size_t d = 0; d < names.size(); ++d) {
+    if (names[d] != "dp") continue;
+    placements[d] = dtensor::Shard(0);
+    global[0] *= mesh->size("dp");
+  }
+  return dtensor::from_local(local_tokens, *mesh, placements, global);
 }
 // ===================================================================================
 
@@ -212,6 +227,9 @@ StepMetrics Trainer::step(int64_t step) {
     (loss / static_cast<double>(t.grad_accum)).backward();
     loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
   }
+  // Gradients with other placements than their parameters (Partial over dp, or over tp for
+  // replicated weights fed sequence shards) are reduced: one collective per parameter.
+  if (mesh_) ddp::reduce_gradients(*model_.module);
   at::Tensor norm = optim::clip_grad_norm_(params_, t.grad_clip);
   // The one host read per step: the loss and the norm, for the log and the NaN/inf stop.
   StepMetrics m;

@@ -85,3 +85,49 @@ TEST_CASE("vescale-train names config errors", "[train_app]") {
   CHECK(r.code == 1);
   CHECK_THAT(r.out, Contains("data.train: '/no/such_*.bin' matches no file"));
 }
+
+namespace {
+std::vector<double> losses_of(const std::string& jsonl) {
+  std::ifstream f(jsonl);
+  std::vector<double> out;
+  for (std::string line; std::getline(f, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  std::remove(jsonl.c_str());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("vescale-train applies the config's plan on any mesh and trains like world 1", "[train_app]") {
+  // The same global batch (4 sequences) everywhere: dp ranks take 4 / dp each.
+  const std::string common = " --config " + CONFIGS + "llama_tiny.json --set train.steps=8 --set train.seq_len=64 " +
+                             "--set train.warmup_steps=2 --set train.log_every=4 ";
+  struct Run {
+    int ranks;
+    std::string mesh, plan;
+    int batch;
+  };
+  const std::vector<Run> runs = {{1, R"({"dp":1})", "", 4},
+                                 {2, R"({"tp":2})", "plans/llama_tp.json", 4},
+                                 {2, R"({"tp":2})", "plans/llama_tp_sp.json", 4},
+                                 {4, R"({"tp":4})", "plans/llama_tp.json", 4},
+                                 {4, R"({"dp":2,"tp":2})", "plans/llama_dp_tp.json", 2}};
+  std::vector<double> reference;
+  for (const auto& r : runs) {
+    const std::string jsonl = "/tmp/vescale_plans." + std::to_string(::getpid()) + ".jsonl";
+    auto res = run(TRAIN + common + "--nproc-per-node " + std::to_string(r.ranks) + " --set 'parallel.mesh=" + r.mesh +
+                   "' --set 'parallel.plan=\"" + r.plan + "\"' --set train.batch_size=" + std::to_string(r.batch) +
+                   " --set log.metrics_jsonl=" + jsonl);
+    INFO(r.mesh << " " << r.plan << "\n" << res.out);
+    REQUIRE(res.code == 0);
+    auto losses = losses_of(jsonl);
+    REQUIRE(losses.size() == 8);
+    if (reference.empty()) {
+      reference = losses;
+      CHECK(losses.back() < losses.front());
+      continue;
+    }
+    for (size_t i = 0; i < losses.size(); ++i) {
+      INFO("step " << i + 1 << ": " << losses[i] << " vs world 1 " << reference[i]);
+      CHECK(std::abs(losses[i] - reference[i]) <= 1e-5 * std::abs(reference[i]));
+    }
+  }
+}

@@ -25,6 +25,9 @@ struct Model {
   std::shared_ptr<torch::nn::Module> module;
   // tokens [B, T] (int64) -> logits [B, T, vocab]
   std::function<at::Tensor(const at::Tensor&)> forward;
+  // Reruns the model's own initialisation in place (after parallelize made the parameters
+  // DTensors, it goes through the consistent RNG).
+  std::function<void()> init;
   // A loss term the model adds (Mixtral's load balancing), or an empty function.
   std::function<at::Tensor()> aux_loss;
   // The transformer blocks, as module FQN patterns with '*' matching one name component

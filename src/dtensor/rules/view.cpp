@@ -198,6 +198,32 @@ Strategy select_backward(const OpCall& call) {
   return st;
 }
 
+// slice_backward(grad, input_sizes, dim, start, end, step): the grad written into zeros at the
+// slice. Linear in grad; a shard along `dim` itself is gathered, other dims stay put.
+Strategy slice_backward(const OpCall& call) {
+  const auto& g = call.specs[0];
+  const auto sizes = call.arg(1).toIntVector();
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  const int64_t dim = (call.arg(2).toInt() % rank + rank) % rank;
+  Strategy st;
+  Placements in = g.placements;
+  for (auto& p : in)
+    if (p.is_shard(dim)) p = Placement::replicate();
+  st.inputs = {in};
+  st.outputs = {in};
+  st.output_shapes = {sizes};
+  st.local_fn = [dim](torch::jit::Stack& stack) {
+    const int64_t n = static_cast<int64_t>(stack.size());
+    at::Tensor grad = stack[n - 6].toTensor();
+    auto local = grad.sizes().vec();
+    local[dim] = stack[n - 5].toIntVector()[dim];
+    const int64_t start = stack[n - 3].toInt(), end = stack[n - 2].toInt(), step = stack[n - 1].toInt();
+    stack.resize(n - 6);
+    stack.emplace_back(at::slice_backward(grad, local, dim, start, end, step));
+  };
+  return st;
+}
+
 }  // namespace
 
 void register_view_rules() {
@@ -219,6 +245,7 @@ void register_view_rules() {
   register_rule("aten::reshape", view);
   register_rule("aten::cat", cat);
   register_rule("aten::select_backward", select_backward);
+  register_rule("aten::slice_backward", slice_backward);
 }
 
 }  // namespace vescale::dtensor
