@@ -6,6 +6,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -58,6 +59,34 @@ struct KeyHash {
 // Per thread: backward runs on the autograd engine's thread, forward on the caller's.
 thread_local std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan>, KeyHash> t_cache;
 
+// Static eager (DESIGN §3): each thread records the plans of a step's calls in order; later
+// steps replay them by position. A replayed call checks only that it is the same op with the
+// same input specs (pointer-equal in the steady state) and the same other arguments, then uses
+// the recorded plan: no key of the tensor specs, no hashing, no lookup. Any difference falls
+// back to eager from that position on and records anew.
+struct TapeEntry {
+  const c10::FunctionSchema* schema;
+  std::vector<std::shared_ptr<const DTensorSpec>> specs;  // per input; null for a plain tensor
+  std::vector<int64_t> arg_key;                           // the non-tensor arguments
+  std::shared_ptr<const Plan> plan;
+};
+struct Tape {
+  int64_t step = -1;  // the global step this thread's cursor belongs to
+  size_t cursor = 0;
+  std::vector<TapeEntry> entries;
+};
+std::atomic<bool> g_static_eager{false};
+std::atomic<int64_t> g_step{0};
+std::atomic<int64_t> g_replayed{0}, g_recorded{0}, g_diverged{0};
+thread_local Tape t_tape;
+
+bool same_spec(const std::shared_ptr<const DTensorSpec>& recorded, const DTensorSpec* now) {
+  if (!recorded || !now) return !recorded && !now;
+  if (recorded.get() == now) return true;
+  return recorded->mesh == now->mesh && recorded->placements == now->placements && recorded->shape == now->shape &&
+         recorded->dtype == now->dtype;
+}
+
 // Appends a value-identity of a non-tensor argument to the key; false if it can't.
 bool key_of(const c10::IValue& v, std::vector<int64_t>& key) {
   auto dbl = [&](double d) {
@@ -100,6 +129,16 @@ bool key_of(const c10::IValue& v, std::vector<int64_t>& key) {
     return true;
   }
   return false;
+}
+
+// Scalar and float arguments (alpha, a fill value, a learning-rate factor, eps, dropout p)
+// never change how an op with tensor inputs is sharded, and their values change every step in
+// optimizers: keyed by value they would fill the cache and defeat static eager. (Factories
+// have no tensor input, and arange's Scalar end sets the shape, so they keep them.)
+bool sharding_neutral(const c10::Argument& a) {
+  auto kind = a.type()->kind();
+  if (kind == c10::TypeKind::OptionalType) kind = a.type()->containedType(0)->kind();
+  return kind == c10::TypeKind::NumberType || kind == c10::TypeKind::FloatType;
 }
 
 void key_of(const DTensorSpec& s, std::vector<int64_t>& key) {
@@ -299,6 +338,17 @@ std::shared_ptr<const DTensorSpec> output_spec(const Plan& plan, const mesh::Dev
 
 void set_replicate_fallback(bool on) { g_replicate_fallback = on ? 1 : 0; }
 
+void set_static_eager(bool on) {
+  g_static_eager = on;
+  ++g_step;
+}
+
+bool static_eager() { return g_static_eager.load(); }
+
+void static_eager_step() { ++g_step; }
+
+StaticEagerStats static_eager_stats() { return {g_replayed.load(), g_recorded.load(), g_diverged.load()}; }
+
 DispatchStats dispatch_stats() { return {g_calls.load(), g_hits.load(), g_bypasses.load(), g_redistributions.load()}; }
 
 void clear_propagation_cache() { t_cache.clear(); }
@@ -337,7 +387,59 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto plain_spec = [&](const at::Tensor& t) {
     return DTensorSpec{*mesh, replicate_all(mesh->ndim()), t.sizes().vec(), t.scalar_type()};
   };
+  // What a replayed call must match besides the specs: the other arguments, and the dtype and
+  // shape of plain-tensor inputs.
+  auto replay_key = [&schema](c10::ArrayRef<c10::IValue> call_args, const std::vector<Input>& ins,
+                              std::vector<int64_t>& out) {
+    out.clear();
+    for (size_t i = 0; i < call_args.size(); ++i) {
+      const auto& v = call_args[i];
+      const bool tensors = v.isTensor() || v.isTensorList() ||
+                           (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType);
+      if (tensors || (!ins.empty() && sharding_neutral(schema.arguments()[i]))) continue;
+      if (!key_of(v, out)) return false;
+    }
+    for (const auto& in : ins) {
+      if (in.spec) continue;
+      out.push_back(static_cast<int64_t>(in.tensor.scalar_type()));
+      for (auto d : in.tensor.sizes()) out.push_back(d);
+      out.push_back(-1);
+    }
+    return true;
+  };
 
+  auto op_name = [&] {
+    return "aten::" + std::string(schema.name().substr(schema.name().find("::") + 2)) +
+           (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+  };
+  std::shared_ptr<const Plan> plan;
+  bool record = false;
+  const bool tape_on = g_static_eager.load(std::memory_order_relaxed);
+  Tape& tape = t_tape;
+  if (tape_on) {
+    const int64_t step = g_step.load(std::memory_order_relaxed);
+    if (tape.step != step) tape.step = step, tape.cursor = 0;
+    if (tape.cursor < tape.entries.size()) {
+      const TapeEntry& e = tape.entries[tape.cursor];
+      bool same = e.schema == &schema && e.specs.size() == inputs.size();
+      for (size_t i = 0; same && i < inputs.size(); ++i) same = same_spec(e.specs[i], inputs[i].spec);
+      if (same) {
+        thread_local std::vector<int64_t> arg_key;
+        same = replay_key(args, inputs, arg_key) && arg_key == e.arg_key;
+      }
+      if (same) {
+        plan = e.plan;
+        ++tape.cursor;
+        ++g_replayed;
+        goto run_plan;
+      }
+      ++g_diverged;
+      if (std::getenv("VESCALE_DEBUG_TAPE"))
+        std::fprintf(stderr, "tape: step %lld call %zu: %s differs from the recorded %s\n",
+                     static_cast<long long>(step), tape.cursor, op_name().c_str(), e.schema->name().c_str());
+    }
+  }
+  {
   // 2. Propagation, cached by (op, mesh, input specs, other arguments). The mesh is part of the
   //    key: factory calls have no input spec that would name it.
   thread_local std::vector<int64_t> key;
@@ -361,19 +463,20 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const bool tensors = v.isTensor() || v.isTensorList() ||
                          (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType);
     if (tensors) continue;  // keyed through their specs
+    if (!inputs.empty() && sharding_neutral(schema.arguments()[i])) continue;
     cacheable = key_of(v, key);
   }
-  std::shared_ptr<const Plan> plan;
   if (cacheable) {
     if (auto it = t_cache.find(key); it != t_cache.end()) {
       plan = it->second;
       ++g_hits;
     }
   }
-  auto op_name = [&] {
-    return "aten::" + std::string(schema.name().substr(schema.name().find("::") + 2)) +
-           (schema.overload_name().empty() ? "" : "." + schema.overload_name());
-  };
+  if (tape_on && cacheable) {
+    // Missed the replay: record this call (after propagation, below) at this position.
+    tape.entries.resize(tape.cursor);
+    record = true;
+  }
   if (!plan) {
     std::vector<DTensorSpec> specs;
     std::vector<size_t> spec_arg;
@@ -384,6 +487,16 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     plan = propagate(op, op_name(), args, specs, spec_arg, *mesh);
     if (cacheable) t_cache.emplace(key, plan);
   }
+  if (record) {
+    TapeEntry e{&schema, {}, {}, plan};
+    for (auto& in : inputs) e.specs.push_back(in.spec ? dtensor_impl(in.tensor)->spec_ptr() : nullptr);
+    replay_key(args, inputs, e.arg_key);
+    tape.entries.push_back(std::move(e));
+    ++tape.cursor;
+    ++g_recorded;
+  }
+  }
+run_plan:
 
   // 3. Local inputs, redistributed where the plan says so.
   // Holds the caller's tensors (the stack no longer does) while their specs and mesh are in

@@ -152,6 +152,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
   model_ = build_model(config_.model);
   if (device_ != "cpu") model_.module->to(at::Device(device_));
   if (mesh_) parallelize_model(model_, config_, *mesh_);
+  dtensor::set_static_eager(config_.parallel.static_eager);
   if (t.activation_checkpointing) enable_activation_checkpointing(*model_.module, model_.block_pattern);
 
   optim::NamedParams named;
@@ -218,6 +219,7 @@ at::Tensor Trainer::loss_of(const DataLoader::Batch& batch) {
 StepMetrics Trainer::step(int64_t step) {
   const auto& t = config_.train;
   const auto start = std::chrono::steady_clock::now();
+  dtensor::static_eager_step();  // replay (when on) restarts at the step's first call
   const double lr = optim::lr_at({t.lr, t.min_lr, t.warmup_steps, t.steps, t.decay}, step);
   optimizer_->set_lr(lr);
   model_.module->train();

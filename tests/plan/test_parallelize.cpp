@@ -119,18 +119,26 @@ at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return at::cross_entropy_loss(logits.flatten(0, 1), targets.flatten(0, 1));
 }
 
+struct RunOptions {
+  bool static_eager = false;
+  int64_t short_step = -1;  // this step uses half the sequence (a shape change)
+};
+
 template <class Model, class Options>
-Trained train_planned(const Options& o, const plan::Plan& plan, const mesh::DeviceMesh& mesh) {
+Trained train_planned(const Options& o, const plan::Plan& plan, const mesh::DeviceMesh& mesh, RunOptions run = {}) {
   random::manual_seed(1234);
   Model model(o);
   plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
   Trained r;
   r.init = full_params(*model);
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
+  dtensor::set_static_eager(run.static_eager);
   for (int64_t s = 0; s < kSteps; ++s) {
+    dtensor::static_eager_step();
     auto full = batch(s, o.vocab_size);
-    auto x = model_input(full.slice(1, 0, kSeq).contiguous(), mesh);
-    auto y = model_input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
+    const int64_t T = s == run.short_step ? kSeq / 2 : kSeq;
+    auto x = model_input(full.slice(1, 0, T).contiguous(), mesh);
+    auto y = model_input(full.slice(1, 1, T + 1).contiguous(), mesh);
     opt.zero_grad();
     at::Tensor loss = lm_loss(models::call(model, x), y);
     loss.backward();
@@ -138,6 +146,7 @@ Trained train_planned(const Options& o, const plan::Plan& plan, const mesh::Devi
     opt.step();
     r.losses.push_back(dtensor::full_tensor(loss.detach()).item<double>());
   }
+  dtensor::set_static_eager(false);
   r.final = full_params(*model);
   plan::remove_forward_hooks(*model);
   return r;
@@ -260,4 +269,33 @@ TEST_CASE("parallelize on a 1-rank mesh is single-device training", "[plan][any]
   auto plan = plan::Plan::from_json_file(repo_file("configs/plans/gpt2_tp.json"));
   Trained got = train_planned<models::GPT>(o, plan, mesh);
   check_close(got, train_plain<models::GPT>(o, got.init), 1e-6, "gpt2_tp on a 1-rank mesh");
+}
+
+TEST_CASE("static eager replays the recorded dispatch and trains bitwise like eager", "[plan][world2][world4]") {
+  const int world = dist::world_size();
+  auto mesh = mesh::DeviceMesh::init({{"tp", world}});
+  auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_tp_sp.json"));
+  const auto o = tiny_llama();
+  Trained eager = train_planned<models::Llama>(o, plan, mesh, {.short_step = 7});
+  const auto before = dtensor::static_eager_stats();
+  Trained replay = train_planned<models::Llama>(o, plan, mesh, {.static_eager = true, .short_step = 7});
+  const auto after = dtensor::static_eager_stats();
+  const int64_t replayed = after.replayed - before.replayed, recorded = after.recorded - before.recorded,
+                diverged = after.diverged - before.diverged;
+  if (dist::rank() == 0)
+    std::printf("static eager (world %d): %lld calls replayed, %lld recorded, %lld diverged\n", world,
+                static_cast<long long>(replayed), static_cast<long long>(recorded), static_cast<long long>(diverged));
+  // Almost every call of the 20 steps is replayed; the short step (a new shape) and the step
+  // after it (the old shape again) diverge and record.
+  CHECK(replayed > 10 * recorded / 4);
+  CHECK(diverged >= 2);
+  REQUIRE(eager.losses.size() == replay.losses.size());
+  for (size_t i = 0; i < eager.losses.size(); ++i) {
+    INFO("step " << i);
+    CHECK(eager.losses[i] == replay.losses[i]);  // bitwise
+  }
+  for (auto& [name, t] : eager.final) {
+    INFO(name);
+    CHECK(at::equal(replay.final.at(name), t));
+  }
 }

@@ -58,6 +58,21 @@ void set_default_mesh(const mesh::DeviceMesh& mesh);
 // per op. Also on when VESCALE_DTENSOR_REPLICATE_FALLBACK=1.
 void set_replicate_fallback(bool on);
 
+// Static eager (DESIGN §3): the first step records, per thread and in call order, what the
+// dispatcher decided for each op; later steps replay it by position, checking only that each
+// call has the recorded op, input specs and arguments. A call that differs (new shapes, other
+// placements) runs eagerly and records anew from there. Call static_eager_step() at the start
+// of every training step so the replay restarts at the first call.
+void set_static_eager(bool on);
+bool static_eager();
+void static_eager_step();
+struct StaticEagerStats {
+  int64_t replayed = 0;  // calls served from the record
+  int64_t recorded = 0;  // calls recorded (the first step, and after a divergence)
+  int64_t diverged = 0;  // calls that differed from the record at their position
+};
+StaticEagerStats static_eager_stats();
+
 // Counters of the dispatcher fallback, for tests and benchmarks.
 struct DispatchStats {
   int64_t calls = 0;
