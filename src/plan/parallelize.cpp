@@ -49,10 +49,16 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
       dtensor::become_dtensor(t, d);
     }
   }
-  // 3. The model's init, now on DTensors: every random fill is the consistent one.
+  // 3. The model's init, now on DTensors: every random fill is the consistent one. Parameters
+  //    whose phase is before_sharding keep the values they came with.
   if (options.init) {
     torch::NoGradGuard no_grad;
+    std::vector<std::pair<at::Tensor, at::Tensor>> keep;  // (parameter, its shard's values)
+    for (const auto& p : params)
+      if (plan.phase_for(p.key()) == InitPhase::BeforeSharding)
+        keep.emplace_back(p.value(), dtensor::to_local(p.value()).clone());
     options.init();
+    for (auto& [param, local] : keep) dtensor::to_local(param).copy_(local);
   }
 
   // 4. Forward entries become hooks on the matching modules.

@@ -118,10 +118,10 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
     VESCALE_FAIL("plan '", source, "': not valid JSON: ", e.what());
   }
   VESCALE_CHECK(j.is_object(), "plan '", source, "': the top level must be an object with \"mesh\" and \"params\"");
-  static const std::set<std::string> known = {"mesh", "params", "forward", "grad_reduce", "zero", "comment"};
+  static const std::set<std::string> known = {"mesh", "params", "forward", "phase", "grad_reduce", "zero", "comment"};
   for (auto& [k, v] : j.items())
     VESCALE_CHECK(known.count(k), where(source, "key '" + k + "'"),
-                  " is unknown; the keys are mesh, params, forward, grad_reduce, zero");
+                  " is unknown; the keys are mesh, params, forward, phase, grad_reduce, zero");
   Plan plan;
   plan.source_ = source;
   VESCALE_CHECK(j.contains("mesh") && j["mesh"].is_array() && !j["mesh"].empty(), where(source, "mesh"),
@@ -157,6 +157,19 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
                         " placements for a mesh of ", plan.mesh_dims_.size(), " dims");
       }
       plan.forwards_.emplace_back(pattern, std::move(f));
+    }
+  }
+  if (j.contains("phase")) {
+    VESCALE_CHECK(j["phase"].is_object(), where(source, "phase"), " must be an object mapping FQN patterns to "
+                                                                 "\"after_sharding\" or \"before_sharding\"");
+    for (auto& [pattern, v] : j["phase"].items()) {
+      const std::string key = "phase['" + pattern + "']";
+      check_regex(pattern, source, key);
+      const std::string text = v.is_string() ? v.get<std::string>() : "";
+      VESCALE_CHECK(text == "after_sharding" || text == "before_sharding", where(source, key),
+                    " must be \"after_sharding\" (the model's init reruns on the shards) or \"before_sharding\" "
+                    "(keep the values the parameter holds, e.g. loaded weights)");
+      plan.phases_.emplace_back(pattern, text == "after_sharding" ? InitPhase::AfterSharding : InitPhase::BeforeSharding);
     }
   }
   if (j.contains("grad_reduce")) {
@@ -198,6 +211,17 @@ Plan Plan::from_json_file(const std::string& path) {
 }
 
 // ---- builder and lookups -------------------------------------------------------------
+
+Plan& Plan::phase(const std::string& pattern, InitPhase phase) {
+  phases_.emplace_back(pattern, phase);
+  return *this;
+}
+
+InitPhase Plan::phase_for(const std::string& fqn) const {
+  for (const auto& [pattern, phase] : phases_)
+    if (fqn_match(pattern, fqn)) return phase;
+  return InitPhase::AfterSharding;
+}
 
 Plan& Plan::shard(const std::string& pattern, Placements placements) {
   check_regex(pattern, source_, "shard('" + pattern + "')");

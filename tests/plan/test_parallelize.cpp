@@ -299,3 +299,40 @@ TEST_CASE("static eager replays the recorded dispatch and trains bitwise like ea
     CHECK(at::equal(replay.final.at(name), t));
   }
 }
+
+TEST_CASE("phase before_sharding keeps a parameter's values through the init", "[plan][world2][world4]") {
+  const int world = dist::world_size();
+  auto mesh = mesh::DeviceMesh::init({{"tp", world}});
+  auto shipped = plan::Plan::from_json_file(repo_file("configs/plans/llama_tp.json"));
+  plan::Plan plan = shipped;
+  plan.phase("layers.*.attention.wq.weight", plan::InitPhase::BeforeSharding);
+  const auto o = tiny_llama();
+  auto loaded = [](const at::Tensor& p) { return at::arange(p.numel(), at::kFloat).reshape(p.sizes()) / 1000.0; };
+
+  random::manual_seed(7);
+  models::Llama model(o);
+  {
+    torch::NoGradGuard g;
+    for (auto& p : model->named_parameters())
+      if (p.key().find("attention.wq") != std::string::npos) p.value().copy_(loaded(p.value()));
+  }
+  plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
+  auto got = full_params(*model);
+
+  random::manual_seed(7);
+  models::Llama ref(o);
+  plan::parallelize(*ref, replicate_all({"tp"}), mesh, {.init = [&] { ref->init_weights(); }});
+  auto want = full_params(*ref);
+  int kept = 0;
+  for (auto& [name, t] : want) {
+    INFO(name);
+    if (name.find("attention.wq") != std::string::npos) {
+      CHECK(at::equal(got.at(name), loaded(t)));
+      ++kept;
+    } else {
+      CHECK(at::equal(got.at(name), t));
+    }
+  }
+  CHECK(kept == o.n_layers);
+  plan::remove_forward_hooks(*model);
+}

@@ -100,3 +100,14 @@ TEST_CASE("plan errors name the pattern, the parameter or the mesh dim", "[plan]
                     Contains("cannot be Partial"));
   CHECK_THROWS_WITH(Plan::from_json_file("/nonexistent/plan.json"), Contains("cannot open '/nonexistent/plan.json'"));
 }
+
+TEST_CASE("plan phase: parsed, matched, and bad values named", "[plan]") {
+  auto p = vescale::plan::Plan::from_json(R"({"mesh": ["tp"], "params": {"*": ["Replicate"]},
+      "phase": {"layers.*.wq.weight": "before_sharding", "*": "after_sharding"}})");
+  CHECK(p.phase_for("layers.3.wq.weight") == vescale::plan::InitPhase::BeforeSharding);
+  CHECK(p.phase_for("layers.3.wk.weight") == vescale::plan::InitPhase::AfterSharding);
+  CHECK(vescale::plan::Plan({"tp"}).phase_for("x") == vescale::plan::InitPhase::AfterSharding);
+  CHECK_THROWS_WITH(vescale::plan::Plan::from_json(R"({"mesh": ["tp"], "params": {"*": ["Replicate"]},
+      "phase": {"w": "later"}})", "p.json"),
+                    Catch::Matchers::Contains("phase['w']") && Catch::Matchers::Contains("before_sharding"));
+}

@@ -23,6 +23,11 @@ struct ForwardSpec {
   std::vector<dtensor::Placements> output;
 };
 
+// When a parameter gets its initial values (the paper's phase=INIT): after sharding, the
+// model's init reruns on the DTensor through the consistent RNG (the default); before
+// sharding, it keeps the values it holds when parallelize runs (e.g. loaded weights).
+enum class InitPhase { AfterSharding, BeforeSharding };
+
 struct GradReduce {
   std::vector<std::string> dims;  // mesh dims the grads of Replicate params are reduced over
   double bucket_mb = 25;
@@ -42,6 +47,7 @@ class Plan {
   // The C++ builder, equal to the JSON: patterns are tried in the order they were added.
   Plan& shard(const std::string& pattern, dtensor::Placements placements);
   Plan& forward(const std::string& module_pattern, ForwardSpec spec);
+  Plan& phase(const std::string& pattern, InitPhase phase);
 
   const std::vector<std::string>& mesh_dims() const { return mesh_dims_; }
   const std::vector<std::pair<std::string, dtensor::Placements>>& params() const { return params_; }
@@ -51,6 +57,8 @@ class Plan {
 
   // The placements of one parameter: the first matching pattern wins; none is an error.
   const dtensor::Placements& placements_for(const std::string& fqn) const;
+  // A parameter's init phase: the first matching "phase" pattern, else AfterSharding.
+  InitPhase phase_for(const std::string& fqn) const;
   // The forward entry of a module, if any pattern matches.
   const ForwardSpec* forward_for(const std::string& module_fqn) const;
 
@@ -67,6 +75,7 @@ class Plan {
   std::vector<std::string> mesh_dims_;
   std::vector<std::pair<std::string, dtensor::Placements>> params_;
   std::vector<std::pair<std::string, ForwardSpec>> forwards_;
+  std::vector<std::pair<std::string, InitPhase>> phases_;
   GradReduce grad_reduce_;
   int zero_ = 0;
 };
