@@ -213,6 +213,7 @@ void visit(V& v, GptConfig& c) {
   v.field("n_head", c.n_head);
   v.field("dropout", c.dropout);
   v.field("layer_norm_eps", c.layer_norm_eps);
+  v.field("bias", c.bias);
 }
 
 template <class V>

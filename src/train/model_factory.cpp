@@ -20,6 +20,7 @@ models::GPTOptions gpt_options(const GptConfig& c) {
   o.n_head = c.n_head;
   o.dropout = c.dropout;
   o.layer_norm_eps = c.layer_norm_eps;
+  o.bias = c.bias;
   return o;
 }
 

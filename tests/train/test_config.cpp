@@ -26,6 +26,7 @@ TEST_CASE("config defaults follow TorchTitan / nanoGPT", "[config]") {
   CHECK(c.model.type == "gpt");
   CHECK(c.model.gpt.n_embd == 768);
   CHECK(c.model.gpt.n_layer == 12);
+  CHECK(c.model.gpt.bias);
   CHECK(c.parallel.mesh == std::vector<std::pair<std::string, int64_t>>{{"dp", -1}});
   CHECK(c.parallel.plan.empty());
   CHECK(c.train.steps == 1000);

@@ -50,6 +50,11 @@ TEST_CASE("dry-run shapes come from a meta build: LLaMA-3 70B has 70.55B paramet
   CHECK(std::fabs(static_cast<double>(n) / 1e9 - 70.55) < 0.1);
   auto m8x7 = Config::from_file(VESCALE_SOURCE_DIR "/configs/mixtral_8x7b.json");
   CHECK(parameter_count(parameter_shapes(m8x7.model)) == 46702792704LL);  // Mixtral's published size
+  // nanoGPT's bias=False: no Linear biases (LayerNorm keeps its own).
+  auto nobias = tiny({"model.bias=false"});
+  for (const auto& [name, shape] : parameter_shapes(nobias.model))
+    CHECK(name.find("c_fc.bias") == std::string::npos);
+  CHECK(parameter_count(parameter_shapes(nobias.model)) < parameter_count(parameter_shapes(tiny().model)));
   // The meta build lists what the real module holds, in order.
   auto small = tiny();
   auto shapes = parameter_shapes(small.model);

@@ -20,6 +20,7 @@ struct GptConfig {
   int64_t n_head = 12;
   double dropout = 0.0;
   double layer_norm_eps = 1e-5;
+  bool bias = true;  // biases in the Linears (GPT-2); false is nanoGPT's bias=False
 };
 
 // Llama 3.1's "llama3" rotary frequency scaling; off when factor is 0.
