@@ -15,17 +15,6 @@
 
 namespace vescale::dist {
 
-const char* to_string(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Product: return "product";
-  }
-  return "?";
-}
-
 const char* to_string(Backend b) { return b == Backend::Gloo ? "gloo" : "nccl"; }
 
 // ---- Work ------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 #include "vescale/dtensor/placement.h"
 
 #include <cctype>
+#include <optional>
 #include <ostream>
 
 #include "vescale/common/check.h"

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "vescale/dist/reduce_op.h"
+
 namespace vescale::dist {
 
-enum class ReduceOp { Sum, Avg, Max, Min, Product };
 enum class Backend { Gloo, Nccl };
 
-const char* to_string(ReduceOp op);
 const char* to_string(Backend b);
 
 // The pending result of a collective.

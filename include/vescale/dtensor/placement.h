@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "vescale/dist/process_group.h"
+#include "vescale/dist/reduce_op.h"
 
 namespace vescale::dtensor {
 
