@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -64,10 +66,54 @@ bool glob(const std::string& p, const std::string& s) {
   return pi == p.size();
 }
 
+// A "re:" pattern as a std::regex, refusing what could crash or stall std::regex: its
+// compiler recurses once per term (a long pattern overflows the stack), counted repeats copy
+// the automaton ({1000}{1000} is a million states), and libstdc++'s default (backtracking)
+// matcher recurses once per input character and takes exponential time on (a*)*b. FQN
+// regexes are short, so we cap the pattern and the automaton size, and match in libstdc++'s
+// polynomial (breadth-first) mode, which has no back-references.
+constexpr size_t kMaxRegexLength = 512, kMaxRegexStates = 4096;
+
+std::regex compile_fqn_regex(const std::string& pattern) {
+  const std::string body = pattern.substr(3);
+  VESCALE_CHECK(body.size() <= kMaxRegexLength, "pattern '", pattern.substr(0, 80), "...' is ", body.size(),
+                " characters long; regex patterns are limited to ", kMaxRegexLength,
+                "; split it into several patterns or use a glob");
+  // An upper bound of the automaton size: the length times the product of the repeat
+  // counts. Every {..} counts, in a class too, so the bound never falls short.
+  size_t size = std::max<size_t>(body.size(), 1);
+  for (size_t i = 0; i < body.size(); ++i) {
+    if (body[i] == '\\' && i + 1 < body.size()) {
+      // libstdc++ reads \<digits> into a long without an overflow check (UB on 20 digits).
+      VESCALE_CHECK(!std::isdigit(static_cast<unsigned char>(body[i + 1])), "pattern '", pattern,
+                    "': back-references (\\1) are not supported in regex patterns; spell the text out");
+      ++i;
+    } else if (body[i] == '{') {
+      size_t count = 0, num = 0;  // {m,n} makes up to max(m, n) + 1 copies
+      for (++i; i < body.size() && body[i] != '}'; ++i) {
+        num = std::isdigit(static_cast<unsigned char>(body[i])) ? std::min<size_t>(num * 10 + (body[i] - '0'), kMaxRegexStates) : 0;
+        count = std::max(count, num);
+      }
+      size = std::min<size_t>(size * (count + 1), kMaxRegexStates + 1);
+    }
+  }
+  VESCALE_CHECK(size <= kMaxRegexStates, "pattern '", pattern, "': its repeat counts are too large (the regex "
+                "could need ", size, "+ states, at most ", kMaxRegexStates, " are allowed); use * or + instead");
+  auto flags = std::regex::ECMAScript;
+#if defined(__GLIBCXX__)
+  flags |= std::regex_constants::__polynomial;
+#endif
+  try {
+    return std::regex(body, flags);
+  } catch (const std::regex_error& e) {
+    VESCALE_FAIL("pattern '", pattern, "' is not a valid regex (ECMAScript, no back-references): ", e.what());
+  }
+}
+
 }  // namespace
 
 bool fqn_match(const std::string& pattern, const std::string& fqn) {
-  if (pattern.rfind("re:", 0) == 0) return std::regex_match(fqn, std::regex(pattern.substr(3)));
+  if (pattern.rfind("re:", 0) == 0) return std::regex_match(fqn, compile_fqn_regex(pattern));
   return glob(pattern, fqn);
 }
 
@@ -102,10 +148,16 @@ std::vector<Placements> parse_placement_list(const json& v, const std::string& s
 void check_regex(const std::string& pattern, const std::string& source, const std::string& key) {
   if (pattern.rfind("re:", 0) != 0) return;
   try {
-    std::regex r(pattern.substr(3));
-  } catch (const std::regex_error& e) {
-    VESCALE_FAIL(where(source, key), ": '", pattern, "' is not a valid regex: ", e.what());
+    compile_fqn_regex(pattern);
+  } catch (const Error& e) {
+    VESCALE_FAIL(where(source, key), ": ", e.what());
   }
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (auto x : shape) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return "[" + s + "]";
 }
 
 }  // namespace
@@ -195,9 +247,11 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
     }
   }
   if (j.contains("zero")) {
-    VESCALE_CHECK(j["zero"].is_number_integer() && j["zero"].get<int>() >= 0 && j["zero"].get<int>() <= 3,
-                  where(source, "zero"), " must be 0, 1, 2 or 3");
-    plan.zero_ = j["zero"].get<int>();
+    // Compared as int64: get<int>() would wrap 4294967297 to 1.
+    const auto& z = j["zero"];
+    VESCALE_CHECK(z.is_number_integer() && z.get<int64_t>() >= 0 && z.get<int64_t>() <= 3, where(source, "zero"),
+                  " must be 0, 1, 2 or 3");
+    plan.zero_ = static_cast<int>(z.get<int64_t>());
   }
   return plan;
 }
@@ -273,7 +327,7 @@ std::map<std::string, Placements> Plan::resolve(const std::vector<std::string>& 
                                      "Shard or Replicate");
       if (!x.is_shard()) continue;
       VESCALE_CHECK(x.dim >= -nd && x.dim < nd, "plan '", source_, "': parameter '", fqn, "' has ", nd,
-                    " dims (shape ", c10::IntArrayRef(shape), ") but its pattern shards dim ", x.dim);
+                    " dims (shape ", shape_string(shape), ") but its pattern shards dim ", x.dim);
       if (x.dim < 0) x.dim += nd;
     }
     out.emplace(fqn, std::move(p));

@@ -111,3 +111,42 @@ TEST_CASE("plan phase: parsed, matched, and bad values named", "[plan]") {
       "phase": {"w": "later"}})", "p.json"),
                     Catch::Matchers::Contains("phase['w']") && Catch::Matchers::Contains("before_sharding"));
 }
+
+// Found by fuzz/plan_fuzzer (docs/BUILD.md, Fuzzing) or written against the same failure modes
+// of std::regex: each used to crash, hang, hit undefined behaviour, or throw a non-vescale error.
+TEST_CASE("regex patterns that could crash std::regex are refused with a vescale::Error", "[plan]") {
+  // A back-reference with 20 digits: libstdc++ overflows a long reading it (UB).
+  CHECK_THROWS_WITH(fqn_match("re:a\\88888888888888888888", "a"), Contains("back-references"));
+  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {"re:(a)\\1": ["Replicate"]}})J", "p.json"),
+                    Contains("plan 'p.json': params['re:(a)\\1']") && Contains("back-references"));
+  // A long pattern: std::regex's compiler recurses per term and overflows the stack.
+  const std::string nested = "re:" + std::string(20000, '(') + "a" + std::string(20000, ')');
+  CHECK_THROWS_WITH(fqn_match(nested, "a"), Contains("regex patterns are limited to 512"));
+  // Counted repeats copy the automaton: (a?){1000} has thousands of states, 1e20 overflows.
+  CHECK_THROWS_WITH(fqn_match("re:(a?){1000}", "a"), Contains("repeat counts are too large"));
+  CHECK_THROWS_WITH(fqn_match("re:a{99999999999999999999}", "a"), Contains("repeat counts are too large"));
+  CHECK_THROWS_WITH(fqn_match("re:(a{64}){64}", "a"), Contains("repeat counts are too large"));
+  // A syntax error is a vescale::Error too (it was std::regex_error from fqn_match).
+  CHECK_THROWS_AS(fqn_match("re:(", "x"), vescale::Error);
+  CHECK_THROWS_AS(fqn_match("re:a{2,1}", "aa"), vescale::Error);
+}
+
+TEST_CASE("regex patterns match long names in polynomial time and bounded stack", "[plan]") {
+  // Backtracking takes 2^n steps on (a*)*b, and recursed once per character on (a|b)*.
+  CHECK_FALSE(fqn_match("re:(a*)*b", std::string(5000, 'a')));
+  CHECK(fqn_match("re:(a|b)*", std::string(200000, 'a')));
+  CHECK_FALSE(fqn_match("re:(a|b)*", std::string(200000, 'a') + "c"));
+  // What plans really use still works, counted repeats included.
+  CHECK(fqn_match("re:layers\\.\\d{1,3}\\.w[qkv]", "layers.12.wq"));
+  CHECK_FALSE(fqn_match("re:layers\\.\\d{1,3}\\.w[qkv]", "layers.1234.wq"));
+  CHECK(fqn_match("re:a\\\\1", "a\\1"));  // an escaped backslash, then a literal 1
+}
+
+TEST_CASE("zero out of int range is refused, not wrapped", "[plan]") {
+  // 4294967297 = 2^32 + 1 read as int was 1, a valid ZeRO stage.
+  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zero": 4294967297})J", "p.json"),
+                    Contains("zero must be 0, 1, 2 or 3"));
+  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zero": 18446744073709551615})J", "p.json"),
+                    Contains("zero must be 0, 1, 2 or 3"));
+  CHECK(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zero": 3})J").zero() == 3);
+}

@@ -14,7 +14,9 @@ namespace vescale::plan {
 
 // FQN patterns: `*` matches any run of characters (dots too), `?` one character, `[abc]` one
 // of a set (`[a-z]` ranges). A pattern starting with "re:" is an ECMAScript regex over the
-// whole name.
+// whole name, matched in polynomial time: at most 512 characters, no back-references, and
+// repeat counts ({m,n}) small enough to keep the automaton under a few thousand states.
+// Throws vescale::Error for a bad or oversized regex.
 bool fqn_match(const std::string& pattern, const std::string& fqn);
 
 // How a module's inputs and outputs are resharded (one Placements per tensor).
