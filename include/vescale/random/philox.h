@@ -30,18 +30,29 @@ VESCALE_HD void mulhilo32(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
   lo = static_cast<uint32_t>(p);
 }
 
-// Philox4x32 with 10 rounds (Salmon et al., SC'11; Random123's key schedule).
+// Philox4x32-10's constants (Salmon et al., SC'11; Random123's key schedule).
+constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u, kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
+
+// One round on counter words (c0, c1, c2, c3) under round key (k0, k1). The CPU kernel runs
+// it across many blocks at once (one array per word), so it is a function of words.
+VESCALE_HD void philox_round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t k0, uint32_t k1) {
+  uint32_t hi0, lo0, hi1, lo1;
+  mulhilo32(kPhiloxM0, c0, hi0, lo0);
+  mulhilo32(kPhiloxM1, c2, hi1, lo1);
+  c0 = hi1 ^ c1 ^ k0;
+  c1 = lo1;
+  c2 = hi0 ^ c3 ^ k1;
+  c3 = lo0;
+}
+
+// Philox4x32 with 10 rounds; the key advances by (W0, W1) before every round but the first.
 VESCALE_HD Philox4 philox4x32_10(Philox4 ctr, uint32_t k0, uint32_t k1) {
-  constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
     if (round > 0) {
-      k0 += W0;
-      k1 += W1;
+      k0 += kPhiloxW0;
+      k1 += kPhiloxW1;
     }
-    uint32_t hi0, lo0, hi1, lo1;
-    mulhilo32(M0, ctr.v[0], hi0, lo0);
-    mulhilo32(M1, ctr.v[2], hi1, lo1);
-    ctr = Philox4{{hi1 ^ ctr.v[1] ^ k0, lo1, hi0 ^ ctr.v[3] ^ k1, lo0}};
+    philox_round(ctr.v[0], ctr.v[1], ctr.v[2], ctr.v[3], k0, k1);
   }
   return ctr;
 }
@@ -57,17 +68,18 @@ VESCALE_HD Philox4 philox_block(uint64_t seed, uint64_t block) {
 
 // Natural log of x > 0: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s),
 // s = (m-1)/(m+1), |s| <= 0.1716; the series to s^27 is exact to double precision.
+// Integer bit work and no branches, so that the CPU kernel vectorises it; every step is exact.
 VESCALE_HD double det_log(double x) {
   uint64_t bits;
   memcpy(&bits, &x, sizeof bits);
-  int64_t e = static_cast<int64_t>((bits >> 52) & 0x7ff) - 1023;
-  bits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull;  // m in [1, 2)
-  double m;
-  memcpy(&m, &bits, sizeof m);
-  if (m > 1.4142135623730951) {
-    m = m * 0.5;
-    e += 1;
-  }
+  const uint64_t mant = bits & 0x000fffffffffffffull;
+  const uint64_t halve = mant > 0x0006a09e667f3bcdull ? 1u : 0u;  // 1.mant > sqrt(2): use m / 2, e + 1
+  const uint64_t e_bits = (((bits >> 52) & 0x7ff) + halve) | 0x4330000000000000ull;  // the double 2^52 + biased e
+  const uint64_t m_bits = mant | (0x3ff0000000000000ull - (halve << 52));
+  double e, m;
+  memcpy(&e, &e_bits, sizeof e);
+  memcpy(&m, &m_bits, sizeof m);
+  e = e - 4503599627370496.0 - 1023.0;
   const double s = (m - 1.0) / (m + 1.0), z = s * s;
   double h = 0.037037037037037035;
   h = h * z + 0.04;
@@ -83,7 +95,7 @@ VESCALE_HD double det_log(double x) {
   h = h * z + 0.2;
   h = h * z + 0.3333333333333333;
   h = h * z + 1.0;
-  return static_cast<double>(e) * 0.6931471805599453 + 2.0 * s * h;
+  return e * 0.6931471805599453 + 2.0 * s * h;
 }
 
 // sin and cos of 2*pi*t for t in [0, 1): quarter-turn reduction (exact), then Taylor series
@@ -118,12 +130,10 @@ VESCALE_HD void det_sincos_turns(double t, double& s, double& c) {
   hc = hc * z + -0.5;
   hc = hc * z + 1.0;
   const double sn = y * hs, cs = hc;
-  switch (k & 3) {
-    case 0: s = sn; c = cs; break;
-    case 1: s = cs; c = -sn; break;
-    case 2: s = -sn; c = -cs; break;
-    default: s = -cs; c = sn; break;
-  }
+  // Quadrant k: (s, c) = (sn, cs), (cs, -sn), (-sn, -cs), (-cs, sn); selects, not a switch.
+  const double a = (k & 1) ? cs : sn, b = (k & 1) ? sn : cs;
+  s = (k & 2) ? -a : a;
+  c = ((k + 1) & 2) ? -b : b;
 }
 
 // ---- element values -----------------------------------------------------------------
@@ -156,11 +166,38 @@ VESCALE_HD double normal_icdf(double p) {
   return num / den;
 }
 
-// Box-Muller on lanes (even, even + 1) of a block: both normals of the pair.
-VESCALE_HD void normal_pair(const Philox4& r, uint32_t even, const DistParams& p, double& z_even, double& z_odd) {
+// A 32-bit word as a double, exactly, through a signed conversion (which SIMD units have;
+// unsigned 32-bit to double needs AVX-512).
+VESCALE_HD double u32_to_double(uint32_t w) {
+  return static_cast<double>(static_cast<int32_t>(w ^ 0x80000000u)) + 2147483648.0;
+}
+
+// The distributions, from one word (two for Box-Muller) of a Philox block.
+VESCALE_HD double uniform_value(uint32_t w, const DistParams& p) {
+  const double u = static_cast<double>(static_cast<int32_t>(w >> 8)) * (1.0 / 16777216.0);  // 24 bits: exact in float
+  return p.a + u * (p.b - p.a);
+}
+
+VESCALE_HD double bernoulli_value(uint32_t w, const DistParams& p) {
+  return (u32_to_double(w) / 4294967296.0) < p.a ? 1.0 : 0.0;
+}
+
+VESCALE_HD double randint_value(uint32_t w, const DistParams& p) {
+  const uint64_t range = static_cast<uint64_t>(p.b - p.a);
+  return p.a + static_cast<double>((static_cast<uint64_t>(w) * range) >> 32);
+}
+
+VESCALE_HD double trunc_normal_value(uint32_t w, const DistParams& p) {  // inverse CDF of a uniform in [CDF(lo), CDF(hi))
+  const double u = (u32_to_double(w) + 0.5) / 4294967296.0;  // (0, 1)
+  const double x = p.a + p.b * normal_icdf(p.c + u * (p.d - p.c));
+  return x < p.e ? p.e : (x > p.f ? p.f : x);
+}
+
+// Box-Muller on the words of lanes (even, even + 1) of a block: both normals of the pair.
+VESCALE_HD void normal_pair(uint32_t w_even, uint32_t w_odd, const DistParams& p, double& z_even, double& z_odd) {
   const double two32 = 4294967296.0;
-  const double u1 = (static_cast<double>(r.v[even]) + 1.0) / two32;  // (0, 1]
-  const double u2 = static_cast<double>(r.v[even + 1]) / two32;       // [0, 1)
+  const double u1 = (u32_to_double(w_even) + 1.0) / two32;  // (0, 1]
+  const double u2 = u32_to_double(w_odd) / two32;           // [0, 1)
   const double radius = sqrt(-2.0 * det_log(u1));
   double s, c;
   det_sincos_turns(u2, s, c);
@@ -170,28 +207,16 @@ VESCALE_HD void normal_pair(const Philox4& r, uint32_t even, const DistParams& p
 
 // The value of lane `lane` of a Philox block `r`, in double (the caller casts to its dtype).
 VESCALE_HD double value_from_block(const Philox4& r, uint32_t lane, const DistParams& p) {
-  const double two32 = 4294967296.0;
   switch (p.dist) {
-    case Dist::Uniform: {
-      const double u = static_cast<double>(r.v[lane] >> 8) * (1.0 / 16777216.0);  // 24 bits: exact in float
-      return p.a + u * (p.b - p.a);
-    }
+    case Dist::Uniform: return uniform_value(r.v[lane], p);
     case Dist::Normal: {  // Box-Muller on lanes (0,1) and (2,3) of the block
       double z_even, z_odd;
-      normal_pair(r, lane & ~1u, p, z_even, z_odd);
+      normal_pair(r.v[lane & ~1u], r.v[lane | 1u], p, z_even, z_odd);
       return (lane & 1u) ? z_odd : z_even;
     }
-    case Dist::Bernoulli:
-      return (static_cast<double>(r.v[lane]) / two32) < p.a ? 1.0 : 0.0;
-    case Dist::RandInt: {
-      const uint64_t range = static_cast<uint64_t>(p.b - p.a);
-      return p.a + static_cast<double>((static_cast<uint64_t>(r.v[lane]) * range) >> 32);
-    }
-    case Dist::TruncNormal: {  // inverse CDF of a uniform in [CDF(lo), CDF(hi))
-      const double u = (static_cast<double>(r.v[lane]) + 0.5) / two32;  // (0, 1)
-      const double x = p.a + p.b * normal_icdf(p.c + u * (p.d - p.c));
-      return x < p.e ? p.e : (x > p.f ? p.f : x);
-    }
+    case Dist::Bernoulli: return bernoulli_value(r.v[lane], p);
+    case Dist::RandInt: return randint_value(r.v[lane], p);
+    case Dist::TruncNormal: return trunc_normal_value(r.v[lane], p);
   }
   return 0.0;
 }
