@@ -46,7 +46,7 @@ std::string closest(const std::string& key, const std::vector<std::string>& know
 }
 
 std::string short_dump(const json& v) {
-  std::string s = v.dump();
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on bad UTF-8
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
 
@@ -442,6 +442,13 @@ std::string resolve_path(const std::string& p, const std::string& base_dir) {
 // --set a.b.c=value --------------------------------------------------------------------------
 
 void apply_override(json& cfg, const std::string& source, const std::string& kv) {
+  // The command line is bytes, JSON strings are UTF-8: a bad byte would make every later dump
+  // of the config (messages, to_json) throw nlohmann's type_error instead of our error.
+  try {
+    (void)json(kv).dump();
+  } catch (const json::type_error&) {
+    VESCALE_FAIL("--set '", kv, "': not valid UTF-8; keys and values must be UTF-8 text");
+  }
   const auto eq = kv.find('=');
   VESCALE_CHECK(eq != std::string::npos && eq > 0, "--set '", kv, "': expected key=value, like train.steps=200");
   const std::string key = kv.substr(0, eq), text = kv.substr(eq + 1);

@@ -166,3 +166,15 @@ TEST_CASE("every shipped config parses", "[config]") {
   CHECK(c.model.llama.rope_scaling.high_freq_factor == 4.0);
   CHECK(c.model.llama.rope_scaling.original_max_position_embeddings == 8192);
 }
+
+// Found by fuzz/config_fuzzer: an override is raw command-line bytes, and a non-UTF-8 key or
+// value made the next dump of the config throw nlohmann's type_error (not a vescale::Error).
+TEST_CASE("--set with bytes that are not UTF-8 is a clear error", "[config]") {
+  CHECK_THAT(error_of("{}", {"model.type.t\xea=x"}), Contains("not valid UTF-8"));
+  CHECK_THAT(error_of("{}", {"log.metrics_jsonl=m\xff.jsonl"}), Contains("--set 'log.metrics_jsonl=m"));
+  CHECK_THAT(error_of("{}", {"log.metrics_jsonl=m\xff.jsonl"}), Contains("not valid UTF-8"));
+  // UTF-8 text is fine, and survives the round trip.
+  auto c = Config::from_json("{}", "t.json", {"log.metrics_jsonl=m\xc3\xa9tricas.jsonl"});
+  CHECK(c.log.metrics_jsonl == "m\xc3\xa9tricas.jsonl");
+  CHECK(Config::from_json(c.to_json()).to_json() == c.to_json());
+}
