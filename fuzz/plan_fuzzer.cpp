@@ -1,5 +1,5 @@
-// libFuzzer target for the plan parser: any bytes given to Plan::from_json, to a resolve()
-// over a small fixed model, and (split at the first newline) to fqn_match(pattern, name)
+// libFuzzer target for the plan parser: any bytes given to Plan::from_json, to resolve(),
+// phase_for() and forward_for() over a small fixed model, and (split at the first newline) to fqn_match(pattern, name)
 // must either work or throw vescale::Error. A crash, a hang, a sanitizer report, or any
 // other exception escaping is a finding.
 #include <cstddef>
@@ -37,6 +37,12 @@ void fuzz_plan(const std::string& text) {
   for (const auto& mesh : {plan.mesh_dims(), std::vector<std::string>{"dp", "tp"}}) {
     try {
       plan.resolve(mesh, params());
+    } catch (const vescale::Error&) {
+    }
+  }
+  for (const auto& [name, shape] : params()) {
+    try {
+      plan.phase_for(name);
     } catch (const vescale::Error&) {
     }
   }
