@@ -83,7 +83,7 @@ lines += ["", "Cells: median (min-max) ms. Targets (issue 6): eager <= 1.10x bas
           "`llama_tp_sp.json`), eager's first loss here is 2.923372 instead of 6.091362 (which `llama_tp.json` and the baseline give),",
           "e.g. `build/apps/vescale-run --nproc-per-node 2 -- env TP_STEP_PLAN=configs/plans/llama_tp_sp.json build/bench/tp_step`.",
           "tests/plan's single-device equivalence for the same plan passes; this bench differs in building two models with one plan",
-          "in one process and in T (64) < max_seq_len (128). Not yet explained; plans with forward entries are not timed here.",
+          "in one process and in T (64) < max_seq_len (128). At world 1 all variants agree (6.091363). Not yet explained; plans with forward entries are not timed here.",
           "", "Reproduce: `bench/tp_step.sh` (TPS, TP_STEP_WARMUP, TP_STEP_ROUNDS, TP_STEP_PER_ROUND)."]
 os.makedirs("bench/results", exist_ok=True)
 open("bench/results/tp_step.md", "w").write("\n".join(lines) + "\n")
