@@ -1,12 +1,21 @@
 #include "module_hooks.h"
 
+#include <torch/nn/module.h>
+
 #include <atomic>
+#include <memory>
 #include <unordered_map>
 
 namespace models {
 namespace {
-std::unordered_map<const torch::nn::Module*, ForwardHooks>& table() {
-  static std::unordered_map<const torch::nn::Module*, ForwardHooks> t;
+// Each entry remembers its module weakly: a module freed with hooks still installed must not
+// pass them on to a new module that happens to get the same address.
+struct Entry {
+  std::weak_ptr<const torch::nn::Module> owner;
+  ForwardHooks hooks;
+};
+std::unordered_map<const torch::nn::Module*, Entry>& table() {
+  static std::unordered_map<const torch::nn::Module*, Entry> t;
   return t;
 }
 std::atomic<bool> any_hooks{false};
@@ -18,7 +27,7 @@ void set_forward_hooks(const torch::nn::Module* module, ForwardHooks hooks) {
   if (empty) {
     table().erase(module);
   } else {
-    table()[module] = std::move(hooks);
+    table()[module] = Entry{module->shared_from_this(), std::move(hooks)};
   }
   any_hooks.store(!table().empty(), std::memory_order_release);
 }
@@ -31,7 +40,9 @@ void clear_all_forward_hooks() {
 const ForwardHooks* forward_hooks(const torch::nn::Module* module) {
   if (!any_hooks.load(std::memory_order_relaxed)) return nullptr;
   auto it = table().find(module);
-  return it == table().end() ? nullptr : &it->second;
+  if (it == table().end()) return nullptr;
+  if (it->second.owner.expired()) return nullptr;  // a stale entry of a freed module
+  return &it->second.hooks;
 }
 
 }  // namespace models

@@ -59,3 +59,21 @@ TEST_CASE("an around hook gets the tensor inputs and a forward that outlives the
   // Rerun later from new tensors, the scale argument kept.
   CHECK(saved({torch::full({2}, 5.0), torch::full({2}, 2.0)}).equal(torch::full({2}, 8.0)));
 }
+
+TEST_CASE("hooks of a freed module do not reach a new module at the same address", "[models]") {
+  const torch::nn::Module* old_addr = nullptr;
+  {
+    TwoInput m;
+    old_addr = m.get();
+    models::ForwardHooks h;
+    h.output = [](const torch::Tensor& t) { return t * 0; };
+    models::set_forward_hooks(m.get(), h);
+    CHECK(models::forward_hooks(m.get()) != nullptr);
+  }
+  // Whether or not the allocator reuses the address, the stale entry must not apply.
+  CHECK(models::forward_hooks(old_addr) == nullptr);
+  TwoInput fresh;
+  auto a = torch::full({2}, 3.0), b = torch::full({2}, 1.0);
+  CHECK(models::call(fresh, a, 2.0, b).equal(torch::full({2}, 5.0)));
+  models::clear_all_forward_hooks();
+}
