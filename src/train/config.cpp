@@ -275,6 +275,7 @@ void visit(V& v, ParallelConfig& c) {
   v.field("plan", c.plan);
   v.field("static_eager", c.static_eager);
   v.field("zero", c.zero);
+  v.field("grad_reduce", c.grad_reduce);
 }
 
 template <class V>
@@ -398,6 +399,8 @@ void validate(const Config& c, const std::string& source) {
   }
   check(inferred <= 1, "parallel.mesh", "at most one dim may be -1");
   check(c.parallel.zero >= 0 && c.parallel.zero <= 3, "parallel.zero", "must be 0, 1, 2 or 3");
+  check(c.parallel.grad_reduce == "overlap" || c.parallel.grad_reduce == "bucketed" || c.parallel.grad_reduce == "per_param",
+        "parallel.grad_reduce", "must be overlap, bucketed or per_param");
 
   const auto& t = c.train;
   for (auto [k, v] : {std::pair{"steps", t.steps}, {"batch_size", t.batch_size}, {"seq_len", t.seq_len},

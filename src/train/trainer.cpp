@@ -23,6 +23,7 @@
 #include "vescale/optim/clip_grad.h"
 #include "vescale/optim/lr_schedule.h"
 #include "vescale/ddp/grad_reduce.h"
+#include "vescale/ddp/grad_reducer.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/plan/parallelize.h"
 #include "vescale/plan/plan.h"
@@ -39,7 +40,7 @@ namespace {
 // The parameters become DTensors under the config's plan (every parameter replicated without
 // one) and the model's own init reruns on them through the Philox RNG, so the initial weights
 // are bitwise the same for every mesh, world size and plan.
-void parallelize_model(Model& model, const Config& config, const mesh::DeviceMesh& mesh) {
+plan::Plan parallelize_model(Model& model, const Config& config, const mesh::DeviceMesh& mesh) {
   plan::Plan plan(mesh.dim_names());
   if (config.parallel.plan.empty()) {
     plan.shard("*", dtensor::Placements(mesh.ndim(), dtensor::Replicate()));
@@ -47,6 +48,7 @@ void parallelize_model(Model& model, const Config& config, const mesh::DeviceMes
     plan = plan::Plan::from_json_file(config.parallel.plan);
   }
   plan::parallelize(*model.module, plan, mesh, {.init = model.init});
+  return plan;
 }
 
 // This rank's [batch, seq_len] token block is its part of the global batch: rows split over
@@ -151,7 +153,15 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
                 "checkpointing off");
   model_ = build_model(config_.model);
   if (device_ != "cpu") model_.module->to(at::Device(device_));
-  if (mesh_) parallelize_model(model_, config_, *mesh_);
+  if (mesh_) {
+    const plan::Plan plan = parallelize_model(model_, config_, *mesh_);
+    // Bucketed reduction (docs/ddp.md); "per_param" keeps ddp::reduce_gradients.
+    if (config_.parallel.grad_reduce != "per_param") {
+      auto opts = ddp::GradReducerOptions::from_plan(plan.grad_reduce());
+      opts.overlap = config_.parallel.grad_reduce == "overlap";
+      reducer_ = std::make_unique<ddp::GradReducer>(*model_.module, *mesh_, opts);
+    }
+  }
   dtensor::set_static_eager(config_.parallel.static_eager);
   if (t.activation_checkpointing) enable_activation_checkpointing(*model_.module, model_.block_pattern);
 
@@ -183,6 +193,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
 }
 
 Trainer::~Trainer() {
+  reducer_.reset();
   if (config_.train.activation_checkpointing) models::clear_all_forward_hooks();
 }
 
@@ -225,13 +236,20 @@ StepMetrics Trainer::step(int64_t step) {
   model_.module->train();
   at::Tensor loss_sum;
   for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+    // Only the last micro-batch's backward reduces; the others accumulate Partial grads.
+    if (reducer_) reducer_->set_sync(micro + 1 == t.grad_accum);
     at::Tensor loss = loss_of(train_loader_->next());
     (loss / static_cast<double>(t.grad_accum)).backward();
     loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
   }
   // Gradients with other placements than their parameters (Partial over dp, or over tp for
-  // replicated weights fed sequence shards) are reduced: one collective per parameter.
-  if (mesh_) ddp::reduce_gradients(*model_.module);
+  // replicated weights fed sequence shards) are reduced: by the buckets (most of them already
+  // launched during backward), or one collective per parameter.
+  if (reducer_) {
+    reducer_->finish();
+  } else if (mesh_) {
+    ddp::reduce_gradients(*model_.module);
+  }
   at::Tensor norm = optim::clip_grad_norm_(params_, t.grad_clip);
   // The one host read per step: the loss and the norm, for the log and the NaN/inf stop.
   StepMetrics m;

@@ -80,6 +80,10 @@ struct ParallelConfig {
   std::string plan;
   bool static_eager = false;  // replay recorded DTensor dispatch after the first steps
   int64_t zero = 0;           // ZeRO stage 0-3 (sharded optimizer state)
+  // How gradients are reduced (docs/ddp.md): "overlap" (buckets launched during backward),
+  // "bucketed" (buckets launched after backward), "per_param" (one collective per parameter).
+  // Bucket size and N-D fusing come from the plan's grad_reduce.
+  std::string grad_reduce = "overlap";
 };
 
 struct TrainConfig {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "vescale/ddp/grad_reducer.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/optim/adamw.h"
 #include "vescale/train/config.h"
@@ -46,6 +47,8 @@ class Trainer {
   optim::AdamW& optimizer() { return *optimizer_; }
   const Config& config() const { return config_; }
   int64_t tokens_per_step() const;  // over all data-parallel ranks
+  // The bucketed gradient reducer; null without a mesh or with parallel.grad_reduce=per_param.
+  const ddp::GradReducer* grad_reducer() const { return reducer_.get(); }
 
  private:
   at::Tensor loss_of(const DataLoader::Batch& batch);
@@ -59,6 +62,7 @@ class Trainer {
   Model model_;
   std::vector<at::Tensor> params_;
   std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<ddp::GradReducer> reducer_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   double flops_per_token_ = 0;
   int64_t world_size_ = 1;

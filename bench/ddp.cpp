@@ -1,0 +1,173 @@
+// Step time of gradient reduction strategies on a small LLaMA, side by side:
+//   DP=world:        per-parameter all-reduce | buckets after backward | buckets overlapped
+//   DP=2 x TP+SP=2:  per-parameter | overlapped, one collective per dim | overlapped, N-D fused
+// plus the collectives and bytes each sends per step. Run with 4 ranks from the repository root:
+//   build/apps/vescale-run --nproc-per-node 4 -- build/bench/ddp
+// Rank 0 writes bench/results/ddp.md.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "llama.h"
+#include "module_hooks.h"
+#include "vescale/ddp/grad_reduce.h"
+#include "vescale/ddp/grad_reducer.h"
+#include "vescale/dist/world.h"
+#include "vescale/dtensor/dtensor.h"
+#include "vescale/plan/parallelize.h"
+#include "vescale/random/random.h"
+
+using namespace vescale;
+
+namespace {
+
+constexpr int64_t kBatch = 8, kSeq = 64, kWarmup = 2, kSteps = 10;
+constexpr double kBucketMb = 2;
+
+models::LlamaOptions bench_llama() {
+  models::LlamaOptions o;
+  o.vocab_size = 512;
+  o.dim = 256;
+  o.n_layers = 4;
+  o.n_heads = 8;
+  o.n_kv_heads = 4;
+  o.ffn_dim = 688;
+  o.max_seq_len = kSeq;
+  return o;
+}
+
+struct Result {
+  std::string mesh, mode;
+  double median_ms = 0;
+  ddp::ReduceStats stats;  // per step
+  int64_t buckets = 0;
+};
+
+at::Tensor input(const at::Tensor& full, const mesh::DeviceMesh& mesh) {
+  dtensor::Placements pl(mesh.ndim(), dtensor::Replicate());
+  at::Tensor local = full;
+  for (int64_t d = 0; d < mesh.ndim(); ++d) {
+    if (mesh.dim_names()[d] != "dp") continue;
+    pl[d] = dtensor::Shard(0);
+    local = full.chunk(mesh.size("dp"), 0)[mesh.coordinate("dp")];
+  }
+  return dtensor::from_local(local.contiguous(), mesh, pl, full.sizes().vec());
+}
+
+// mode: "per_param", or a GradReducer with these options.
+Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const plan::Plan& plan, const std::string& mode,
+           ddp::GradReducerOptions opts) {
+  const auto o = bench_llama();
+  random::manual_seed(1);
+  models::Llama model(o);
+  plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
+  std::unique_ptr<ddp::GradReducer> reducer;
+  if (mode != "per_param") reducer = std::make_unique<ddp::GradReducer>(*model, mesh, opts);
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  const int64_t global_batch = kBatch * (mesh.dim_names()[0] == "dp" ? mesh.size("dp") : 1);
+  std::vector<double> ms;
+  Result r{mesh_label, mode};
+  for (int64_t s = 0; s < kWarmup + kSteps; ++s) {
+    auto full = at::randint(o.vocab_size, {global_batch, kSeq + 1}, at::kLong);
+    auto x = input(full.slice(1, 0, kSeq).contiguous(), mesh);
+    auto y = input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
+    dist::world().barrier().wait();
+    const auto t0 = std::chrono::steady_clock::now();
+    opt.zero_grad();
+    at::Tensor loss = at::cross_entropy_loss(models::call(model, x).flatten(0, 1), y.flatten(0, 1));
+    loss.backward();
+    if (reducer) {
+      r.stats = reducer->finish();
+    } else {
+      r.stats.collectives = ddp::reduce_gradients(*model);
+    }
+    opt.step();
+    if (s >= kWarmup) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  r.median_ms = ms[ms.size() / 2];
+  if (reducer) r.buckets = reducer->num_buckets();
+  plan::remove_forward_hooks(*model);
+  return r;
+}
+
+std::string cpu_name() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+}  // namespace
+
+int main() {
+  dist::init({.device = "cpu"});
+  at::set_num_threads(1);
+  const int world = dist::world_size();
+  std::vector<Result> results;
+  {
+    auto mesh = mesh::DeviceMesh::init({{"dp", world}});
+    plan::Plan plan({"dp"});
+    plan.shard("*", {dtensor::Replicate()});
+    const std::string label = "dp=" + std::to_string(world);
+    results.push_back(run(label, mesh, plan, "per_param", {}));
+    results.push_back(run(label, mesh, plan, "bucketed", {.bucket_mb = kBucketMb, .fused = true, .overlap = false}));
+    results.push_back(run(label, mesh, plan, "overlapped", {.bucket_mb = kBucketMb, .fused = true, .overlap = true}));
+  }
+  if (world == 4) {
+    auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
+    const auto plan = plan::Plan::from_json_file("configs/plans/llama_dp_tp_sp.json");
+    const std::string label = "dp=2 x tp+sp=2";
+    results.push_back(run(label, mesh, plan, "per_param", {}));
+    results.push_back(run(label, mesh, plan, "overlapped, unfused", {.bucket_mb = kBucketMb, .fused = false, .overlap = true}));
+    results.push_back(run(label, mesh, plan, "overlapped, N-D fused", {.bucket_mb = kBucketMb, .fused = true, .overlap = true}));
+  }
+  if (dist::rank() == 0) {
+    char date[64];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+    const auto o = bench_llama();
+    std::string md = "# Gradient reduction: per parameter vs buckets vs overlap vs N-D fused\n\n";
+    md += "Machine: " + cpu_name() + ", " + std::to_string(std::thread::hardware_concurrency()) +
+          " hardware threads (shared with other jobs), " + std::to_string(world) +
+          " Gloo ranks on one host, 1 intra-op thread each. Date: " + date + ". libtorch " + TORCH_VERSION_STRING + ".\n\n";
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "Model: LLaMA dim %lld, %lld layers, ffn %lld, vocab %lld (fp32); %lld x %lld tokens per dp rank; "
+                  "AdamW. Buckets of %.0f MiB. Median of %lld steps after %lld warm-up steps (rank 0's clock, "
+                  "ranks aligned by a barrier before each step). Run: `build/apps/vescale-run --nproc-per-node 4 -- "
+                  "build/bench/ddp` from the repository root.\n\n",
+                  static_cast<long long>(o.dim), static_cast<long long>(o.n_layers), static_cast<long long>(o.ffn_dim),
+                  static_cast<long long>(o.vocab_size), static_cast<long long>(kBatch), static_cast<long long>(kSeq),
+                  kBucketMb, static_cast<long long>(kSteps), static_cast<long long>(kWarmup));
+    md += buf;
+    md += "| mesh | reduction | step ms (median) | vs per-param | buckets | collectives / step | MiB sent / step | "
+          "launched during backward |\n|---|---|---|---|---|---|---|---|\n";
+    double base = 0;
+    for (const auto& r : results) {
+      if (r.mode == "per_param") base = r.median_ms;
+      std::snprintf(buf, sizeof buf, "| %s | %s | %.1f | %.2fx | %s | %lld | %s | %s |\n", r.mesh.c_str(), r.mode.c_str(),
+                    r.median_ms, r.median_ms / base, r.mode == "per_param" ? "-" : std::to_string(r.buckets).c_str(),
+                    static_cast<long long>(r.stats.collectives),
+                    r.mode == "per_param" ? "-" : std::to_string(static_cast<double>(r.stats.bytes) / (1024.0 * 1024.0)).substr(0, 5).c_str(),
+                    r.mode == "per_param" ? "-" : std::to_string(r.stats.overlapped).c_str());
+      md += buf;
+    }
+    md += "\nPer-param counts are redistributions (one per gradient that needed reducing; a [Partial, Partial] "
+          "norm gradient may take more than one collective inside). Timings on shared CPUs are noisy: read the "
+          "ratios, not the digits.\n";
+    std::ofstream("bench/results/ddp.md") << md;
+    std::printf("%s", md.c_str());
+  }
+  dist::shutdown();
+  return 0;
+}

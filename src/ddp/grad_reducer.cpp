@@ -1,0 +1,334 @@
+#include "vescale/ddp/grad_reducer.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "vescale/common/check.h"
+#include "vescale/dtensor/dtensor.h"
+
+namespace vescale::ddp {
+
+namespace {
+
+struct Param {
+  std::string name;
+  at::Tensor tensor;
+  int64_t bucket = -1;  // -1: in no bucket (needs nothing, or the per-parameter fallback)
+  int64_t offset = 0, numel = 0;
+  std::vector<int64_t> local_shape;
+  dtensor::Placements grad_placements;     // what its gradient arrives as (bucketed params)
+  dtensor::Placements reduced_placements;  // after the bucket's all-reduce (Partial -> Replicate)
+  bool ready = false;                   // its gradient for this step is accumulated
+};
+
+struct Bucket {
+  c10::ScalarType dtype;
+  std::vector<int64_t> dims;  // mesh dim indices reduced over
+  dist::ReduceOp op;
+  std::vector<size_t> params;
+  int64_t numel = 0;
+  int64_t pending = 0;  // params not ready yet this step
+  bool launched = false;
+  std::string sequence;  // the group of its first collective: launches keep bucket order there
+  at::Tensor flat;
+  dist::Work work;
+};
+
+const char* dtype_name(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Float: return "fp32";
+    case c10::ScalarType::BFloat16: return "bf16";
+    case c10::ScalarType::Half: return "fp16";
+    case c10::ScalarType::Double: return "fp64";
+    default: return c10::toString(t);
+  }
+}
+
+}  // namespace
+
+struct GradReducer::State {
+  mesh::DeviceMesh mesh;
+  GradReducerOptions options;
+  std::vector<Param> params;
+  std::vector<Bucket> buckets;
+  std::map<std::string, size_t> next_launch;  // per sequence: the next bucket index to launch
+  bool layout_built = false;
+  std::string fallback_notes;  // for describe()
+  bool sync = true;
+  ReduceStats current, last, total;
+  std::mutex mu;
+
+  std::vector<std::string> dim_names(const std::vector<int64_t>& dims) const {
+    std::vector<std::string> n;
+    for (int64_t d : dims) n.push_back(mesh.dim_names()[d]);
+    return n;
+  }
+  dist::ProcessGroup& first_group(const Bucket& b) const {
+    return options.fused ? mesh.group_over(dim_names(b.dims)) : mesh.group(mesh.dim_names()[b.dims[0]]);
+  }
+
+  void on_grad(size_t i);
+  void build_layout();
+  void launch(Bucket& b, bool in_backward);
+  void launch_ready(const std::string& sequence);
+  void count(const at::Tensor& flat) {
+    ++current.collectives;
+    current.bytes += flat.numel() * static_cast<int64_t>(flat.element_size());
+  }
+};
+
+namespace {
+
+// Runs after AccumulateGrad has added this backward's gradient into p.grad().
+struct ReadyHook : torch::autograd::PostAccumulateGradHook {
+  std::weak_ptr<GradReducer::State> state;
+  size_t index;
+  ReadyHook(std::weak_ptr<GradReducer::State> s, size_t i) : state(std::move(s)), index(i) {}
+  void operator()(const torch::autograd::Variable& /*tensor*/) override {
+    if (auto s = state.lock()) s->on_grad(index);
+  }
+};
+
+}  // namespace
+
+void GradReducer::State::on_grad(size_t i) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!sync || !layout_built || !options.overlap) return;  // accumulate only / reduce in finish()
+  Param& p = params[i];
+  if (p.bucket < 0) return;
+  Bucket& b = buckets[p.bucket];
+  VESCALE_CHECK(!b.launched, "GradReducer: parameter '", p.name, "' got a second gradient after its bucket was ",
+                "launched in this backward; call finish() after each synced backward, and run the earlier ",
+                "micro-batches under NoSync");
+  if (!p.ready) p.ready = true, --b.pending;
+  if (b.pending == 0) launch_ready(b.sequence);
+}
+
+// Buckets sharing a group launch in bucket order on every rank, so their collectives match up
+// even if gradients were ready in another order.
+void GradReducer::State::launch_ready(const std::string& sequence) {
+  size_t& next = next_launch[sequence];
+  while (next < buckets.size()) {
+    Bucket& b = buckets[next];
+    if (b.sequence != sequence || b.launched) {
+      ++next;
+      continue;
+    }
+    if (b.pending > 0) break;
+    launch(b, /*in_backward=*/true);
+    ++next;
+  }
+}
+
+void GradReducer::State::launch(Bucket& b, bool in_backward) {
+  at::NoGradGuard no_grad;
+  const auto& first = params[b.params.front()].tensor;
+  const at::Device device = dtensor::to_local(first.detach()).device();
+  b.flat = at::empty({b.numel}, at::TensorOptions().dtype(b.dtype).device(device));
+  for (size_t i : b.params) {
+    Param& p = params[i];
+    at::Tensor slot = b.flat.narrow(0, p.offset, p.numel);
+    const at::Tensor& g = p.tensor.grad();
+    if (!g.defined()) {  // not used on this rank this step: contributes nothing
+      slot.zero_();
+      continue;
+    }
+    VESCALE_CHECK(dtensor::is_dtensor(g) && dtensor::spec_of(g).placements == p.grad_placements,
+                  "GradReducer: the gradient of '", p.name, "' arrived as ",
+                  dtensor::is_dtensor(g) ? dtensor::to_string(dtensor::spec_of(g).placements) : "a plain tensor",
+                  " but its bucket was built for ", dtensor::to_string(p.grad_placements),
+                  "; the graph changed after the first step; build a new GradReducer");
+    slot.copy_(dtensor::to_local(g).reshape({-1}));
+  }
+  b.work = first_group(b).all_reduce(b.flat, b.op);
+  b.launched = true;
+  count(b.flat);
+  current.overlapped += in_backward ? 1 : 0;
+}
+
+void GradReducer::State::build_layout() {
+  // Each parameter's reduction, read off its first gradient: the mesh dims where the gradient
+  // is Partial and the parameter Replicate. Anything else that differs goes to the fallback.
+  using Key = std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp>;
+  std::map<Key, int64_t> open;  // the bucket still taking params, per key
+  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * 1024 * 1024));
+  for (size_t k = params.size(); k-- > 0;) {  // reverse registration order ~ reverse order of use
+    Param& p = params[k];
+    const at::Tensor& g = p.tensor.grad();
+    if (!g.defined() || !dtensor::is_dtensor(g)) continue;
+    const auto& want = dtensor::spec_of(p.tensor).placements;
+    const auto& got = dtensor::spec_of(g).placements;
+    if (got == want) continue;
+    std::vector<int64_t> dims;
+    bool bucketable = true;
+    dist::ReduceOp op = dist::ReduceOp::Sum;
+    // After the all-reduce the Partial dims are Replicate; a Shard the parameter has there (or
+    // on a dim the gradient is Replicate) is then a local slice, no communication.
+    dtensor::Placements reduced = got;
+    for (size_t d = 0; d < got.size(); ++d) {
+      if (got[d] == want[d]) continue;
+      if (got[d].is_partial() && !want[d].is_partial() && (dims.empty() || got[d].reduce == op)) {
+        op = got[d].reduce;
+        dims.push_back(static_cast<int64_t>(d));
+        reduced[d] = dtensor::Replicate();
+      } else if (!(got[d].is_replicate() && want[d].is_shard())) {
+        bucketable = false;
+        break;
+      }
+    }
+    if (dims.empty()) bucketable = false;
+    if (!bucketable) {
+      fallback_notes += "fallback: " + p.name + " grad " + dtensor::to_string(got) + " -> " + dtensor::to_string(want) + "\n";
+      continue;
+    }
+    const at::Tensor local = dtensor::to_local(g.detach());
+    const Key key{local.scalar_type(), dims, op};
+    const int64_t bytes = local.numel() * static_cast<int64_t>(local.element_size());
+    auto it = open.find(key);
+    if (it == open.end() || (buckets[it->second].numel > 0 &&
+                             (buckets[it->second].numel * static_cast<int64_t>(local.element_size()) + bytes) > cap)) {
+      Bucket b{local.scalar_type(), dims, op, {}, 0, 0, false, {}, {}, {}};
+      b.sequence = first_group(b).name();
+      buckets.push_back(std::move(b));
+      open[key] = static_cast<int64_t>(buckets.size()) - 1;
+      it = open.find(key);
+    }
+    Bucket& b = buckets[it->second];
+    p.bucket = it->second;
+    p.offset = b.numel;
+    p.numel = local.numel();
+    p.local_shape = local.sizes().vec();
+    p.grad_placements = got;
+    p.reduced_placements = reduced;
+    b.params.push_back(k);
+    b.numel += p.numel;
+  }
+  layout_built = true;
+}
+
+GradReducer::GradReducer(torch::nn::Module& model, const mesh::DeviceMesh& mesh, GradReducerOptions options)
+    : state_(std::make_shared<State>()) {
+  VESCALE_CHECK(options.bucket_mb > 0, "GradReducer: bucket_mb=", options.bucket_mb,
+                " must be positive (grad_reduce.bucket_mb in the plan)");
+  state_->mesh = mesh;
+  state_->options = options;
+  for (auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (!dtensor::is_dtensor(item.value()) || !item.value().requires_grad()) continue;
+    Param p;
+    p.name = item.key();
+    p.tensor = item.value();
+    state_->params.push_back(std::move(p));
+  }
+  for (size_t i = 0; i < state_->params.size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(state_->params[i].tensor,
+                                                   std::make_unique<ReadyHook>(state_, i));
+}
+
+GradReducer::~GradReducer() {
+  for (auto& p : state_->params) torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, nullptr);
+}
+
+void GradReducer::set_sync(bool sync) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->sync = sync;
+}
+
+bool GradReducer::sync() const { return state_->sync; }
+
+ReduceStats GradReducer::finish() {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  VESCALE_CHECK(s.sync, "GradReducer::finish: called under NoSync; leave the NoSync scope for the last micro-batch");
+  at::NoGradGuard no_grad;
+  if (!s.layout_built) s.build_layout();
+  // What backward didn't launch (no overlap, the first step, unused params), in bucket order.
+  for (auto& b : s.buckets)
+    if (!b.launched) {
+      b.pending = 0;
+      s.launch(b, /*in_backward=*/false);
+    }
+  for (auto& b : s.buckets) b.work.wait();
+  if (!s.options.fused) {  // the other dims, one collective each
+    for (size_t k = 1;; ++k) {
+      bool any = false;
+      for (auto& b : s.buckets)
+        if (k < b.dims.size()) {
+          any = true;
+          b.work = s.mesh.group(s.mesh.dim_names()[b.dims[k]]).all_reduce(b.flat, b.op);
+          s.count(b.flat);
+        }
+      if (!any) break;
+      for (auto& b : s.buckets)
+        if (k < b.dims.size()) b.work.wait();
+    }
+  }
+  for (auto& b : s.buckets) {
+    for (size_t i : b.params) {
+      Param& p = s.params[i];
+      const auto& spec = dtensor::spec_of(p.tensor);
+      // A view of the bucket: the step's flat buffer lives until the grads are dropped.
+      at::Tensor g = dtensor::from_local(b.flat.narrow(0, p.offset, p.numel).view(p.local_shape), s.mesh,
+                                         p.reduced_placements, spec.shape);
+      if (p.reduced_placements != spec.placements) g = dtensor::redistribute(g, spec.placements);  // local slices
+      p.tensor.mutable_grad() = g;
+      p.ready = false;
+    }
+    b.pending = static_cast<int64_t>(b.params.size());
+    b.launched = false;
+    b.flat = at::Tensor();
+    b.work = dist::Work();
+    ++s.current.buckets;
+  }
+  s.next_launch.clear();
+  // Gradients outside the buckets that still differ from their parameter: one by one.
+  for (auto& p : s.params) {
+    if (p.bucket >= 0) continue;
+    at::Tensor& g = p.tensor.mutable_grad();
+    if (!g.defined() || !dtensor::is_dtensor(g)) continue;
+    const auto& want = dtensor::spec_of(p.tensor).placements;
+    if (dtensor::spec_of(g).placements == want) continue;
+    g = dtensor::redistribute(g.detach(), want);
+    ++s.current.fallbacks;
+    ++s.current.collectives;
+    s.current.bytes += dtensor::to_local(g).numel() * static_cast<int64_t>(g.element_size());
+  }
+  s.last = s.current;
+  s.total.collectives += s.current.collectives;
+  s.total.bytes += s.current.bytes;
+  s.total.buckets += s.current.buckets;
+  s.total.fallbacks += s.current.fallbacks;
+  s.total.overlapped += s.current.overlapped;
+  s.current = {};
+  return s.last;
+}
+
+const ReduceStats& GradReducer::last_step() const { return state_->last; }
+const ReduceStats& GradReducer::total() const { return state_->total; }
+int64_t GradReducer::num_buckets() const { return static_cast<int64_t>(state_->buckets.size()); }
+
+std::string GradReducer::describe() const {
+  const State& s = *state_;
+  std::string out;
+  for (size_t i = 0; i < s.buckets.size(); ++i) {
+    const Bucket& b = s.buckets[i];
+    std::string dims;
+    for (int64_t d : b.dims) dims += (dims.empty() ? "" : ",") + s.mesh.dim_names()[d];
+    char line[256];
+    std::snprintf(line, sizeof line, "bucket %zu: %s over %s%s, %zu params, %.2f MiB\n", i, dtype_name(b.dtype),
+                  dims.c_str(), b.dims.size() > 1 ? (s.options.fused ? " (fused)" : " (one per dim)") : "",
+                  b.params.size(), static_cast<double>(b.numel * c10::elementSize(b.dtype)) / (1024.0 * 1024.0));
+    out += line;
+  }
+  return out + s.fallback_notes;
+}
+
+}  // namespace vescale::ddp
