@@ -75,7 +75,9 @@ Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const pl
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
   const int64_t global_batch = kBatch * (mesh.dim_names()[0] == "dp" ? mesh.size("dp") : 1);
   std::vector<double> ms;
-  Result r{mesh_label, mode};
+  Result r;
+  r.mesh = mesh_label;
+  r.mode = mode;
   for (int64_t s = 0; s < kWarmup + kSteps; ++s) {
     auto full = at::randint(o.vocab_size, {global_batch, kSeq + 1}, at::kLong);
     auto x = input(full.slice(1, 0, kSeq).contiguous(), mesh);
