@@ -16,12 +16,15 @@
 #include "mixtral.h"
 #include "module_hooks.h"
 #include "vescale/ddp/grad_reduce.h"
+#include "common/train_util.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/plan/parallelize.h"
 #include "vescale/random/random.h"
 
 using namespace vescale;
+
+using namespace vescale::testing;
 
 namespace {
 
@@ -86,38 +89,11 @@ plan::Plan replicate_all(const std::vector<std::string>& dims) {
   return p;
 }
 
-std::string repo_file(const std::string& rel) { return std::string(VESCALE_SOURCE_DIR) + "/" + rel; }
-
 struct Trained {
   std::map<std::string, at::Tensor> init;   // full values, before the first step
   std::vector<double> losses;
   std::map<std::string, at::Tensor> final;  // full values, after the last step
 };
-
-std::map<std::string, at::Tensor> full_params(torch::nn::Module& m) {
-  std::map<std::string, at::Tensor> out;
-  for (auto& p : m.named_parameters()) {
-    const at::Tensor& t = p.value();
-    out[p.key()] = (dtensor::is_dtensor(t) ? dtensor::full_tensor(t.detach()) : t.detach()).clone();
-  }
-  return out;
-}
-
-// This rank's part of the batch: rows split over the dp dim (if any), the rest replicated.
-at::Tensor model_input(const at::Tensor& full, const mesh::DeviceMesh& mesh) {
-  dtensor::Placements pl(mesh.ndim(), dtensor::Replicate());
-  at::Tensor local = full;
-  for (int64_t d = 0; d < mesh.ndim(); ++d) {
-    if (mesh.dim_names()[d] != "dp") continue;
-    pl[d] = dtensor::Shard(0);
-    local = full.chunk(mesh.size("dp"), 0)[mesh.coordinate("dp")];
-  }
-  return dtensor::from_local(local.contiguous(), mesh, pl, full.sizes().vec());
-}
-
-at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
-  return at::cross_entropy_loss(logits.flatten(0, 1), targets.flatten(0, 1));
-}
 
 struct RunOptions {
   bool static_eager = false;

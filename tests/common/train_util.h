@@ -1,0 +1,25 @@
+// Helpers shared by the multi-rank training-equivalence tests (plans, gradient reduction).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+
+#include "vescale/mesh/device_mesh.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace vescale::testing {
+
+// A file of this repository by its path from the root.
+std::string repo_file(const std::string& rel);
+// Every parameter as a full plain tensor (DTensors gathered), by name.
+std::map<std::string, at::Tensor> full_params(torch::nn::Module& m);
+// This rank's part of a batch every rank holds: rows split over the "dp" mesh dim, if any.
+at::Tensor model_input(const at::Tensor& full, const mesh::DeviceMesh& mesh);
+// Next-token cross-entropy of logits [B, T, V] against targets [B, T].
+at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets);
+
+}  // namespace vescale::testing
