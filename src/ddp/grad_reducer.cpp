@@ -14,34 +14,11 @@
 
 #include "vescale/common/check.h"
 #include "vescale/dtensor/dtensor.h"
+#include "grad_reducer_state.h"
 
 namespace vescale::ddp {
 
 namespace {
-
-struct Param {
-  std::string name;
-  at::Tensor tensor;
-  int64_t bucket = -1;  // -1: in no bucket (needs nothing, or the per-parameter fallback)
-  int64_t offset = 0, numel = 0;
-  std::vector<int64_t> local_shape;
-  dtensor::Placements grad_placements;     // what its gradient arrives as (bucketed params)
-  dtensor::Placements reduced_placements;  // after the bucket's all-reduce (Partial -> Replicate)
-  bool ready = false;                   // its gradient for this step is accumulated
-};
-
-struct Bucket {
-  c10::ScalarType dtype;
-  std::vector<int64_t> dims;  // mesh dim indices reduced over
-  dist::ReduceOp op;
-  std::vector<size_t> params;
-  int64_t numel = 0;
-  int64_t pending = 0;  // params not ready yet this step
-  bool launched = false;
-  std::string sequence;  // the group of its first collective: launches keep bucket order there
-  at::Tensor flat;
-  dist::Work work;
-};
 
 const char* dtype_name(c10::ScalarType t) {
   switch (t) {
@@ -55,36 +32,24 @@ const char* dtype_name(c10::ScalarType t) {
 
 }  // namespace
 
-struct GradReducer::State {
-  mesh::DeviceMesh mesh;
-  GradReducerOptions options;
-  std::vector<Param> params;
-  std::vector<Bucket> buckets;
-  std::map<std::string, size_t> next_launch;  // per sequence: the next bucket index to launch
-  bool layout_built = false;
-  std::string fallback_notes;  // for describe()
-  bool sync = true;
-  ReduceStats current, last, total;
-  std::mutex mu;
+std::vector<std::string> GradReducer::State::dim_names(const std::vector<int64_t>& dims) const {
+  std::vector<std::string> n;
+  for (int64_t d : dims) n.push_back(mesh.dim_names()[d]);
+  return n;
+}
 
-  std::vector<std::string> dim_names(const std::vector<int64_t>& dims) const {
-    std::vector<std::string> n;
-    for (int64_t d : dims) n.push_back(mesh.dim_names()[d]);
-    return n;
-  }
-  dist::ProcessGroup& first_group(const Bucket& b) const {
-    return options.fused ? mesh.group_over(dim_names(b.dims)) : mesh.group(mesh.dim_names()[b.dims[0]]);
-  }
+dist::ProcessGroup& GradReducer::State::first_group(const Bucket& b) const {
+  return options.fused ? mesh.group_over(dim_names(b.dims)) : mesh.group(mesh.dim_names()[b.dims[0]]);
+}
 
-  void on_grad(size_t i);
-  void build_layout();
-  void launch(Bucket& b, bool in_backward);
-  void launch_ready(const std::string& sequence);
-  void count(const at::Tensor& flat) {
-    ++current.collectives;
-    current.bytes += flat.numel() * static_cast<int64_t>(flat.element_size());
-  }
-};
+c10::ScalarType GradReducer::State::wire_dtype(const Bucket& b) const {
+  return options.reduce_bf16 && b.dtype == c10::ScalarType::Float ? c10::ScalarType::BFloat16 : b.dtype;
+}
+
+void GradReducer::State::count(const at::Tensor& flat) {
+  ++current.collectives;
+  current.bytes += flat.numel() * static_cast<int64_t>(flat.element_size());
+}
 
 namespace {
 
@@ -103,7 +68,7 @@ struct ReadyHook : torch::autograd::PostAccumulateGradHook {
 void GradReducer::State::on_grad(size_t i) {
   std::lock_guard<std::mutex> lock(mu);
   if (!sync || !layout_built || !options.overlap) return;  // accumulate only / reduce in finish()
-  Param& p = params[i];
+  ReducerParam& p = params[i];
   if (p.bucket < 0) return;
   Bucket& b = buckets[p.bucket];
   VESCALE_CHECK(!b.launched, "GradReducer: parameter '", p.name, "' got a second gradient after its bucket was ",
@@ -133,11 +98,13 @@ void GradReducer::State::launch(Bucket& b, bool in_backward) {
   at::NoGradGuard no_grad;
   const auto& first = params[b.params.front()].tensor;
   const at::Device device = dtensor::to_local(first.detach()).device();
-  b.flat = at::empty({b.numel}, at::TensorOptions().dtype(b.dtype).device(device));
+  const int64_t size = options.zero >= 1 ? b.padded : b.numel;
+  b.flat = at::empty({size}, at::TensorOptions().dtype(wire_dtype(b)).device(device));
+  if (size > b.numel) b.flat.narrow(0, b.numel, size - b.numel).zero_();
   for (size_t i : b.params) {
-    Param& p = params[i];
+    ReducerParam& p = params[i];
     at::Tensor slot = b.flat.narrow(0, p.offset, p.numel);
-    const at::Tensor& g = p.tensor.grad();
+    at::Tensor& g = p.tensor.mutable_grad();
     if (!g.defined()) {  // not used on this rank this step: contributes nothing
       slot.zero_();
       continue;
@@ -148,21 +115,30 @@ void GradReducer::State::launch(Bucket& b, bool in_backward) {
                   " but its bucket was built for ", dtensor::to_string(p.grad_placements),
                   "; the graph changed after the first step; build a new GradReducer");
     slot.copy_(dtensor::to_local(g).reshape({-1}));
+    g = at::Tensor();  // the bucket holds it now; finish() hands back the reduced one
   }
-  b.work = first_group(b).all_reduce(b.flat, b.op);
+  dist::ProcessGroup& group = first_group(b);
+  if (options.zero >= 2) {  // each rank receives only the slice it owns
+    b.grad_shard = at::empty({b.chunk}, b.flat.options());
+    b.work = group.reduce_scatter(b.grad_shard, b.flat, b.op);
+    count(b.flat);
+    b.flat = at::Tensor();  // the collective keeps what it still needs
+  } else {
+    b.work = group.all_reduce(b.flat, b.op);
+    count(b.flat);
+  }
   b.launched = true;
-  count(b.flat);
   current.overlapped += in_backward ? 1 : 0;
 }
 
 void GradReducer::State::build_layout() {
   // Each parameter's reduction, read off its first gradient: the mesh dims where the gradient
   // is Partial and the parameter Replicate. Anything else that differs goes to the fallback.
-  using Key = std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp>;
+  using Key = std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>;
   std::map<Key, int64_t> open;  // the bucket still taking params, per key
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * 1024 * 1024));
   for (size_t k = params.size(); k-- > 0;) {  // reverse registration order ~ reverse order of use
-    Param& p = params[k];
+    ReducerParam& p = params[k];
     const at::Tensor& g = p.tensor.grad();
     if (!g.defined() || !dtensor::is_dtensor(g)) continue;
     const auto& want = dtensor::spec_of(p.tensor).placements;
@@ -186,17 +162,22 @@ void GradReducer::State::build_layout() {
       }
     }
     if (dims.empty()) bucketable = false;
+    // ZeRO steps a slice of the bucket as the parameter's values: no local slicing afterwards.
+    if (options.zero >= 1 && reduced != want) bucketable = false;
     if (!bucketable) {
       fallback_notes += "fallback: " + p.name + " grad " + dtensor::to_string(got) + " -> " + dtensor::to_string(want) + "\n";
       continue;
     }
     const at::Tensor local = dtensor::to_local(g.detach());
-    const Key key{local.scalar_type(), dims, op};
+    const Key key{local.scalar_type(), dims, op, p.unit};
     const int64_t bytes = local.numel() * static_cast<int64_t>(local.element_size());
     auto it = open.find(key);
     if (it == open.end() || (buckets[it->second].numel > 0 &&
                              (buckets[it->second].numel * static_cast<int64_t>(local.element_size()) + bytes) > cap)) {
-      Bucket b{local.scalar_type(), dims, op, {}, 0, 0, false, {}, {}, {}};
+      Bucket b;
+      b.dtype = local.scalar_type();
+      b.dims = dims;
+      b.op = op;
       b.sequence = first_group(b).name();
       buckets.push_back(std::move(b));
       open[key] = static_cast<int64_t>(buckets.size()) - 1;
@@ -212,6 +193,20 @@ void GradReducer::State::build_layout() {
     b.params.push_back(k);
     b.numel += p.numel;
   }
+  if (options.zero >= 1) {
+    for (auto& b : buckets) {
+      const dist::ProcessGroup& g = first_group(b);
+      b.chunk = (b.numel + g.size() - 1) / g.size();
+      b.padded = b.chunk * g.size();
+      b.shard_rank = g.rank();
+      const int64_t lo = b.shard_rank * b.chunk, hi = lo + b.chunk;
+      for (size_t i : b.params) {
+        const ReducerParam& p = params[i];
+        const int64_t s = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+        if (s < e) b.segments.push_back({i, s - p.offset, s - lo, e - s});
+      }
+    }
+  }
   layout_built = true;
 }
 
@@ -219,11 +214,12 @@ GradReducer::GradReducer(torch::nn::Module& model, const mesh::DeviceMesh& mesh,
     : state_(std::make_shared<State>()) {
   VESCALE_CHECK(options.bucket_mb > 0, "GradReducer: bucket_mb=", options.bucket_mb,
                 " must be positive (grad_reduce.bucket_mb in the plan)");
+  VESCALE_CHECK(options.zero >= 0 && options.zero <= 3, "GradReducer: zero=", options.zero, " must be 0, 1, 2 or 3");
   state_->mesh = mesh;
   state_->options = options;
   for (auto& item : model.named_parameters(/*recurse=*/true)) {
     if (!dtensor::is_dtensor(item.value()) || !item.value().requires_grad()) continue;
-    Param p;
+    ReducerParam p;
     p.name = item.key();
     p.tensor = item.value();
     state_->params.push_back(std::move(p));
@@ -257,14 +253,15 @@ ReduceStats GradReducer::finish() {
       s.launch(b, /*in_backward=*/false);
     }
   for (auto& b : s.buckets) b.work.wait();
-  if (!s.options.fused) {  // the other dims, one collective each
+  if (!s.options.fused) {  // the other dims, one collective each (ZeRO 2+: on the slice only)
     for (size_t k = 1;; ++k) {
       bool any = false;
       for (auto& b : s.buckets)
         if (k < b.dims.size()) {
           any = true;
-          b.work = s.mesh.group(s.mesh.dim_names()[b.dims[k]]).all_reduce(b.flat, b.op);
-          s.count(b.flat);
+          at::Tensor& t = s.options.zero >= 2 ? b.grad_shard : b.flat;
+          b.work = s.mesh.group(s.mesh.dim_names()[b.dims[k]]).all_reduce(t, b.op);
+          s.count(t);
         }
       if (!any) break;
       for (auto& b : s.buckets)
@@ -272,16 +269,23 @@ ReduceStats GradReducer::finish() {
     }
   }
   for (auto& b : s.buckets) {
-    for (size_t i : b.params) {
-      Param& p = s.params[i];
-      const auto& spec = dtensor::spec_of(p.tensor);
-      // A view of the bucket: the step's flat buffer lives until the grads are dropped.
-      at::Tensor g = dtensor::from_local(b.flat.narrow(0, p.offset, p.numel).view(p.local_shape), s.mesh,
-                                         p.reduced_placements, spec.shape);
-      if (p.reduced_placements != spec.placements) g = dtensor::redistribute(g, spec.placements);  // local slices
-      p.tensor.mutable_grad() = g;
-      p.ready = false;
+    if (s.options.zero >= 1) {
+      // The optimizer (ZeroOptimizer) reads this rank's slice; the parameters get no grad.
+      if (s.options.zero == 1) b.grad_shard = b.flat.narrow(0, b.shard_rank * b.chunk, b.chunk).clone();
+      b.grad_shard = b.grad_shard.to(b.dtype);
+    } else {
+      const at::Tensor flat = b.flat.to(b.dtype);  // back from a bf16 wire
+      for (size_t i : b.params) {
+        ReducerParam& p = s.params[i];
+        const auto& spec = dtensor::spec_of(p.tensor);
+        // A view of the bucket: the step's flat buffer lives until the grads are dropped.
+        at::Tensor g = dtensor::from_local(flat.narrow(0, p.offset, p.numel).view(p.local_shape), s.mesh,
+                                           p.reduced_placements, spec.shape);
+        if (p.reduced_placements != spec.placements) g = dtensor::redistribute(g, spec.placements);  // local slices
+        p.tensor.mutable_grad() = g;
+      }
     }
+    for (size_t i : b.params) s.params[i].ready = false;
     b.pending = static_cast<int64_t>(b.params.size());
     b.launched = false;
     b.flat = at::Tensor();
@@ -327,6 +331,13 @@ std::string GradReducer::describe() const {
                   dims.c_str(), b.dims.size() > 1 ? (s.options.fused ? " (fused)" : " (one per dim)") : "",
                   b.params.size(), static_cast<double>(b.numel * c10::elementSize(b.dtype)) / (1024.0 * 1024.0));
     out += line;
+    if (s.options.zero >= 1) {
+      std::snprintf(line, sizeof line, "  zero %d: this rank owns elements [%lld, %lld) of %lld (%zu segments)\n",
+                    s.options.zero, static_cast<long long>(b.shard_rank * b.chunk),
+                    static_cast<long long>((b.shard_rank + 1) * b.chunk), static_cast<long long>(b.padded),
+                    b.segments.size());
+      out += line;
+    }
   }
   return out + s.fallback_notes;
 }

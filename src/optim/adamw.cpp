@@ -27,9 +27,21 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : groups_(std
     }
 }
 
+void adamw_update(at::Tensor& p, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, int64_t step,
+                  const AdamWOptions& o, double weight_decay) {
+  const double lr = o.lr, b1 = o.beta1, b2 = o.beta2;
+  // Decoupled weight decay: shrink the weights, apart from the gradient's moments.
+  if (weight_decay != 0.0) p.mul_(1.0 - lr * weight_decay);
+  const double bias1 = 1.0 - std::pow(b1, static_cast<double>(step));
+  const double bias2 = 1.0 - std::pow(b2, static_cast<double>(step));
+  exp_avg.mul_(b1).add_(grad, 1.0 - b1);
+  exp_avg_sq.mul_(b2).addcmul_(grad, grad, 1.0 - b2);
+  at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias2)).add_(o.eps);
+  p.addcdiv_(exp_avg, denom, -lr / bias1);
+}
+
 void AdamW::step() {
   c10::NoGradGuard no_grad;
-  const double lr = options_.lr, b1 = options_.beta1, b2 = options_.beta2;
   for (auto& g : groups_) {
     for (auto& [name, p] : g.params) {
       const at::Tensor& grad = p.grad();
@@ -40,14 +52,7 @@ void AdamW::step() {
         s.exp_avg_sq = at::zeros_like(p, at::MemoryFormat::Preserve);
       }
       s.step += 1;
-      // Decoupled weight decay: shrink the weights, apart from the gradient's moments.
-      if (g.weight_decay != 0.0) p.mul_(1.0 - lr * g.weight_decay);
-      const double bias1 = 1.0 - std::pow(b1, static_cast<double>(s.step));
-      const double bias2 = 1.0 - std::pow(b2, static_cast<double>(s.step));
-      s.exp_avg.mul_(b1).add_(grad, 1.0 - b1);
-      s.exp_avg_sq.mul_(b2).addcmul_(grad, grad, 1.0 - b2);
-      at::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias2)).add_(options_.eps);
-      p.addcdiv_(s.exp_avg, denom, -lr / bias1);
+      adamw_update(p, grad, s.exp_avg, s.exp_avg_sq, s.step, options_, g.weight_decay);
     }
   }
 }

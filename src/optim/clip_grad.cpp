@@ -7,7 +7,7 @@
 
 namespace vescale::optim {
 
-at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm) {
+at::Tensor grad_sum_of_squares(const std::vector<at::Tensor>& params) {
   c10::NoGradGuard no_grad;
   at::Tensor sum_sq;
   for (const auto& p : params) {
@@ -16,13 +16,23 @@ at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_nor
     at::Tensor s = g.to(at::kFloat).square().sum();
     sum_sq = sum_sq.defined() ? sum_sq.add(s) : s;
   }
+  return sum_sq;
+}
+
+at::Tensor clip_factor(const at::Tensor& norm, double max_norm) { return (max_norm / (norm + 1e-6)).clamp_max(1.0); }
+
+void scale_grads_(const std::vector<at::Tensor>& params, const at::Tensor& factor) {
+  c10::NoGradGuard no_grad;
+  for (const auto& p : params)
+    if (p.grad().defined()) p.grad().mul_(factor.to(p.grad().scalar_type()));
+}
+
+at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm) {
+  c10::NoGradGuard no_grad;
+  at::Tensor sum_sq = grad_sum_of_squares(params);
   VESCALE_CHECK(sum_sq.defined(), "clip_grad_norm_: no parameter has a gradient; run backward first");
   at::Tensor norm = sum_sq.sqrt();
-  if (max_norm > 0) {
-    at::Tensor scale = (max_norm / (norm + 1e-6)).clamp_max(1.0);
-    for (const auto& p : params)
-      if (p.grad().defined()) p.grad().mul_(scale.to(p.grad().scalar_type()));
-  }
+  if (max_norm > 0) scale_grads_(params, clip_factor(norm, max_norm));
   return norm;
 }
 

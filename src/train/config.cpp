@@ -276,6 +276,7 @@ void visit(V& v, ParallelConfig& c) {
   v.field("static_eager", c.static_eager);
   v.field("zero", c.zero);
   v.field("grad_reduce", c.grad_reduce);
+  v.field("reduce_dtype", c.reduce_dtype);
 }
 
 template <class V>
@@ -401,6 +402,10 @@ void validate(const Config& c, const std::string& source) {
   check(c.parallel.zero >= 0 && c.parallel.zero <= 3, "parallel.zero", "must be 0, 1, 2 or 3");
   check(c.parallel.grad_reduce == "overlap" || c.parallel.grad_reduce == "bucketed" || c.parallel.grad_reduce == "per_param",
         "parallel.grad_reduce", "must be overlap, bucketed or per_param");
+  check(c.parallel.reduce_dtype == "fp32" || c.parallel.reduce_dtype == "bf16", "parallel.reduce_dtype",
+        "must be fp32 or bf16");
+  check(c.parallel.zero == 0 || c.parallel.grad_reduce != "per_param", "parallel.zero",
+        "needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
 
   const auto& t = c.train;
   for (auto [k, v] : {std::pair{"steps", t.steps}, {"batch_size", t.batch_size}, {"seq_len", t.seq_len},

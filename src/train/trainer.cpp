@@ -153,12 +153,23 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
                 "checkpointing off");
   model_ = build_model(config_.model);
   if (device_ != "cpu") model_.module->to(at::Device(device_));
+  int64_t zero = 0;
   if (mesh_) {
     const plan::Plan plan = parallelize_model(model_, config_, *mesh_);
     // Bucketed reduction (docs/ddp.md); "per_param" keeps ddp::reduce_gradients.
+    zero = config_.parallel.zero > 0 ? config_.parallel.zero : plan.zero();
+    VESCALE_CHECK(config_.parallel.zero == 0 || plan.zero() == 0 || plan.zero() == config_.parallel.zero,
+                  "parallel.zero=", config_.parallel.zero, " but the plan ", plan.source(), " says zero=", plan.zero(),
+                  "; set one of them, or make them agree");
+    VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != "per_param", "ZeRO stage ", zero, " (from ",
+                  config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
+                  ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
+    VESCALE_CHECK(zero <= 2, "ZeRO stage 3 is not in the trainer yet; use parallel.zero 1 or 2");
     if (config_.parallel.grad_reduce != "per_param") {
       auto opts = ddp::GradReducerOptions::from_plan(plan.grad_reduce());
       opts.overlap = config_.parallel.grad_reduce == "overlap";
+      opts.zero = static_cast<int>(zero);
+      opts.reduce_bf16 = config_.parallel.reduce_dtype == "bf16";
       reducer_ = std::make_unique<ddp::GradReducer>(*model_.module, *mesh_, opts);
     }
   }
@@ -168,9 +179,12 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
   optim::NamedParams named;
   for (const auto& item : model_.module->named_parameters()) named.emplace_back(item.key(), item.value());
   for (const auto& [n, p] : named) params_.push_back(p);
-  optimizer_ = std::make_unique<optim::AdamW>(
-      optim::decay_groups(named, t.weight_decay),
-      optim::AdamWOptions{.lr = t.lr, .beta1 = t.betas[0], .beta2 = t.betas[1], .eps = t.eps});
+  const optim::AdamWOptions adamw{.lr = t.lr, .beta1 = t.betas[0], .beta2 = t.betas[1], .eps = t.eps};
+  if (zero >= 1 && reducer_) {
+    zero_ = std::make_unique<ddp::ZeroOptimizer>(*reducer_, optim::decay_groups(named, t.weight_decay), adamw);
+  } else {
+    optimizer_ = std::make_unique<optim::AdamW>(optim::decay_groups(named, t.weight_decay), adamw);
+  }
 
   auto train_data = std::make_shared<TokenDataset>(data_files(config_.data, "train"));
   train_loader_ = std::make_unique<DataLoader>(train_data, t.batch_size, t.seq_len, dp_rank_, dp_size_, t.seed,
@@ -193,6 +207,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
 }
 
 Trainer::~Trainer() {
+  zero_.reset();
   reducer_.reset();
   if (config_.train.activation_checkpointing) models::clear_all_forward_hooks();
 }
@@ -232,7 +247,7 @@ StepMetrics Trainer::step(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   dtensor::static_eager_step();  // replay (when on) restarts at the step's first call
   const double lr = optim::lr_at({t.lr, t.min_lr, t.warmup_steps, t.steps, t.decay}, step);
-  optimizer_->set_lr(lr);
+  zero_ ? zero_->set_lr(lr) : optimizer_->set_lr(lr);
   model_.module->train();
   at::Tensor loss_sum;
   for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
@@ -250,7 +265,8 @@ StepMetrics Trainer::step(int64_t step) {
   } else if (mesh_) {
     ddp::reduce_gradients(*model_.module);
   }
-  at::Tensor norm = optim::clip_grad_norm_(params_, t.grad_clip);
+  // The norm of the whole gradient, however it is sharded (ZeRO holds slices of it).
+  at::Tensor norm = zero_ ? zero_->clip_grad_norm_(t.grad_clip) : optim::clip_grad_norm_(params_, t.grad_clip);
   // The one host read per step: the loss and the norm, for the log and the NaN/inf stop.
   StepMetrics m;
   m.step = step + 1;
@@ -261,8 +277,13 @@ StepMetrics Trainer::step(int64_t step) {
                 "; stopping before the update. Lower train.lr, raise train.warmup_steps, or check the data");
   VESCALE_CHECK(std::isfinite(m.grad_norm), "step ", m.step, ": the gradient norm is ", m.grad_norm, " (loss ", m.loss,
                 "); stopping before the update. Lower train.lr or set train.grad_clip");
-  optimizer_->step();
-  optimizer_->zero_grad();
+  if (zero_) {
+    zero_->step();
+    zero_->zero_grad();
+  } else {
+    optimizer_->step();
+    optimizer_->zero_grad();
+  }
   m.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / (m.step_ms / 1000.0);
   if (t.peak_flops > 0)
@@ -351,13 +372,17 @@ std::vector<StepMetrics> Trainer::run() {
 MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh) {
   const ParamShapes shapes = parameter_shapes(config.model);
   std::map<std::string, dtensor::Placements> placements;
-  if (!config.parallel.plan.empty())
-    placements = plan::Plan::from_json_file(config.parallel.plan).resolve(mesh.names(), shapes);
+  int64_t zero = config.parallel.zero;
+  if (!config.parallel.plan.empty()) {
+    const plan::Plan plan = plan::Plan::from_json_file(config.parallel.plan);
+    placements = plan.resolve(mesh.names(), shapes);
+    if (zero == 0) zero = plan.zero();
+  }
   const auto& names = mesh.names();
   const bool has_dp = std::find(names.begin(), names.end(), "dp") != names.end();
   const double dp = has_dp ? static_cast<double>(mesh.size("dp")) : 1.0;
-  const int64_t zero = config.parallel.zero;
   MemoryEstimate m;
+  m.zero = zero;
   m.parameters = parameter_count(shapes);
   for (const auto& [name, shape] : shapes) {
     std::vector<int64_t> local = shape;
@@ -394,7 +419,7 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
   out += "model: " + config.model.type + ", " + count + " parameters (" + std::to_string(m.parameters) + ")\n";
   out += "mesh: " + mesh_line + " (" + std::to_string(mesh.numel()) + " ranks)\n";
   out += "plan: " + (config.parallel.plan.empty() ? std::string("none (every parameter replicated)") : config.parallel.plan) +
-         "; zero " + std::to_string(config.parallel.zero) + "\n";
+         "; zero " + std::to_string(m.zero) + "\n";
   out += "per rank (fp32 master weights, AdamW exp_avg + exp_avg_sq): params " + gib(m.param_bytes) + ", grads " +
          gib(m.grad_bytes) + ", optimizer " + gib(m.optimizer_bytes) + ", total " +
          gib(m.param_bytes + m.grad_bytes + m.optimizer_bytes) + " (activations not counted)\n";

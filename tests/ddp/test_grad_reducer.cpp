@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
 #include <cmath>
@@ -15,6 +16,8 @@
 #include "llama.h"
 #include "module_hooks.h"
 #include "vescale/ddp/grad_reducer.h"
+#include "vescale/ddp/zero_optimizer.h"
+#include "vescale/optim/clip_grad.h"
 #include "common/train_util.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
@@ -54,14 +57,18 @@ at::Tensor micro_batch(int64_t i, int64_t vocab) {
 struct Run {
   std::map<std::string, at::Tensor> init, final;
   std::vector<double> losses;
+  std::vector<double> norms;            // the global gradient norm of each step (before clipping)
   std::vector<ddp::ReduceStats> stats;  // per step
+  int64_t zero_state_bytes = 0;         // ZeroOptimizer's state on this rank
   int64_t buckets = 0;
   int64_t grad_bytes = 0;  // this rank's bytes of every parameter's local gradient
   int64_t full_bytes = 0;  // bytes of every parameter at full size
 };
 
-// kSteps steps of `accum` micro-batches each, the earlier ones under NoSync.
-Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradReducerOptions opts, int64_t accum = 1) {
+// kSteps steps of `accum` micro-batches each, the earlier ones under NoSync. With opts.zero
+// >= 1 the optimizer is ddp::ZeroOptimizer, else torch's AdamW. clip > 0 clips the global norm.
+Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradReducerOptions opts, int64_t accum = 1,
+              double clip = 0) {
   const auto o = tiny_llama();
   random::manual_seed(1234);
   models::Llama model(o);
@@ -70,8 +77,16 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradRed
   r.init = full_params(*model);
   ddp::GradReducer reducer(*model, mesh, opts);
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
+  std::unique_ptr<ddp::ZeroOptimizer> zero;
+  if (opts.zero >= 1) {
+    optim::NamedParams named;
+    for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
+    zero = std::make_unique<ddp::ZeroOptimizer>(reducer, std::vector<optim::ParamGroup>{{named, 0.1}},
+                                                optim::AdamWOptions{.lr = kLr, .eps = kEps});
+  }
   for (int64_t s = 0; s < kSteps; ++s) {
     opt.zero_grad();
+    if (zero) zero->zero_grad();
     double loss_sum = 0;
     for (int64_t m = 0; m < accum; ++m) {
       reducer.set_sync(m + 1 == accum);
@@ -83,9 +98,16 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradRed
       loss_sum += dtensor::full_tensor(loss.detach()).item<double>();
     }
     r.stats.push_back(reducer.finish());
-    opt.step();
+    if (zero) {
+      r.norms.push_back(zero->clip_grad_norm_(clip).item<double>());
+      zero->step();
+    } else {
+      r.norms.push_back(optim::clip_grad_norm_(model->parameters(), clip).item<double>());
+      opt.step();
+    }
     r.losses.push_back(loss_sum / static_cast<double>(accum));
   }
+  if (zero) r.zero_state_bytes = zero->state_bytes();
   r.buckets = reducer.num_buckets();
   for (auto& p : model->parameters()) {
     auto local = dtensor::to_local(p.detach());
@@ -99,7 +121,7 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradRed
 }
 
 // One device, plain tensors, each step on the `accum` micro-batches concatenated.
-Run train_plain(const std::map<std::string, at::Tensor>& init, int64_t accum = 1) {
+Run train_plain(const std::map<std::string, at::Tensor>& init, int64_t accum = 1, double clip = 0) {
   const auto o = tiny_llama();
   models::Llama model(o);
   {
@@ -115,6 +137,10 @@ Run train_plain(const std::map<std::string, at::Tensor>& init, int64_t accum = 1
     opt.zero_grad();
     at::Tensor loss = lm_loss(model->forward(full.slice(1, 0, kSeq)), full.slice(1, 1, kSeq + 1));
     loss.backward();
+    double sum_sq = 0;
+    for (auto& p : model->parameters()) sum_sq += p.grad().square().sum().item<double>();
+    r.norms.push_back(std::sqrt(sum_sq));
+    if (clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), clip);
     opt.step();
     r.losses.push_back(loss.item<double>());
   }
@@ -132,6 +158,11 @@ void check_close(const Run& got, const Run& want, double rtol, const std::string
     CHECK(d <= rtol);
   }
   CHECK(want.losses.back() < want.losses.front() * 0.9);  // it trained
+  REQUIRE(got.norms.size() == want.norms.size());
+  for (size_t i = 0; i < got.norms.size(); ++i) {
+    INFO(label << " step " << i << ": grad norm " << got.norms[i] << " vs " << want.norms[i]);
+    CHECK(std::abs(got.norms[i] - want.norms[i]) <= rtol * want.norms[i]);
+  }
   for (auto& [name, w] : want.final) {
     const at::Tensor& g = got.final.at(name);
     const double err = (g - w).norm().item<double>() / std::max(w.norm().item<double>(), 1e-12);
@@ -248,5 +279,53 @@ TEST_CASE("N-D fused reduction: one collective over dp x tp for the SP norm weig
     CHECK(fused.stats[s].collectives == 2 + 6);    // dp bucket + ONE over dp x tp for the norms
     CHECK(unfused.stats[s].collectives == 3 + 6);  // dp bucket + dp and tp for the norms
     CHECK(unfused.stats[s].bytes - fused.stats[s].bytes == norm_bytes);  // the norms sent twice
+  }
+}
+
+TEST_CASE("ZeRO 1 and 2 at DP=world train like one device with 1/world of the optimizer state", "[ddp][zero][world2][world4]") {
+  const int world = dist::world_size();
+  auto mesh = mesh::DeviceMesh::init({{"dp", world}});
+  const auto plan = replicate_all({"dp"});
+  for (int zero : {1, 2}) {
+    ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = true, .overlap = true, .zero = zero};
+    Run got = train_ddp(plan, mesh, opts);
+    const std::string label = "ZeRO-" + std::to_string(zero) + " DP=" + std::to_string(world);
+    check_close(got, train_plain(got.init), 1e-5, label);
+    // Moments and the fp32 parameter slice, for 1/world of every parameter (plus padding:
+    // at most world-1 elements per bucket).
+    CHECK(got.zero_state_bytes * world >= 3 * got.full_bytes);
+    CHECK(got.zero_state_bytes * world <= 3 * (got.full_bytes + got.buckets * (world - 1) * 4));
+    for (const auto& st : got.stats) {
+      CHECK(st.collectives == got.buckets);  // one all-reduce (1) or reduce-scatter (2) per bucket
+      CHECK(st.fallbacks == 0);
+    }
+  }
+}
+
+TEST_CASE("ZeRO-2 with accumulation 4 and clipping at DP=2 equals one rank with 4x the batch", "[ddp][zero][world2]") {
+  if (dist::world_size() != 2) return;
+  auto mesh = mesh::DeviceMesh::init({{"dp", 2}});
+  ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .zero = 2};
+  // A max norm below the norms of these steps, so every step clips.
+  Run got = train_ddp(replicate_all({"dp"}), mesh, opts, /*accum=*/4, /*clip=*/0.5);
+  const Run want = train_plain(got.init, /*accum=*/4, /*clip=*/0.5);
+  check_close(got, want, 1e-5, "ZeRO-2 DP=2 accum 4 clip 0.5");
+  CHECK(want.norms.front() > 0.5);
+  for (const auto& st : got.stats) CHECK(st.collectives == got.buckets);
+}
+
+TEST_CASE("ZeRO 1 and 2 under DP=2 x TP=2 (with SP) train like one device", "[ddp][zero][world4]") {
+  if (dist::world_size() != 4) return;
+  auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
+  for (const char* file : {"configs/plans/llama_dp_tp.json", "configs/plans/llama_dp_tp_sp.json"}) {
+    const auto plan = plan::Plan::from_json_file(repo_file(file));
+    for (int zero : {1, 2})
+      for (bool fused : {true, false}) {
+        ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = fused, .zero = zero};
+        Run got = train_ddp(plan, mesh, opts, /*accum=*/1, /*clip=*/0.5);
+        check_close(got, train_plain(got.init, 1, 0.5), 1e-5,
+                    std::string(file) + " ZeRO-" + std::to_string(zero) + (fused ? " fused" : " unfused"));
+        CHECK(got.zero_state_bytes > 0);
+      }
   }
 }

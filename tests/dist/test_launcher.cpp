@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "vescale/common/check.h"
 #include "vescale/train/byte_tokenizer.h"
@@ -150,6 +152,61 @@ TEST_CASE("vescale-train starts its own ranks with the launcher flags", "[launch
   CHECK_THAT(r.err, Contains("has 3 devices but the world has 2 ranks"));
   std::remove(cfg.c_str());
   std::remove(bad.c_str());
+}
+
+// (loss, grad_norm) of every step in a metrics JSONL file.
+std::vector<std::pair<double, double>> read_metrics(const std::string& path) {
+  std::vector<std::pair<double, double>> out;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) {
+    auto field = [&](const std::string& key) {
+      const auto at = line.find("\"" + key + "\":");
+      REQUIRE(at != std::string::npos);
+      return std::stod(line.substr(at + key.size() + 3));
+    };
+    out.emplace_back(field("loss"), field("grad_norm"));
+  }
+  return out;
+}
+
+TEST_CASE("vescale-train at DP=2: ZeRO 1 and 2 train like ZeRO 0, bf16 reduction close", "[launcher]") {
+  const std::string config = std::string(VESCALE_SOURCE_DIR) + "/configs/nanogpt_tiny.json";
+  const std::string small = " --set train.steps=6 --set train.batch_size=4 --set train.seq_len=64 --set train.log_every=3";
+  auto train = [&](const std::string& extra) {
+    static int n = 0;
+    const std::string metrics = write_temp("zero" + std::to_string(n++) + ".jsonl", "");
+    auto r = run(TRAIN + " --nproc-per-node 2 --config " + config + small + " --set log.metrics_jsonl=" + metrics + extra);
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    auto m = read_metrics(metrics);
+    std::remove(metrics.c_str());
+    REQUIRE(m.size() == 6);
+    return m;
+  };
+  const auto base = train("");
+  CHECK(base.back().first < base.front().first);
+  for (const char* extra : {" --set parallel.zero=1", " --set parallel.zero=2"}) {
+    const auto got = train(extra);
+    for (size_t i = 0; i < base.size(); ++i) {
+      INFO(extra << " step " << i + 1 << ": loss " << got[i].first << " vs " << base[i].first << ", norm "
+                 << got[i].second << " vs " << base[i].second);
+      CHECK(std::abs(got[i].first - base[i].first) <= 1e-5 * base[i].first);
+      CHECK(std::abs(got[i].second - base[i].second) <= 1e-5 * base[i].second);
+    }
+  }
+  // bf16 on the wire rounds each gradient to 8 bits of mantissa: close, not equal.
+  const auto bf16 = train(" --set parallel.zero=2 --set parallel.reduce_dtype=bf16");
+  for (size_t i = 0; i < base.size(); ++i) {
+    INFO("bf16 reduction step " << i + 1 << ": loss " << bf16[i].first << " vs " << base[i].first);
+    CHECK(std::abs(bf16[i].first - base[i].first) <= 2e-2 * base[i].first);
+    CHECK(std::abs(bf16[i].second - base[i].second) <= 5e-2 * base[i].second);
+  }
+  CHECK(bf16.back().second != base.back().second);
+
+  auto r = run(TRAIN + " --nproc-per-node 2 --config " + config + small +
+               " --set parallel.zero=1 --set parallel.grad_reduce=per_param");
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Contains("parallel.zero") && Contains("grad_reduce to overlap or bucketed"));
 }
 
 TEST_CASE("vescale-tokenize writes train and val shards of bytes", "[launcher]") {

@@ -34,6 +34,11 @@ struct GradReducerOptions {
   double bucket_mb = 25;  // MiB of gradient per bucket (a bigger single gradient gets its own)
   bool fused = true;      // one collective over a bucket's dim set instead of one per dim
   bool overlap = true;    // launch each bucket from backward; false: all of them in finish()
+  // ZeRO stage: 0 all-reduces each bucket and sets every grad; 1 and 2 leave each rank the
+  // reduced slice it owns for ZeroOptimizer (1 all-reduces, 2 reduce-scatters and frees the
+  // full gradients as soon as their bucket is sent). Stage 3 is ZeroOptimizer's (zero_optimizer.h).
+  int zero = 0;
+  bool reduce_bf16 = false;  // fp32 gradients travel as bf16 (half the bytes, bf16 rounding)
   static GradReducerOptions from_plan(const plan::GradReduce& g) { return {g.bucket_mb, g.fused, true}; }
 };
 
@@ -70,6 +75,7 @@ class GradReducer {
   std::string describe() const;
 
   struct State;
+  State& state() { return *state_; }  // the layout, for ZeroOptimizer
 
  private:
   std::shared_ptr<State> state_;

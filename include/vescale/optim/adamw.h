@@ -30,6 +30,11 @@ struct AdamWOptions {
   double eps = 1e-8;
 };
 
+// One AdamW update of `p` in place (its moments too), the arithmetic of AdamW::step; `step`
+// counts from 1. ZeRO calls it on flat slices of parameters.
+void adamw_update(at::Tensor& p, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, int64_t step,
+                  const AdamWOptions& options, double weight_decay);
+
 class AdamW {
  public:
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options);

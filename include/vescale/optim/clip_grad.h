@@ -13,4 +13,11 @@ namespace vescale::optim {
 // without a gradient are skipped; max_norm <= 0 only computes the norm.
 at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm);
 
+// The pieces, for optimizers that hold part of the gradient elsewhere (ZeRO): the sum of
+// squares of the gradients (fp32, a DTensor for DTensor grads; undefined if none has one),
+// the clip factor min(1, max_norm / (norm + 1e-6)), and every gradient times a factor.
+at::Tensor grad_sum_of_squares(const std::vector<at::Tensor>& params);
+at::Tensor clip_factor(const at::Tensor& norm, double max_norm);
+void scale_grads_(const std::vector<at::Tensor>& params, const at::Tensor& factor);
+
 }  // namespace vescale::optim

@@ -79,11 +79,13 @@ struct ParallelConfig {
   // up next to the config file first, then in the working directory; stored resolved.
   std::string plan;
   bool static_eager = false;  // replay recorded DTensor dispatch after the first steps
-  int64_t zero = 0;           // ZeRO stage 0-3 (sharded optimizer state)
+  int64_t zero = 0;           // ZeRO stage 0-3 (docs/ddp.md); 0 defers to the plan's "zero"
   // How gradients are reduced (docs/ddp.md): "overlap" (buckets launched during backward),
   // "bucketed" (buckets launched after backward), "per_param" (one collective per parameter).
   // Bucket size and N-D fusing come from the plan's grad_reduce.
   std::string grad_reduce = "overlap";
+  // The dtype fp32 gradients are reduced in: "fp32" or "bf16" (half the bytes, bf16 rounding).
+  std::string reduce_dtype = "fp32";
 };
 
 struct TrainConfig {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "vescale/ddp/grad_reducer.h"
+#include "vescale/ddp/zero_optimizer.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/optim/adamw.h"
 #include "vescale/train/config.h"
@@ -44,7 +45,6 @@ class Trainer {
   double evaluate();
 
   Model& model() { return model_; }
-  optim::AdamW& optimizer() { return *optimizer_; }
   const Config& config() const { return config_; }
   int64_t tokens_per_step() const;  // over all data-parallel ranks
   // The bucketed gradient reducer; null without a mesh or with parallel.grad_reduce=per_param.
@@ -63,6 +63,7 @@ class Trainer {
   std::vector<at::Tensor> params_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<ddp::GradReducer> reducer_;
+  std::unique_ptr<ddp::ZeroOptimizer> zero_;  // parallel.zero >= 1: in place of optimizer_
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   double flops_per_token_ = 0;
   int64_t world_size_ = 1;
@@ -80,6 +81,7 @@ std::vector<std::string> data_files(const DataConfig& data, const std::string& s
 struct MemoryEstimate {
   int64_t parameters = 0;  // total count, unsharded
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  int64_t zero = 0;  // the ZeRO stage they assume (the config's, else the plan's)
 };
 MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh);
 

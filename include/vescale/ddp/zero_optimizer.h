@@ -1,0 +1,50 @@
+// ZeRO (DESIGN §6, docs/ddp.md): AdamW with its state sharded over the ranks that reduce each
+// gradient bucket. Every bucket of the GradReducer is cut into equal slices over its reduction
+// group; a rank keeps the moments and an fp32 copy of the parameters of its slice only, steps
+// that slice, and all-gathers the updated parameters.
+//
+//   stage 1: buckets are all-reduced, each rank keeps only its slice of the result;
+//   stage 2: buckets are reduce-scattered, full gradients are freed as soon as they are sent;
+//   stage 3: also the parameters live only as slices between uses (ZeroOptimizer::shard_params).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "vescale/ddp/grad_reducer.h"
+#include "vescale/optim/adamw.h"
+
+namespace vescale::ddp {
+
+class ZeroOptimizer {
+ public:
+  // `reducer` must have options.zero >= 1 and outlive this optimizer. `groups` hold every
+  // parameter, as for optim::AdamW: the bucketed ones are stepped on this rank's slice, the
+  // rest (whose gradients need no reduction, or are reduced one by one) by a plain AdamW.
+  ZeroOptimizer(GradReducer& reducer, std::vector<optim::ParamGroup> groups, optim::AdamWOptions options);
+  ~ZeroOptimizer();
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
+
+  // After reducer.finish(): the norm of the whole gradient, whatever its sharding (one small
+  // all-reduce per kind of parameter sharding), and with max_norm > 0 the clipping. A 0-dim
+  // fp32 tensor, equal on every rank; nothing is read back to the host.
+  at::Tensor clip_grad_norm_(double max_norm);
+  // Updates this rank's slices, then all-gathers each bucket's parameters.
+  void step();
+  void zero_grad();
+
+  void set_lr(double lr);
+  double lr() const;
+  // Bytes of optimizer state on this rank: moments and fp32 parameter slices.
+  int64_t state_bytes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vescale::ddp
