@@ -119,6 +119,15 @@ void GradReducer::State::launch(Bucket& b, bool in_backward) {
   }
   dist::ProcessGroup& group = first_group(b);
   if (options.zero >= 2) {  // each rank receives only the slice it owns
+    // A reduce-scatter holds a full-size buffer (Gloo: an all-reduce of a copy) until it is
+    // waited on: at most two in flight, so the full gradients never all exist at once.
+    while (inflight.size() >= 2) {
+      Bucket& oldest = buckets[inflight.front()];
+      oldest.work.wait();
+      oldest.work = dist::Work();
+      inflight.pop_front();
+    }
+    inflight.push_back(static_cast<size_t>(&b - buckets.data()));
     b.grad_shard = at::empty({b.chunk}, b.flat.options());
     b.work = group.reduce_scatter(b.grad_shard, b.flat, b.op);
     count(b.flat);
@@ -129,6 +138,7 @@ void GradReducer::State::launch(Bucket& b, bool in_backward) {
   }
   b.launched = true;
   current.overlapped += in_backward ? 1 : 0;
+  if (on_bucket_sent) on_bucket_sent(static_cast<size_t>(&b - buckets.data()));
 }
 
 void GradReducer::State::build_layout() {
@@ -137,8 +147,12 @@ void GradReducer::State::build_layout() {
   using Key = std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>;
   std::map<Key, int64_t> open;  // the bucket still taking params, per key
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * 1024 * 1024));
+  int64_t last_unit = -1;
   for (size_t k = params.size(); k-- > 0;) {  // reverse registration order ~ reverse order of use
     ReducerParam& p = params[k];
+    // A new unit closes the open buckets: one left open would hold back every later bucket
+    // (they launch in order) until its last gradient, e.g. the embedding's, at the very end.
+    if (p.unit != last_unit) open.clear(), last_unit = p.unit;
     const at::Tensor& g = p.tensor.grad();
     if (!g.defined() || !dtensor::is_dtensor(g)) continue;
     const auto& want = dtensor::spec_of(p.tensor).placements;
@@ -178,6 +192,7 @@ void GradReducer::State::build_layout() {
       b.dtype = local.scalar_type();
       b.dims = dims;
       b.op = op;
+      b.unit = p.unit;
       b.sequence = first_group(b).name();
       buckets.push_back(std::move(b));
       open[key] = static_cast<int64_t>(buckets.size()) - 1;
@@ -217,11 +232,27 @@ GradReducer::GradReducer(torch::nn::Module& model, const mesh::DeviceMesh& mesh,
   VESCALE_CHECK(options.zero >= 0 && options.zero <= 3, "GradReducer: zero=", options.zero, " must be 0, 1, 2 or 3");
   state_->mesh = mesh;
   state_->options = options;
+  std::vector<std::string> unit_names;
+  if (!options.unit_pattern.empty()) {
+    for (const auto& m : model.named_modules("", /*include_self=*/false))
+      if (plan::fqn_match(options.unit_pattern, m.key())) {
+        unit_names.push_back(m.key() + ".");
+        state_->unit_modules.push_back(m.value());
+      }
+    VESCALE_CHECK(!unit_names.empty(), "GradReducer: unit_pattern '", options.unit_pattern,
+                  "' matches no module of the model; use a pattern such as \"layers.*\"");
+  }
   for (auto& item : model.named_parameters(/*recurse=*/true)) {
     if (!dtensor::is_dtensor(item.value()) || !item.value().requires_grad()) continue;
     ReducerParam p;
     p.name = item.key();
     p.tensor = item.value();
+    // The innermost matching unit (the longest prefix).
+    size_t best = 0;
+    for (size_t u = 0; u < unit_names.size(); ++u)
+      if (p.name.rfind(unit_names[u], 0) == 0 && (best == 0 || unit_names[u].size() > unit_names[best - 1].size()))
+        best = u + 1;
+    p.unit = static_cast<int64_t>(best);
     state_->params.push_back(std::move(p));
   }
   for (size_t i = 0; i < state_->params.size(); ++i)
@@ -293,6 +324,7 @@ ReduceStats GradReducer::finish() {
     ++s.current.buckets;
   }
   s.next_launch.clear();
+  s.inflight.clear();
   // Gradients outside the buckets that still differ from their parameter: one by one.
   for (auto& p : s.params) {
     if (p.bucket >= 0) continue;

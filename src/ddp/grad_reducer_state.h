@@ -3,7 +3,10 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -11,6 +14,10 @@
 #include "vescale/ddp/grad_reducer.h"
 #include "vescale/dist/process_group.h"
 #include "vescale/dtensor/placement.h"
+
+namespace torch::nn {
+class Module;
+}
 
 namespace vescale::ddp {
 
@@ -40,6 +47,7 @@ struct Bucket {
   std::vector<int64_t> dims;  // mesh dim indices reduced over
   dist::ReduceOp op;
   std::vector<size_t> params;
+  int64_t unit = 0;  // the ZeRO-3 unit of all its params
   int64_t numel = 0;
   int64_t pending = 0;  // params not ready yet this step
   bool launched = false;
@@ -55,10 +63,14 @@ struct Bucket {
 
 struct GradReducer::State {
   mesh::DeviceMesh mesh;
+  // ZeRO-3 units: unit_modules[u - 1] is unit u's module; unit 0 is the root (the rest).
+  std::vector<std::shared_ptr<torch::nn::Module>> unit_modules;
+  std::function<void(size_t bucket)> on_bucket_sent;  // ZeroOptimizer's, called under mu
   GradReducerOptions options;
   std::vector<ReducerParam> params;
   std::vector<Bucket> buckets;
   std::map<std::string, size_t> next_launch;  // per sequence: the next bucket index to launch
+  std::deque<size_t> inflight;                // ZeRO 2+: reduce-scatters not waited on yet
   bool layout_built = false;
   std::string fallback_notes;  // for describe()
   bool sync = true;

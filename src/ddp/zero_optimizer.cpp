@@ -2,12 +2,15 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/nn/module.h>
 
 #include <algorithm>
 #include <map>
 #include <set>
 
 #include "grad_reducer_state.h"
+#include "module_hooks.h"
 #include "vescale/common/check.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/optim/clip_grad.h"
@@ -32,10 +35,142 @@ struct ZeroOptimizer::Impl {
   std::unique_ptr<optim::AdamW> rest;             // parameters outside the buckets
   std::vector<at::Tensor> rest_params;
 
+  // Stage 3: a unit's bucketed parameters hold storage only from just before its forward (or
+  // backward) until just after it; otherwise their values live in the slices.
+  enum class Held { Full, Gathering, Freed };
+  struct Unit {
+    std::vector<size_t> buckets;
+    Held held = Held::Full;
+    std::vector<at::Tensor> gathered;  // per bucket, while Gathering
+    std::vector<dist::Work> works;
+    size_t sent = 0;  // buckets of its gradients sent this step
+  };
+  std::vector<Unit> units;
+  std::vector<size_t> param_nbytes;  // per reducer param: its local storage
+  bool sharded = false;              // stage 3 hooks installed (after the first step)
+  std::vector<std::pair<const torch::nn::Module*, models::ForwardHooks>> saved_hooks;
+
   explicit Impl(GradReducer::State& s) : rs(s) {}
 
   void build();
+  // Waits for bucket k's parameter all-gather and copies it into the parameters.
+  void copy_out(size_t k, std::vector<at::Tensor>& gathered, std::vector<dist::Work>& works);
+  void start_gather(size_t u);
+  void ensure_full(size_t u);
+  void release(size_t u);
+  void install_hooks();
+  void remove_hooks();
 };
+
+namespace {
+
+// FSDP's trick: a parameter keeps its TensorImpl (so autograd's saved references and the
+// module's members stay valid) while its storage is dropped and later re-allocated.
+void release_storage(const at::Tensor& local) {
+  c10::StorageImpl* s = local.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(c10::DataPtr(nullptr, s->device()));
+  s->set_nbytes(0);
+}
+
+void restore_storage(const at::Tensor& local, size_t nbytes) {
+  c10::StorageImpl* s = local.storage().unsafeGetStorageImpl();
+  if (s->nbytes() == nbytes) return;
+  VESCALE_CHECK(s->allocator() != nullptr, "ZeRO-3: a parameter's storage has no allocator to re-allocate from");
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+at::Tensor local_of(const ReducerParam& p) { return dtensor::to_local(p.tensor.detach()); }
+
+}  // namespace
+
+void ZeroOptimizer::Impl::copy_out(size_t k, std::vector<at::Tensor>& gathered, std::vector<dist::Work>& works) {
+  if (!gathered[k].defined()) return;
+  works[k].wait();
+  for (size_t i : rs.buckets[k].params) {
+    const ReducerParam& p = rs.params[i];
+    local_of(p).view({-1}).copy_(gathered[k].narrow(0, p.offset, p.numel));
+  }
+  gathered[k] = at::Tensor();
+  works[k] = dist::Work();
+}
+
+void ZeroOptimizer::Impl::start_gather(size_t u) {
+  Unit& unit = units[u];
+  if (unit.held != Held::Freed) return;
+  unit.gathered.clear();
+  unit.works.clear();
+  for (size_t k : unit.buckets) {
+    const Bucket& b = rs.buckets[k];
+    unit.gathered.push_back(at::empty({b.padded}, slices[k].param.options().dtype(b.dtype)));
+    unit.works.push_back(rs.first_group(b).all_gather(unit.gathered.back(), slices[k].param.to(b.dtype)));
+  }
+  unit.held = Held::Gathering;
+}
+
+void ZeroOptimizer::Impl::ensure_full(size_t u) {
+  Unit& unit = units[u];
+  if (unit.held == Held::Full) return;
+  start_gather(u);
+  c10::NoGradGuard no_grad;
+  for (size_t j = 0; j < unit.buckets.size(); ++j) {
+    unit.works[j].wait();
+    const Bucket& b = rs.buckets[unit.buckets[j]];
+    for (size_t i : b.params) {
+      const at::Tensor local = local_of(rs.params[i]);
+      restore_storage(local, param_nbytes[i]);
+      local.view({-1}).copy_(unit.gathered[j].narrow(0, rs.params[i].offset, rs.params[i].numel));
+    }
+  }
+  unit.gathered.clear();
+  unit.works.clear();
+  unit.held = Held::Full;
+}
+
+void ZeroOptimizer::Impl::release(size_t u) {
+  Unit& unit = units[u];
+  if (u == 0 || unit.held != Held::Full) return;  // the root unit stays whole
+  for (size_t k : unit.buckets)
+    for (size_t i : rs.buckets[k].params) release_storage(local_of(rs.params[i]));
+  unit.held = Held::Freed;
+}
+
+// Each unit's module gathers before its forward and again before its backward (a hook on the
+// gradient of its output), prefetching the next unit in that direction; it releases after
+// forward, and after the last bucket of its gradients is sent.
+void ZeroOptimizer::Impl::install_hooks() {
+  for (size_t u = 1; u < units.size(); ++u) {
+    const torch::nn::Module* m = rs.unit_modules[u - 1].get();
+    const models::ForwardHooks* existing = models::forward_hooks(m);
+    models::ForwardHooks hooks = existing ? *existing : models::ForwardHooks{};
+    saved_hooks.emplace_back(m, hooks);
+    auto inner = hooks.around;
+    hooks.around = [this, u, inner](const std::vector<at::Tensor>& in, const models::ForwardHooks::Forward& fwd) {
+      ensure_full(u);
+      if (u + 1 < units.size()) start_gather(u + 1);
+      at::Tensor out = inner ? inner(in, fwd) : fwd(in);
+      if (out.requires_grad())
+        out.register_hook([this, u](const at::Tensor&) {
+          ensure_full(u);
+          if (u > 1) start_gather(u - 1);
+        });
+      release(u);
+      return out;
+    };
+    models::set_forward_hooks(m, std::move(hooks));
+  }
+  rs.on_bucket_sent = [this](size_t k) {
+    Unit& unit = units[rs.buckets[k].unit];
+    if (++unit.sent == unit.buckets.size()) release(rs.buckets[k].unit);
+  };
+  sharded = true;
+}
+
+void ZeroOptimizer::Impl::remove_hooks() {
+  for (auto& [m, hooks] : saved_hooks) models::set_forward_hooks(m, hooks);
+  saved_hooks.clear();
+  rs.on_bucket_sent = nullptr;
+}
 
 // The layout exists once the reducer's first finish() has run.
 void ZeroOptimizer::Impl::build() {
@@ -84,18 +219,41 @@ void ZeroOptimizer::Impl::build() {
     s.exp_avg_sq = at::zeros_like(s.param);
     slices.push_back(std::move(s));
   }
+  if (rs.options.zero >= 3) {
+    units.resize(rs.unit_modules.size() + 1);
+    for (size_t k = 0; k < rs.buckets.size(); ++k) units[rs.buckets[k].unit].buckets.push_back(k);
+    param_nbytes.assign(rs.params.size(), 0);
+    for (size_t i = 0; i < rs.params.size(); ++i) {
+      const at::Tensor local = local_of(rs.params[i]);
+      VESCALE_CHECK(local.is_contiguous() && local.storage_offset() == 0 &&
+                        local.storage().nbytes() == static_cast<size_t>(local.numel()) * local.element_size(),
+                    "ZeRO-3: parameter '", rs.params[i].name, "' does not own its storage; it cannot be released");
+      param_nbytes[i] = local.storage().nbytes();
+    }
+  }
   built = true;
 }
 
 ZeroOptimizer::ZeroOptimizer(GradReducer& reducer, std::vector<optim::ParamGroup> groups, optim::AdamWOptions options)
     : impl_(std::make_unique<Impl>(reducer.state())) {
+  VESCALE_CHECK(impl_->rs.options.zero < 3 || !impl_->rs.unit_modules.empty(),
+                "ZeroOptimizer: ZeRO-3 needs units; set GradReducerOptions::unit_pattern (e.g. \"layers.*\")");
   VESCALE_CHECK(impl_->rs.options.zero >= 1, "ZeroOptimizer: the GradReducer was built with zero=",
                 impl_->rs.options.zero, "; build it with GradReducerOptions::zero >= 1 (parallel.zero in the config)");
   impl_->groups = std::move(groups);
   impl_->options = options;
 }
 
-ZeroOptimizer::~ZeroOptimizer() = default;
+ZeroOptimizer::~ZeroOptimizer() {
+  if (!impl_->sharded) return;
+  impl_->remove_hooks();
+  for (size_t u = 0; u < impl_->units.size(); ++u) impl_->ensure_full(u);  // hand back whole parameters
+}
+
+void ZeroOptimizer::gather_params() {
+  Impl& z = *impl_;
+  for (size_t u = 0; u < z.units.size(); ++u) z.ensure_full(u);
+}
 
 at::Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
   Impl& z = *impl_;
@@ -156,17 +314,23 @@ void ZeroOptimizer::step() {
       const at::Tensor g = b.grad_shard.narrow(0, seg.shard_offset, seg.numel).to(at::kFloat);
       optim::adamw_update(p, g, m, v, z.step, z.options, z.param_decay[seg.param]);
     }
+    // Two buckets in flight at most: each gathered buffer is a whole bucket.
+    if (k > 0) z.copy_out(k - 1, gathered, works);
+    if (rs.options.zero >= 3 && b.unit != 0) continue;  // gathered when next used
     gathered[k] = at::empty({b.padded}, s.param.options().dtype(b.dtype));
     works[k] = rs.first_group(b).all_gather(gathered[k], s.param.to(b.dtype));
   }
+  if (!rs.buckets.empty()) z.copy_out(rs.buckets.size() - 1, gathered, works);
   z.rest->step();
-  for (size_t k = 0; k < rs.buckets.size(); ++k) {
-    works[k].wait();
-    const Bucket& b = rs.buckets[k];
-    for (size_t i : b.params) {
-      const ReducerParam& p = rs.params[i];
-      dtensor::to_local(p.tensor.detach()).view({-1}).copy_(gathered[k].narrow(0, p.offset, p.numel));
+  if (rs.options.zero >= 3) {
+    // The slices hold the new values; the units' full parameters are stale: drop them.
+    for (size_t u = 1; u < z.units.size(); ++u) {
+      if (z.units[u].held == Impl::Held::Gathering) z.ensure_full(u);  // a prefetch in flight
+      z.units[u].held = Impl::Held::Full;
+      z.release(u);
     }
+    for (auto& unit : z.units) unit.sent = 0;
+    if (!z.sharded) z.install_hooks();
   }
 }
 

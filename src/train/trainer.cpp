@@ -164,11 +164,11 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
     VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != "per_param", "ZeRO stage ", zero, " (from ",
                   config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
                   ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
-    VESCALE_CHECK(zero <= 2, "ZeRO stage 3 is not in the trainer yet; use parallel.zero 1 or 2");
     if (config_.parallel.grad_reduce != "per_param") {
       auto opts = ddp::GradReducerOptions::from_plan(plan.grad_reduce());
       opts.overlap = config_.parallel.grad_reduce == "overlap";
       opts.zero = static_cast<int>(zero);
+      if (zero >= 3) opts.unit_pattern = model_.block_pattern;  // one gather per transformer block
       opts.reduce_bf16 = config_.parallel.reduce_dtype == "bf16";
       reducer_ = std::make_unique<ddp::GradReducer>(*model_.module, *mesh_, opts);
     }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "llama.h"
 #include "module_hooks.h"
@@ -23,6 +24,8 @@
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/plan/parallelize.h"
 #include "vescale/random/random.h"
+#include "vescale/train/memory_stats.h"
+#include "vescale/optim/adamw.h"
 
 using namespace vescale;
 
@@ -108,6 +111,7 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradRed
     r.losses.push_back(loss_sum / static_cast<double>(accum));
   }
   if (zero) r.zero_state_bytes = zero->state_bytes();
+  if (zero) zero->gather_params();  // ZeRO-3 holds block parameters only as slices
   r.buckets = reducer.num_buckets();
   for (auto& p : model->parameters()) {
     auto local = dtensor::to_local(p.detach());
@@ -282,12 +286,13 @@ TEST_CASE("N-D fused reduction: one collective over dp x tp for the SP norm weig
   }
 }
 
-TEST_CASE("ZeRO 1 and 2 at DP=world train like one device with 1/world of the optimizer state", "[ddp][zero][world2][world4]") {
+TEST_CASE("ZeRO 1, 2 and 3 at DP=world train like one device with 1/world of the optimizer state", "[ddp][zero][world2][world4]") {
   const int world = dist::world_size();
   auto mesh = mesh::DeviceMesh::init({{"dp", world}});
   const auto plan = replicate_all({"dp"});
-  for (int zero : {1, 2}) {
+  for (int zero : {1, 2, 3}) {
     ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = true, .overlap = true, .zero = zero};
+    if (zero == 3) opts.unit_pattern = "layers.*";
     Run got = train_ddp(plan, mesh, opts);
     const std::string label = "ZeRO-" + std::to_string(zero) + " DP=" + std::to_string(world);
     check_close(got, train_plain(got.init), 1e-5, label);
@@ -302,30 +307,102 @@ TEST_CASE("ZeRO 1 and 2 at DP=world train like one device with 1/world of the op
   }
 }
 
-TEST_CASE("ZeRO-2 with accumulation 4 and clipping at DP=2 equals one rank with 4x the batch", "[ddp][zero][world2]") {
+TEST_CASE("ZeRO 2 and 3 with accumulation 4 and clipping at DP=2 equal one rank with 4x the batch", "[ddp][zero][world2]") {
   if (dist::world_size() != 2) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}});
-  ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .zero = 2};
-  // A max norm below the norms of these steps, so every step clips.
-  Run got = train_ddp(replicate_all({"dp"}), mesh, opts, /*accum=*/4, /*clip=*/0.5);
-  const Run want = train_plain(got.init, /*accum=*/4, /*clip=*/0.5);
-  check_close(got, want, 1e-5, "ZeRO-2 DP=2 accum 4 clip 0.5");
-  CHECK(want.norms.front() > 0.5);
-  for (const auto& st : got.stats) CHECK(st.collectives == got.buckets);
+  std::optional<Run> want;
+  for (int zero : {2, 3}) {
+    ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .zero = zero, .unit_pattern = zero == 3 ? "layers.*" : ""};
+    // A max norm below the norms of these steps, so every step clips.
+    Run got = train_ddp(replicate_all({"dp"}), mesh, opts, /*accum=*/4, /*clip=*/0.5);
+    if (!want) want = train_plain(got.init, /*accum=*/4, /*clip=*/0.5);
+    check_close(got, *want, 1e-5, "ZeRO-" + std::to_string(zero) + " DP=2 accum 4 clip 0.5");
+    CHECK(want->norms.front() > 0.5);
+    for (const auto& st : got.stats) CHECK(st.collectives == got.buckets);
+  }
 }
 
-TEST_CASE("ZeRO 1 and 2 under DP=2 x TP=2 (with SP) train like one device", "[ddp][zero][world4]") {
+TEST_CASE("ZeRO 1, 2 and 3 under DP=2 x TP=2 (with SP) train like one device", "[ddp][zero][world4]") {
   if (dist::world_size() != 4) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
   for (const char* file : {"configs/plans/llama_dp_tp.json", "configs/plans/llama_dp_tp_sp.json"}) {
     const auto plan = plan::Plan::from_json_file(repo_file(file));
-    for (int zero : {1, 2})
+    for (int zero : {1, 2, 3})
       for (bool fused : {true, false}) {
         ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = fused, .zero = zero};
+        if (zero == 3) opts.unit_pattern = "layers.*";
         Run got = train_ddp(plan, mesh, opts, /*accum=*/1, /*clip=*/0.5);
         check_close(got, train_plain(got.init, 1, 0.5), 1e-5,
                     std::string(file) + " ZeRO-" + std::to_string(zero) + (fused ? " fused" : " unfused"));
         CHECK(got.zero_state_bytes > 0);
       }
   }
+}
+
+// Peak bytes held by tensors on this rank over steps 2-3 of a DP=world run of a LLaMA whose
+// parameters outweigh its activations (step 1 records the bucket layout with whole parameters).
+int64_t zero_peak_bytes(int zero, const mesh::DeviceMesh& mesh) {
+  train::track_memory();
+  const int64_t base = train::memory_stats().current;
+  auto o = tiny_llama();
+  o.dim = 192, o.n_layers = 8, o.ffn_dim = 576;
+  random::manual_seed(1234);
+  models::Llama model(o);
+  plan::parallelize(*model, replicate_all({"dp"}), mesh, {.init = [&] { model->init_weights(); }});
+  ddp::GradReducerOptions opts{.bucket_mb = 0.25, .zero = zero, .unit_pattern = zero == 3 ? "layers.*" : ""};
+  ddp::GradReducer reducer(*model, mesh, opts);
+  optim::NamedParams named;
+  for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
+  const optim::AdamWOptions adamw{.lr = kLr, .eps = kEps};
+  std::unique_ptr<ddp::ZeroOptimizer> sharded;
+  std::unique_ptr<optim::AdamW> plain;
+  if (zero >= 1)
+    sharded = std::make_unique<ddp::ZeroOptimizer>(reducer, std::vector<optim::ParamGroup>{{named, 0.1}}, adamw);
+  else
+    plain = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{named, 0.1}}, adamw);
+  int64_t peak = 0;
+  for (int64_t s = 0; s < 3; ++s) {
+    if (s == 1) train::reset_peak_memory();
+    auto full = micro_batch(s, o.vocab_size);
+    auto x = model_input(full.slice(1, 0, kSeq).contiguous(), mesh);
+    auto y = model_input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
+    lm_loss(models::call(model, x), y).backward();
+    reducer.finish();
+    if (sharded) {
+      sharded->clip_grad_norm_(1.0);
+      sharded->step();
+      sharded->zero_grad();
+    } else {
+      optim::clip_grad_norm_(model->parameters(), 1.0);
+      plain->step();
+      plain->zero_grad();
+    }
+    if (s >= 1) peak = std::max(peak, train::memory_stats().peak - base);
+  }
+  plan::remove_forward_hooks(*model);
+  return peak;
+}
+
+TEST_CASE("peak memory per rank falls from ZeRO 0 to 1 to 2 to 3", "[ddp][zero][world2][world4]") {
+  const int world = dist::world_size();
+  auto mesh = mesh::DeviceMesh::init({{"dp", world}});
+  std::vector<int64_t> peak;
+  for (int zero : {0, 1, 2, 3}) peak.push_back(zero_peak_bytes(zero, mesh));
+  // The parameters' bytes: the unit of what each stage saves.
+  auto o = tiny_llama();
+  o.dim = 192, o.n_layers = 8, o.ffn_dim = 576;
+  models::Llama ref(o);
+  int64_t param_bytes = 0;
+  for (auto& p : ref->parameters()) param_bytes += p.numel() * 4;
+  if (dist::rank() == 0)
+    std::printf("DP=%d peak MiB per rank: ZeRO-0 %.2f, ZeRO-1 %.2f, ZeRO-2 %.2f, ZeRO-3 %.2f (params %.2f MiB)\n", world,
+                peak[0] / 1048576.0, peak[1] / 1048576.0, peak[2] / 1048576.0, peak[3] / 1048576.0,
+                param_bytes / 1048576.0);
+  // With P the parameters' bytes and W the world: ZeRO-1 keeps 2P/W of moments and a P/W
+  // fp32 slice instead of 2P of moments; ZeRO-2 P/W of gradients instead of P; ZeRO-3 the
+  // blocks' parameters only while a block (and the next, prefetched) runs. Each stage must
+  // save at least an eighth of P.
+  CHECK(peak[1] < peak[0] - param_bytes / 8);
+  CHECK(peak[2] < peak[1] - param_bytes / 8);
+  CHECK(peak[3] < peak[2] - param_bytes / 8);
 }

@@ -169,7 +169,7 @@ std::vector<std::pair<double, double>> read_metrics(const std::string& path) {
   return out;
 }
 
-TEST_CASE("vescale-train at DP=2: ZeRO 1 and 2 train like ZeRO 0, bf16 reduction close", "[launcher]") {
+TEST_CASE("vescale-train at DP=2: ZeRO 1, 2 and 3 train like ZeRO 0, bf16 reduction close", "[launcher]") {
   const std::string config = std::string(VESCALE_SOURCE_DIR) + "/configs/nanogpt_tiny.json";
   const std::string small = " --set train.steps=6 --set train.batch_size=4 --set train.seq_len=64 --set train.log_every=3";
   auto train = [&](const std::string& extra) {
@@ -185,7 +185,8 @@ TEST_CASE("vescale-train at DP=2: ZeRO 1 and 2 train like ZeRO 0, bf16 reduction
   };
   const auto base = train("");
   CHECK(base.back().first < base.front().first);
-  for (const char* extra : {" --set parallel.zero=1", " --set parallel.zero=2"}) {
+  for (const char* extra : {" --set parallel.zero=1", " --set parallel.zero=2", " --set parallel.zero=3",
+                            " --set parallel.zero=3 --set train.activation_checkpointing=true"}) {
     const auto got = train(extra);
     for (size_t i = 0; i < base.size(); ++i) {
       INFO(extra << " step " << i + 1 << ": loss " << got[i].first << " vs " << base[i].first << ", norm "

@@ -38,8 +38,17 @@ struct GradReducerOptions {
   // reduced slice it owns for ZeroOptimizer (1 all-reduces, 2 reduce-scatters and frees the
   // full gradients as soon as their bucket is sent). Stage 3 is ZeroOptimizer's (zero_optimizer.h).
   int zero = 0;
+  // Stage 3's units (FSDP's wrap policy): modules whose FQN matches this pattern (e.g.
+  // "layers.*") each gather their parameters on their own; the rest belongs to the root unit.
+  // Buckets never mix units. Empty: one unit.
+  std::string unit_pattern = "";
   bool reduce_bf16 = false;  // fp32 gradients travel as bf16 (half the bytes, bf16 rounding)
-  static GradReducerOptions from_plan(const plan::GradReduce& g) { return {g.bucket_mb, g.fused, true}; }
+  static GradReducerOptions from_plan(const plan::GradReduce& g) {
+    GradReducerOptions o;
+    o.bucket_mb = g.bucket_mb;
+    o.fused = g.fused;
+    return o;
+  }
 };
 
 // What the reducer sent, for tests and benchmarks.

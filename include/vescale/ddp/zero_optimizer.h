@@ -5,7 +5,11 @@
 //
 //   stage 1: buckets are all-reduced, each rank keeps only its slice of the result;
 //   stage 2: buckets are reduce-scattered, full gradients are freed as soon as they are sent;
-//   stage 3: also the parameters live only as slices between uses (ZeroOptimizer::shard_params).
+//   stage 3: also the parameters of each unit (GradReducerOptions::unit_pattern, e.g. one
+//            transformer block) live only as slices between uses: all-gathered before the
+//            unit's forward and its backward (the next unit's gather prefetched), released
+//            after each. The root unit (embeddings, final norm, head) stays whole. The first
+//            step, which records the layout, runs with whole parameters.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -35,6 +39,9 @@ class ZeroOptimizer {
   // Updates this rank's slices, then all-gathers each bucket's parameters.
   void step();
   void zero_grad();
+  // Stage 3: makes every parameter whole again (to read or save them); the next forward of a
+  // unit releases its parameters again. The destructor does this too.
+  void gather_params();
 
   void set_lr(double lr);
   double lr() const;
