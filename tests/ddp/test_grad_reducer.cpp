@@ -406,3 +406,26 @@ TEST_CASE("peak memory per rank falls from ZeRO 0 to 1 to 2 to 3", "[ddp][zero][
   CHECK(peak[2] < peak[1] - param_bytes / 8);
   CHECK(peak[3] < peak[2] - param_bytes / 8);
 }
+
+TEST_CASE("bf16 reduction sends half the bytes and stays close to fp32", "[ddp][zero][world2]") {
+  if (dist::world_size() != 2) return;
+  auto mesh = mesh::DeviceMesh::init({{"dp", 2}});
+  for (int zero : {0, 2}) {
+    ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .zero = zero, .reduce_bf16 = true};
+    Run got = train_ddp(replicate_all({"dp"}), mesh, opts);
+    const Run want = train_plain(got.init);
+    // Each gradient rounded to bf16 (8 bits of mantissa) before the sum: close, not equal.
+    double worst = 0;
+    for (size_t i = 0; i < want.losses.size(); ++i)
+      worst = std::max(worst, std::abs(got.losses[i] - want.losses[i]) / want.losses[i]);
+    if (dist::rank() == 0) std::printf("bf16 reduction, ZeRO-%d: max loss rel diff %.2e\n", zero, worst);
+    CHECK(worst <= 1e-2);
+    CHECK(worst > 0);
+    for (const auto& st : got.stats) {
+      CHECK(st.collectives == got.buckets);
+      // 2 bytes per gradient element (ZeRO pads each bucket to a multiple of 2 elements).
+      CHECK(st.bytes >= got.grad_bytes / 2);
+      CHECK(st.bytes <= got.grad_bytes / 2 + got.buckets * 2);
+    }
+  }
+}
