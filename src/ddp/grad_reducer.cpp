@@ -109,6 +109,14 @@ void GradReducer::State::launch(Bucket& b, bool in_backward) {
       slot.zero_();
       continue;
     }
+    if (options.zero >= 3 && dtensor::is_dtensor(g) && dtensor::spec_of(g).placements != p.grad_placements) {
+      // The static layout expects Partial over the bucket's dims and the parameter's placements
+      // elsewhere; anything else (Partial over tp for sequence-parallel norms, a transposed
+      // shard) is brought there first, one collective for this gradient.
+      g = dtensor::redistribute(g.detach(), p.grad_placements);
+      ++current.fallbacks;
+      count(dtensor::to_local(g));
+    }
     VESCALE_CHECK(dtensor::is_dtensor(g) && dtensor::spec_of(g).placements == p.grad_placements,
                   "GradReducer: the gradient of '", p.name, "' arrived as ",
                   dtensor::is_dtensor(g) ? dtensor::to_string(dtensor::spec_of(g).placements) : "a plain tensor",
@@ -141,12 +149,36 @@ void GradReducer::State::launch(Bucket& b, bool in_backward) {
   if (on_bucket_sent) on_bucket_sent(static_cast<size_t>(&b - buckets.data()));
 }
 
+void GradReducer::State::place(size_t k, c10::ScalarType dtype, const std::vector<int64_t>& dims, dist::ReduceOp op,
+                               std::map<std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>, int64_t>& open) {
+  ReducerParam& p = params[k];
+  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * 1024 * 1024));
+  const int64_t numel = p.numel, elem = static_cast<int64_t>(c10::elementSize(dtype));
+  const auto key = std::make_tuple(dtype, dims, op, p.unit);
+  auto it = open.find(key);
+  if (it == open.end() || (buckets[it->second].numel > 0 && (buckets[it->second].numel + numel) * elem > cap)) {
+    Bucket b;
+    b.dtype = dtype;
+    b.dims = dims;
+    b.op = op;
+    b.unit = p.unit;
+    b.sequence = first_group(b).name();
+    buckets.push_back(std::move(b));
+    open[key] = static_cast<int64_t>(buckets.size()) - 1;
+    it = open.find(key);
+  }
+  Bucket& b = buckets[it->second];
+  p.bucket = it->second;
+  p.offset = b.numel;
+  b.params.push_back(k);
+  b.numel += numel;
+  ++b.pending;
+}
+
 void GradReducer::State::build_layout() {
   // Each parameter's reduction, read off its first gradient: the mesh dims where the gradient
   // is Partial and the parameter Replicate. Anything else that differs goes to the fallback.
-  using Key = std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>;
-  std::map<Key, int64_t> open;  // the bucket still taking params, per key
-  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * 1024 * 1024));
+  std::map<std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>, int64_t> open;
   int64_t last_unit = -1;
   for (size_t k = params.size(); k-- > 0;) {  // reverse registration order ~ reverse order of use
     ReducerParam& p = params[k];
@@ -183,46 +215,65 @@ void GradReducer::State::build_layout() {
       continue;
     }
     const at::Tensor local = dtensor::to_local(g.detach());
-    const Key key{local.scalar_type(), dims, op, p.unit};
-    const int64_t bytes = local.numel() * static_cast<int64_t>(local.element_size());
-    auto it = open.find(key);
-    if (it == open.end() || (buckets[it->second].numel > 0 &&
-                             (buckets[it->second].numel * static_cast<int64_t>(local.element_size()) + bytes) > cap)) {
-      Bucket b;
-      b.dtype = local.scalar_type();
-      b.dims = dims;
-      b.op = op;
-      b.unit = p.unit;
-      b.sequence = first_group(b).name();
-      buckets.push_back(std::move(b));
-      open[key] = static_cast<int64_t>(buckets.size()) - 1;
-      it = open.find(key);
-    }
-    Bucket& b = buckets[it->second];
-    p.bucket = it->second;
-    p.offset = b.numel;
     p.numel = local.numel();
     p.local_shape = local.sizes().vec();
     p.grad_placements = got;
     p.reduced_placements = reduced;
-    b.params.push_back(k);
-    b.numel += p.numel;
+    place(k, local.scalar_type(), dims, op, open);
   }
-  if (options.zero >= 1) {
-    for (auto& b : buckets) {
-      const dist::ProcessGroup& g = first_group(b);
-      b.chunk = (b.numel + g.size() - 1) / g.size();
-      b.padded = b.chunk * g.size();
-      b.shard_rank = g.rank();
-      const int64_t lo = b.shard_rank * b.chunk, hi = lo + b.chunk;
-      for (size_t i : b.params) {
-        const ReducerParam& p = params[i];
-        const int64_t s = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
-        if (s < e) b.segments.push_back({i, s - p.offset, s - lo, e - s});
-      }
+  slice_buckets();
+  layout_built = true;
+}
+
+void GradReducer::State::build_static_layout() {
+  // The reduction dims: the options', else "dp".
+  std::vector<int64_t> dims;
+  const auto& names = mesh.dim_names();
+  const std::vector<std::string> want_dims = options.dims.empty() ? std::vector<std::string>{"dp"} : options.dims;
+  for (const auto& n : want_dims) {
+    auto it = std::find(names.begin(), names.end(), n);
+    VESCALE_CHECK(it != names.end(), "GradReducer: ZeRO-3 reduces over mesh dim '", n, "', which the mesh lacks; set grad_reduce.dims in the plan to its data-parallel dims");
+    dims.push_back(it - names.begin());
+  }
+  std::sort(dims.begin(), dims.end());
+  std::map<std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>, int64_t> open;
+  int64_t last_unit = -1;
+  for (size_t k = params.size(); k-- > 0;) {
+    ReducerParam& p = params[k];
+    if (p.unit != last_unit) open.clear(), last_unit = p.unit;
+    const auto& want = dtensor::spec_of(p.tensor).placements;
+    bool replicated = true;
+    for (int64_t d : dims) replicated = replicated && want[d].is_replicate();
+    if (!replicated) {  // already sharded over the data-parallel dims: nothing to slice
+      fallback_notes += "not sliced: " + p.name + " is " + dtensor::to_string(want) + "\n";
+      continue;
+    }
+    const at::Tensor local = dtensor::to_local(p.tensor.detach());
+    p.numel = local.numel();
+    p.local_shape = local.sizes().vec();
+    p.reduced_placements = want;
+    p.grad_placements = want;
+    for (int64_t d : dims) p.grad_placements[d] = dtensor::Placement::partial();
+    place(k, local.scalar_type(), dims, dist::ReduceOp::Sum, open);
+  }
+  slice_buckets();
+  layout_built = true;
+}
+
+void GradReducer::State::slice_buckets() {
+  if (options.zero < 1) return;
+  for (auto& b : buckets) {
+    const dist::ProcessGroup& g = first_group(b);
+    b.chunk = (b.numel + g.size() - 1) / g.size();
+    b.padded = b.chunk * g.size();
+    b.shard_rank = g.rank();
+    const int64_t lo = b.shard_rank * b.chunk, hi = lo + b.chunk;
+    for (size_t i : b.params) {
+      const ReducerParam& p = params[i];
+      const int64_t s = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+      if (s < e) b.segments.push_back({i, s - p.offset, s - lo, e - s});
     }
   }
-  layout_built = true;
 }
 
 GradReducer::GradReducer(torch::nn::Module& model, const mesh::DeviceMesh& mesh, GradReducerOptions options)
@@ -255,6 +306,7 @@ GradReducer::GradReducer(torch::nn::Module& model, const mesh::DeviceMesh& mesh,
     p.unit = static_cast<int64_t>(best);
     state_->params.push_back(std::move(p));
   }
+  if (options.zero >= 3) state_->build_static_layout();
   for (size_t i = 0; i < state_->params.size(); ++i)
     torch::autograd::impl::set_post_acc_grad_hooks(state_->params[i].tensor,
                                                    std::make_unique<ReadyHook>(state_, i));

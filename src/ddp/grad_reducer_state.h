@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -84,7 +85,12 @@ struct GradReducer::State {
   c10::ScalarType wire_dtype(const Bucket& b) const;  // what the collective carries
 
   void on_grad(size_t i);
-  void build_layout();
+  void build_layout();         // from the first step's gradients
+  void build_static_layout();  // ZeRO-3: from the parameters' placements, before any step
+  void slice_buckets();        // ZeRO: each rank's slice of every bucket
+  // Adds parameter k to the open bucket of `key` (opening one if it would pass the cap).
+  void place(size_t k, c10::ScalarType dtype, const std::vector<int64_t>& dims, dist::ReduceOp op,
+             std::map<std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>, int64_t>& open);
   void launch(Bucket& b, bool in_backward);
   void launch_ready(const std::string& sequence);
   void count(const at::Tensor& flat);

@@ -242,6 +242,12 @@ ZeroOptimizer::ZeroOptimizer(GradReducer& reducer, std::vector<optim::ParamGroup
                 impl_->rs.options.zero, "; build it with GradReducerOptions::zero >= 1 (parallel.zero in the config)");
   impl_->groups = std::move(groups);
   impl_->options = options;
+  if (impl_->rs.options.zero >= 3) {
+    // The reducer laid out its buckets up front: the blocks become slices before their first use.
+    impl_->build();
+    for (size_t u = 1; u < impl_->units.size(); ++u) impl_->release(u);
+    impl_->install_hooks();
+  }
 }
 
 ZeroOptimizer::~ZeroOptimizer() {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/plan/plan.h"
@@ -42,11 +43,16 @@ struct GradReducerOptions {
   // "layers.*") each gather their parameters on their own; the rest belongs to the root unit.
   // Buckets never mix units. Empty: one unit.
   std::string unit_pattern = "";
+  // Stage 3 lays its buckets out before the first step (the parameters must be slices before
+  // their first use): the gradients of parameters Replicate on these mesh dims are taken to be
+  // Partial there (any other reduction is done per gradient first). Empty: "dp".
+  std::vector<std::string> dims = {};
   bool reduce_bf16 = false;  // fp32 gradients travel as bf16 (half the bytes, bf16 rounding)
   static GradReducerOptions from_plan(const plan::GradReduce& g) {
     GradReducerOptions o;
     o.bucket_mb = g.bucket_mb;
     o.fused = g.fused;
+    o.dims = g.dims;
     return o;
   }
 };

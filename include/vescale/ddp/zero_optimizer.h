@@ -8,8 +8,9 @@
 //   stage 3: also the parameters of each unit (GradReducerOptions::unit_pattern, e.g. one
 //            transformer block) live only as slices between uses: all-gathered before the
 //            unit's forward and its backward (the next unit's gather prefetched), released
-//            after each. The root unit (embeddings, final norm, head) stays whole. The first
-//            step, which records the layout, runs with whole parameters.
+//            after each. The root unit (embeddings, final norm, head) stays whole. Its
+//            buckets are laid out from the parameters' placements when the reducer is built,
+//            and the blocks are released when this optimizer is built, before the first step.
 #pragma once
 #include <ATen/core/Tensor.h>
 
