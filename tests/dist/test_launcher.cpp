@@ -172,7 +172,7 @@ std::vector<std::pair<double, double>> read_metrics(const std::string& path) {
 TEST_CASE("vescale-train at DP=2: ZeRO 1, 2 and 3 train like ZeRO 0, bf16 reduction close", "[launcher]") {
   const std::string config = std::string(VESCALE_SOURCE_DIR) + "/configs/nanogpt_tiny.json";
   const std::string small = " --set train.steps=6 --set train.batch_size=4 --set train.seq_len=64 --set train.log_every=3";
-  auto train = [&](const std::string& extra) {
+  auto train = [&](std::string extra) {
     static int n = 0;
     const std::string metrics = write_temp("zero" + std::to_string(n++) + ".jsonl", "");
     auto r = run(TRAIN + " --nproc-per-node 2 --config " + config + small + " --set log.metrics_jsonl=" + metrics + extra);
@@ -204,8 +204,18 @@ TEST_CASE("vescale-train at DP=2: ZeRO 1, 2 and 3 train like ZeRO 0, bf16 reduct
   }
   CHECK(bf16.back().second != base.back().second);
 
-  auto r = run(TRAIN + " --nproc-per-node 2 --config " + config + small +
-               " --set parallel.zero=1 --set parallel.grad_reduce=per_param");
+  // The stage can come from the plan too; a config that disagrees with it is an error.
+  const auto plan = write_temp("zero_plan.json", R"({"mesh": ["dp"], "params": {"*": ["Replicate"]}, "zero": 3})");
+  const auto from_plan = train(" --set parallel.plan=" + plan);
+  for (size_t i = 0; i < base.size(); ++i) CHECK(std::abs(from_plan[i].first - base[i].first) <= 1e-5 * base[i].first);
+  auto r = run(TRAIN + " --nproc-per-node 2 --config " + config + small + " --set parallel.plan=" + plan +
+               " --set parallel.zero=1");
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Contains("parallel.zero=1 but the plan") && Contains("says zero=3"));
+  std::remove(plan.c_str());
+
+  r = run(TRAIN + " --nproc-per-node 2 --config " + config + small +
+          " --set parallel.zero=1 --set parallel.grad_reduce=per_param");
   CHECK(r.code != 0);
   CHECK_THAT(r.err, Contains("parallel.zero") && Contains("grad_reduce to overlap or bucketed"));
 }
