@@ -1,7 +1,8 @@
 // Step time of gradient reduction strategies on a small LLaMA, side by side:
 //   DP=world:        per-parameter all-reduce | buckets after backward | buckets overlapped
 //   DP=2 x TP+SP=2:  per-parameter | overlapped, one collective per dim | overlapped, N-D fused
-// plus the collectives and bytes each sends per step. Run with 4 ranks from the repository root:
+//   DP=world, ZeRO:  overlapped buckets with ZeRO 1, 2, 3 (ddp::ZeroOptimizer)
+// plus the collectives and bytes each sends per step and the peak memory per rank. Run with 4 ranks from the repository root:
 //   build/apps/vescale-run --nproc-per-node 4 -- build/bench/ddp
 // Rank 0 writes bench/results/ddp.md.
 #include <ATen/ATen.h>
@@ -21,6 +22,8 @@
 #include "module_hooks.h"
 #include "vescale/ddp/grad_reduce.h"
 #include "vescale/ddp/grad_reducer.h"
+#include "vescale/ddp/zero_optimizer.h"
+#include "vescale/train/memory_stats.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/plan/parallelize.h"
@@ -50,6 +53,7 @@ struct Result {
   double median_ms = 0;
   ddp::ReduceStats stats;  // per step
   int64_t buckets = 0;
+  int64_t peak_bytes = 0;  // rank 0's peak over the timed steps, counting from before the model was built
 };
 
 at::Tensor input(const at::Tensor& full, const mesh::DeviceMesh& mesh) {
@@ -67,12 +71,22 @@ at::Tensor input(const at::Tensor& full, const mesh::DeviceMesh& mesh) {
 Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const plan::Plan& plan, const std::string& mode,
            ddp::GradReducerOptions opts) {
   const auto o = bench_llama();
+  train::reset_peak_memory();
+  const int64_t base = train::memory_stats().current;
   random::manual_seed(1);
   models::Llama model(o);
   plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
   std::unique_ptr<ddp::GradReducer> reducer;
+  if (opts.zero >= 3) opts.unit_pattern = "layers.*";
   if (mode != "per_param") reducer = std::make_unique<ddp::GradReducer>(*model, mesh, opts);
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  std::unique_ptr<ddp::ZeroOptimizer> zero;
+  if (opts.zero >= 1) {
+    optim::NamedParams named;
+    for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
+    zero = std::make_unique<ddp::ZeroOptimizer>(*reducer, std::vector<optim::ParamGroup>{{named, 0.0}},
+                                                optim::AdamWOptions{.lr = 1e-3});
+  }
   const int64_t global_batch = kBatch * (mesh.dim_names()[0] == "dp" ? mesh.size("dp") : 1);
   std::vector<double> ms;
   Result r;
@@ -82,9 +96,11 @@ Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const pl
     auto full = at::randint(o.vocab_size, {global_batch, kSeq + 1}, at::kLong);
     auto x = input(full.slice(1, 0, kSeq).contiguous(), mesh);
     auto y = input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
+    if (s == kWarmup) train::reset_peak_memory();  // steady state: stages 0-2 lay out buckets in step 1
     dist::world().barrier().wait();
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
+    if (zero) zero->zero_grad();
     at::Tensor loss = at::cross_entropy_loss(models::call(model, x).flatten(0, 1), y.flatten(0, 1));
     loss.backward();
     if (reducer) {
@@ -92,12 +108,18 @@ Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const pl
     } else {
       r.stats.collectives = ddp::reduce_gradients(*model);
     }
-    opt.step();
+    if (zero) {
+      zero->step();
+    } else {
+      opt.step();
+    }
     if (s >= kWarmup) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());
   r.median_ms = ms[ms.size() / 2];
   if (reducer) r.buckets = reducer->num_buckets();
+  r.peak_bytes = train::memory_stats().peak - base;
+  zero.reset();
   plan::remove_forward_hooks(*model);
   return r;
 }
@@ -114,6 +136,7 @@ std::string cpu_name() {
 int main() {
   dist::init({.device = "cpu"});
   at::set_num_threads(1);
+  train::track_memory();
   const int world = dist::world_size();
   std::vector<Result> results;
   {
@@ -124,6 +147,9 @@ int main() {
     results.push_back(run(label, mesh, plan, "per_param", {}));
     results.push_back(run(label, mesh, plan, "bucketed", {.bucket_mb = kBucketMb, .fused = true, .overlap = false}));
     results.push_back(run(label, mesh, plan, "overlapped", {.bucket_mb = kBucketMb, .fused = true, .overlap = true}));
+    for (int z : {1, 2, 3})
+      results.push_back(run(label, mesh, plan, "overlapped, ZeRO-" + std::to_string(z),
+                            {.bucket_mb = kBucketMb, .fused = true, .overlap = true, .zero = z}));
   }
   if (world == 4) {
     auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
@@ -153,17 +179,21 @@ int main() {
                   kBucketMb, static_cast<long long>(kSteps), static_cast<long long>(kWarmup));
     md += buf;
     md += "| mesh | reduction | step ms (median) | vs per-param | buckets | collectives / step | MiB sent / step | "
-          "launched during backward |\n|---|---|---|---|---|---|---|---|\n";
+          "launched during backward | peak MiB (rank 0) |\n|---|---|---|---|---|---|---|---|---|\n";
     double base = 0;
     for (const auto& r : results) {
       if (r.mode == "per_param") base = r.median_ms;
-      std::snprintf(buf, sizeof buf, "| %s | %s | %.1f | %.2fx | %s | %lld | %s | %s |\n", r.mesh.c_str(), r.mode.c_str(),
+      std::snprintf(buf, sizeof buf, "| %s | %s | %.1f | %.2fx | %s | %lld | %s | %s | %.1f |\n", r.mesh.c_str(), r.mode.c_str(),
                     r.median_ms, r.median_ms / base, r.mode == "per_param" ? "-" : std::to_string(r.buckets).c_str(),
                     static_cast<long long>(r.stats.collectives),
                     r.mode == "per_param" ? "-" : std::to_string(static_cast<double>(r.stats.bytes) / (1024.0 * 1024.0)).substr(0, 5).c_str(),
-                    r.mode == "per_param" ? "-" : std::to_string(r.stats.overlapped).c_str());
+                    r.mode == "per_param" ? "-" : std::to_string(r.stats.overlapped).c_str(),
+                    static_cast<double>(r.peak_bytes) / (1024.0 * 1024.0));
       md += buf;
     }
+    md += "\nZeRO rows: the collectives are the gradient buckets' (all-reduce for 1, reduce-scatter for 2 and 3); "
+          "the parameter all-gathers (after the step, and for ZeRO-3 before each block's forward and backward) come on "
+          "top. Peak memory: the most bytes held at once during the timed steps by CPU tensors allocated since the row's model was built (a counting allocator; parameters, gradients, optimizer state, activations).\n";
     md += "\nPer-param counts are redistributions (one per gradient that needed reducing; a [Partial, Partial] "
           "norm gradient may take more than one collective inside). Timings on shared CPUs are noisy: read the "
           "ratios, not the digits.\n";

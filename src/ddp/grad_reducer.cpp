@@ -285,8 +285,15 @@ GradReducer::GradReducer(torch::nn::Module& model, const mesh::DeviceMesh& mesh,
   state_->options = options;
   std::vector<std::string> unit_names;
   if (!options.unit_pattern.empty()) {
+    // The outermost matching modules ("layers.*" also matches layers.0.attention.wq; the
+    // unit is layers.0). named_modules lists parents before their children.
+    auto inside_unit = [&](const std::string& name) {
+      for (const auto& u : unit_names)
+        if (name.rfind(u, 0) == 0) return true;
+      return false;
+    };
     for (const auto& m : model.named_modules("", /*include_self=*/false))
-      if (plan::fqn_match(options.unit_pattern, m.key())) {
+      if (!inside_unit(m.key()) && plan::fqn_match(options.unit_pattern, m.key())) {
         unit_names.push_back(m.key() + ".");
         state_->unit_modules.push_back(m.value());
       }
@@ -402,6 +409,7 @@ ReduceStats GradReducer::finish() {
 const ReduceStats& GradReducer::last_step() const { return state_->last; }
 const ReduceStats& GradReducer::total() const { return state_->total; }
 int64_t GradReducer::num_buckets() const { return static_cast<int64_t>(state_->buckets.size()); }
+int64_t GradReducer::num_units() const { return static_cast<int64_t>(state_->unit_modules.size()); }
 
 std::string GradReducer::describe() const {
   const State& s = *state_;

@@ -64,6 +64,7 @@ struct Run {
   std::vector<ddp::ReduceStats> stats;  // per step
   int64_t zero_state_bytes = 0;         // ZeroOptimizer's state on this rank
   int64_t buckets = 0;
+  int64_t units = 0;       // ZeRO-3 units
   int64_t grad_bytes = 0;  // this rank's bytes of every parameter's local gradient
   int64_t full_bytes = 0;  // bytes of every parameter at full size
 };
@@ -113,6 +114,7 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradRed
   if (zero) r.zero_state_bytes = zero->state_bytes();
   if (zero) zero->gather_params();  // ZeRO-3 holds block parameters only as slices
   r.buckets = reducer.num_buckets();
+  r.units = reducer.num_units();
   for (auto& p : model->parameters()) {
     auto local = dtensor::to_local(p.detach());
     r.grad_bytes += local.numel() * static_cast<int64_t>(local.element_size());
@@ -300,6 +302,7 @@ TEST_CASE("ZeRO 1, 2 and 3 at DP=world train like one device with 1/world of the
     // at most world-1 elements per bucket).
     CHECK(got.zero_state_bytes * world >= 3 * got.full_bytes);
     CHECK(got.zero_state_bytes * world <= 3 * (got.full_bytes + got.buckets * (world - 1) * 4));
+    if (zero == 3) CHECK(got.units == tiny_llama().n_layers);  // one unit per block
     for (const auto& st : got.stats) {
       CHECK(st.collectives == got.buckets);  // one all-reduce (1) or reduce-scatter (2) per bucket
       CHECK(st.fallbacks == 0);

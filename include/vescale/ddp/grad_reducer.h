@@ -39,8 +39,9 @@ struct GradReducerOptions {
   // reduced slice it owns for ZeroOptimizer (1 all-reduces, 2 reduce-scatters and frees the
   // full gradients as soon as their bucket is sent). Stage 3 is ZeroOptimizer's (zero_optimizer.h).
   int zero = 0;
-  // Stage 3's units (FSDP's wrap policy): modules whose FQN matches this pattern (e.g.
-  // "layers.*") each gather their parameters on their own; the rest belongs to the root unit.
+  // Stage 3's units (FSDP's wrap policy): the outermost modules whose FQN matches this pattern
+  // (e.g. "layers.*": layers.0, layers.1, ...) each gather their parameters on their own; the
+  // rest belongs to the root unit.
   // Buckets never mix units. Empty: one unit.
   std::string unit_pattern = "";
   // Stage 3 lays its buckets out before the first step (the parameters must be slices before
@@ -86,6 +87,7 @@ class GradReducer {
   const ReduceStats& last_step() const;  // of the last finish()
   const ReduceStats& total() const;      // since construction
   int64_t num_buckets() const;           // 0 until the first finish() built the layout
+  int64_t num_units() const;             // ZeRO-3 units besides the root (0 without unit_pattern)
   // One line per bucket: "bucket 0: fp32 over dp (fused), 12 params, 1.50 MiB".
   std::string describe() const;
 
