@@ -402,7 +402,8 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
     const double zdiv = replicated_on_dp ? dp : 1.0;
     m.param_bytes += 4 * n / (zero >= 3 ? zdiv : 1.0);
     m.grad_bytes += 4 * n / (zero >= 2 ? zdiv : 1.0);
-    m.optimizer_bytes += 8 * n / (zero >= 1 ? zdiv : 1.0);
+    // ZeRO keeps an fp32 copy of its parameter slice beside the moments (docs/ddp.md).
+    m.optimizer_bytes += (zero >= 1 ? 12 : 8) * n / (zero >= 1 ? zdiv : 1.0);
   }
   return m;
 }
@@ -420,7 +421,7 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
   out += "mesh: " + mesh_line + " (" + std::to_string(mesh.numel()) + " ranks)\n";
   out += "plan: " + (config.parallel.plan.empty() ? std::string("none (every parameter replicated)") : config.parallel.plan) +
          "; zero " + std::to_string(m.zero) + "\n";
-  out += "per rank (fp32 master weights, AdamW exp_avg + exp_avg_sq): params " + gib(m.param_bytes) + ", grads " +
+  out += "per rank (fp32 weights; AdamW exp_avg + exp_avg_sq, under ZeRO plus an fp32 slice of the weights): params " + gib(m.param_bytes) + ", grads " +
          gib(m.grad_bytes) + ", optimizer " + gib(m.optimizer_bytes) + ", total " +
          gib(m.param_bytes + m.grad_bytes + m.optimizer_bytes) + " (activations not counted)\n";
   return out;

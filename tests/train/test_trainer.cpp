@@ -77,7 +77,7 @@ TEST_CASE("dry-run memory splits Shard(d) params over the mesh, torch.chunk styl
   CHECK(m.grad_bytes == 4.0 * n);
   CHECK(m.optimizer_bytes == 8.0 * n);
   // wte [256, 64] Shard(0) over tp=3: the first ranks hold ceil(256 / 3) = 86 rows; ZeRO-1 over
-  // dp=2 halves the optimizer state of everything replicated on dp.
+  // dp=2 keeps half the moments and half an fp32 parameter copy of everything replicated on dp.
   const std::string plan = "/tmp/vescale_test_plan." + std::to_string(::getpid()) + ".json";
   {
     std::ofstream f(plan);
@@ -88,7 +88,7 @@ TEST_CASE("dry-run memory splits Shard(d) params over the mesh, torch.chunk styl
   const double local = static_cast<double>(n - 256 * 64 + 86 * 64);
   CHECK(m.param_bytes == 4 * local);
   CHECK(m.grad_bytes == 4 * local);
-  CHECK(m.optimizer_bytes == 8 * local / 2);
+  CHECK(m.optimizer_bytes == (8 + 4) * local / 2);
   auto report = dry_run_report(sharded, vescale::mesh::MeshShape({{"dp", 2}, {"tp", 3}}, 6));
   CHECK_THAT(report, Contains("mesh: dp=2, tp=3 (6 ranks)"));
   CHECK_THAT(report, Contains("plan: " + plan + "; zero 1"));
