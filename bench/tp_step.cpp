@@ -27,6 +27,7 @@
 
 #include "llama.h"
 #include "module_hooks.h"
+#include "vescale/common/check.h"
 #include "vescale/ddp/grad_reduce.h"
 #include "vescale/dist/process_group.h"
 #include "vescale/dist/world.h"
@@ -241,7 +242,9 @@ int main() {
     loss.backward();
     ddp::reduce_gradients(*model);
     opt.step();
-    return dtensor::to_local(loss.detach()).item<double>();
+    // The loss may be Partial (the vocab-parallel nll with Replicate norm outputs gives one):
+    // its local value is this rank's share, so read the full value.
+    return dtensor::full_tensor(loss.detach()).item<double>();
   };
 
   std::vector<Variant> variants;
@@ -294,8 +297,12 @@ int main() {
     for (size_t vi = 0; vi < variants.size(); ++vi) run(vi, per_round, true);
 
   const auto se = dtensor::static_eager_stats();
+  const double ref = variants[0].first_loss;
+  for (auto& v : variants)
+    VESCALE_CHECK(std::abs(v.first_loss - ref) <= 1e-5 * std::abs(ref), "tp_step: the ", v.name,
+                  " variant's first loss ", v.first_loss, " differs from eager's ", ref,
+                  ": the variants no longer compute the same step, so their times are not comparable");
   if (dist::rank() == 0) {
-    const double ref = variants[0].first_loss;
     for (auto& v : variants)
       std::printf(
           "{\"impl\": \"%s\", \"tp\": %lld, \"median_ms\": %.3f, \"min_ms\": %.3f, \"max_ms\": %.3f, \"cpu_ms\": %.3f, \"steps\": %zu, "
