@@ -7,8 +7,10 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <numeric>
+#include <string_view>
 
 #include "dist/process_group_impl.h"
 #include "vescale/common/check.h"
@@ -126,9 +128,23 @@ Work make_work(const ProcessGroup::Impl& g, const char* op, c10::intrusive_ptr<c
   return Work(std::move(impl));
 }
 
+std::atomic<int64_t> g_all_reduce{0}, g_all_gather{0}, g_reduce_scatter{0}, g_all_to_all{0}, g_broadcast{0},
+    g_send_recv{0};
+
+void count(const char* op) {
+  const std::string_view o(op);
+  if (o == "all_reduce") ++g_all_reduce;
+  else if (o == "all_gather") ++g_all_gather;
+  else if (o == "reduce_scatter") ++g_reduce_scatter;
+  else if (o == "all_to_all") ++g_all_to_all;
+  else if (o == "broadcast") ++g_broadcast;
+  else if (o == "send" || o == "recv") ++g_send_recv;
+}
+
 // Runs a c10d call, turning its synchronous throws (bad args, a dead peer) into our errors.
 template <typename F>
 c10::intrusive_ptr<c10d::Work> call(const ProcessGroup::Impl& g, const char* op, F&& f) {
+  count(op);
   try {
     return f();
   } catch (const vescale::Error&) {
@@ -150,6 +166,11 @@ void check_avg(const ProcessGroup::Impl& g, const char* op, ReduceOp r, const at
 }
 
 }  // namespace
+
+CollectiveStats collective_stats() {
+  return {g_all_reduce.load(), g_all_gather.load(), g_reduce_scatter.load(), g_all_to_all.load(), g_broadcast.load(),
+          g_send_recv.load()};
+}
 
 Work ProcessGroup::all_reduce(at::Tensor t, ReduceOp op) {
   auto& g = impl();

@@ -157,3 +157,25 @@ TEST_CASE("bad collective arguments are rejected before any communication", "[an
   CHECK_THROWS_WITH(g.all_reduce(at::ones({2}, at::kLong), ReduceOp::Avg), Contains("avg needs a floating-point"));
   CHECK_THROWS_WITH(g.broadcast(at::ones({1}), g.size()), Contains("is not a group rank"));
 }
+
+TEST_CASE("collective_stats counts each issued collective once, by kind", "[any]") {
+  auto& g = world();
+  const auto before = collective_stats();
+  auto t = at::ones({4});
+  g.all_reduce(t).wait();
+  g.all_reduce(t).wait();
+  auto gathered = at::empty({2 * g.size()});
+  g.all_gather(gathered, at::ones({2})).wait();
+  std::vector<int64_t> rows(g.size(), 1);
+  g.all_gather_uneven(at::empty({g.size()}), at::ones({1}), rows).wait();  // one gather underneath
+  g.reduce_scatter(at::empty({1}), at::ones({g.size()})).wait();
+  g.broadcast(t, 0).wait();
+  g.barrier().wait();  // not a collective of data
+  const auto after = collective_stats();
+  CHECK(after.all_reduce - before.all_reduce == 2);
+  CHECK(after.all_gather - before.all_gather == 2);
+  CHECK(after.reduce_scatter - before.reduce_scatter == 1);
+  CHECK(after.broadcast - before.broadcast == 1);
+  CHECK(after.all_to_all == before.all_to_all);
+  CHECK(after.total() - before.total() == 6);
+}

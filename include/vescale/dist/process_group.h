@@ -72,4 +72,13 @@ class ProcessGroup {
   std::shared_ptr<Impl> impl_;
 };
 
+// Collectives this process has issued on any group since it started (barriers not counted),
+// for tests and benchmarks: how many a training step makes is the figure to compare between
+// implementations. all_gather_uneven counts as one all_gather.
+struct CollectiveStats {
+  int64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0, all_to_all = 0, broadcast = 0, send_recv = 0;
+  int64_t total() const { return all_reduce + all_gather + reduce_scatter + all_to_all + broadcast + send_recv; }
+};
+CollectiveStats collective_stats();
+
 }  // namespace vescale::dist
