@@ -65,6 +65,7 @@ at::Tensor redistribute_grad(const at::Tensor& grad, const Placements& target) {
                                   "DTensors must be DTensors");
   const auto& gs = spec_of(grad);
   if (gs.placements == target) return grad;
+  log_redistribution("redistribute backward", -1, gs.placements, target);
   auto spec = make_spec(gs.mesh, target, gs.shape, gs.dtype);
   return make_dtensor(redistribute_local(dtensor_impl(grad)->local(), gs, target), spec);
 }
@@ -74,13 +75,26 @@ at::Tensor redistribute_grad(const at::Tensor& grad, const Placements& target) {
 at::Tensor redistribute(const at::Tensor& dt, Placements placements) {
   const auto& src = spec_of(dt);
   auto dst = make_spec(src.mesh, std::move(placements), src.shape, src.dtype);
-  if (dst->placements == src.placements) return dt;
+  const Placements back = grad_placements(src.placements);
+  if (dst->placements == src.placements) {
+    // Nothing moves forward, but the gradient still comes back in the input's placements, as
+    // PyTorch's redistribute does: a plan's Replicate module input (Megatron's f) turns a
+    // Partial input gradient into a Replicate one there, once, instead of letting the Partial
+    // flow on into the norms and the residual stream.
+    if (!dt.requires_grad() || !torch::autograd::GradMode::is_enabled()) return dt;
+    at::Tensor alias;
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      alias = make_dtensor(dtensor_impl(dt)->local(), dtensor_impl(dt)->spec_ptr());
+    }
+    return link(alias, dt, "RedistributeBackward", [back](const at::Tensor& g) { return redistribute_grad(g, back); });
+  }
+  log_redistribution("redistribute", -1, src.placements, dst->placements);
   at::Tensor out;
   {
     at::AutoDispatchBelowADInplaceOrView guard;
     out = make_dtensor(redistribute_local(dtensor_impl(dt)->local(), src, dst->placements), dst);
   }
-  const Placements back = grad_placements(src.placements);
   return link(out, dt, "RedistributeBackward", [back](const at::Tensor& g) { return redistribute_grad(g, back); });
 }
 

@@ -84,6 +84,7 @@ void ensure_backend_registered() {
     register_norm_rules();
     register_index_rules();
     register_foreach_rules();
+    register_attention_rules();
   });
 }
 

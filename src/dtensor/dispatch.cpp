@@ -243,8 +243,10 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
   VESCALE_CHECK(!random || rule, "DTensor: ", name, " draws random numbers, and the consistent RNG "
                                  "(vescale/random) has no rule for it yet; use vescale::random functions");
   // view must go through its rule even when replicated: the shard may be a transposed view
-  // that only a reshape can handle (see rules/view.cpp).
-  const bool always_rule = name == "aten::view" || name == "aten::_unsafe_view";
+  // that only a reshape can handle (see rules/view.cpp). The fused attention ops have no CPU
+  // kernel of their own: their rule's local_fn is the computation (rules/attention.cpp).
+  const bool always_rule = name == "aten::view" || name == "aten::_unsafe_view" ||
+                           name.rfind("aten::_scaled_dot_product_fused_attention_overrideable", 0) == 0;
   Strategy strategy;
   if (all_replicated && !always_rule && !random) {
     // Bypass: a deterministic op on replicated inputs gives replicated outputs, no rule needed.
@@ -513,6 +515,7 @@ run_plan:
       return local;
     ++g_redistributions;
     const DTensorSpec have = have_ptr ? *have_ptr : plain_spec(t);
+    log_redistribution(schema.name().c_str(), static_cast<int64_t>(i), have.placements, want);
     at::Tensor moved = redistribute_local(local, have, want);
     const auto* alias = schema.arguments()[i].alias_info();
     if (alias && alias->isWrite()) {

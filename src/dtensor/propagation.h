@@ -73,5 +73,6 @@ void register_embedding_rules();
 void register_norm_rules();     // layer_norm, linalg_vector_norm
 void register_index_rules();    // gather, index_select, topk, sort, stack, tril, triu
 void register_foreach_rules();  // _foreach_* (optimizer updates)
+void register_attention_rules();  // fused scaled_dot_product_attention
 
 }  // namespace vescale::dtensor

@@ -2,11 +2,20 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
+#include <mutex>
+#include <string>
+
 #include "vescale/common/check.h"
+#include "vescale/dtensor/dtensor.h"
 
 namespace vescale::dtensor {
 
 namespace {
+
+std::atomic<bool> g_log_on{false};
+std::mutex g_log_mu;
+std::map<std::string, int64_t> g_log;
 
 dist::ProcessGroup& group_of(const DTensorSpec& s, int64_t m) { return s.mesh.group(s.mesh.dim_names()[m]); }
 
@@ -183,6 +192,26 @@ at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src, c
     cur[m] = dst[m];
   }
   return t.is_contiguous() ? t : t.contiguous();
+}
+
+void set_redistribution_log(bool on) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  if (on) g_log.clear();
+  g_log_on = on;
+}
+
+std::map<std::string, int64_t> redistribution_log() {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  return g_log;
+}
+
+void log_redistribution(const char* label, int64_t arg, const Placements& src, const Placements& dst) {
+  if (!g_log_on.load(std::memory_order_relaxed)) return;
+  std::string key = label;
+  if (arg >= 0) key += " arg " + std::to_string(arg);
+  key += ": " + to_string(src) + " -> " + to_string(dst);
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  ++g_log[key];
 }
 
 }  // namespace vescale::dtensor

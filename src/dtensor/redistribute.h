@@ -13,4 +13,7 @@ namespace vescale::dtensor {
 // (local slices) from the outermost mesh dim in.
 at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src, const Placements& dst);
 
+// Counts `label: src -> dst` when the redistribution log is on (set_redistribution_log).
+void log_redistribution(const char* label, int64_t arg, const Placements& src, const Placements& dst);
+
 }  // namespace vescale::dtensor

@@ -148,6 +148,17 @@ std::vector<OpCase> op_cases(int64_t w) {
       {"masked_fill", {r({n, u}, 65)}, [](auto& x) { return x[0].masked_fill(x[0] > 0.5, -1.0); }},
       {"causal attention", {r({2, n, 3, 4}, 66), r({2, n, 3, 4}, 67), r({2, n, 3, 4}, 68)},
        [](auto& x) { return at::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, true); }},
+      // The fused rule (rules/attention.cpp): uneven head shards, no causal mask with a longer
+      // key sequence, an explicit scale; a value head dim of its own and a mask take the math path.
+      {"attention uneven heads, kv longer, scale", {r({2, u, 3, 4}, 74), r({2, u, 5, 4}, 75), r({2, u, 5, 4}, 76)},
+       [](auto& x) { return at::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, false, 0.3); }},
+      {"attention value head dim 6 (math path)", {r({u, 2, 3, 4}, 85), r({u, 2, 3, 4}, 86), r({u, 2, 3, 6}, 87)},
+       [](auto& x) { return at::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, true); }},
+      {"attention with a mask (math path)", {r({n, 2, 3, 4}, 77), r({n, 2, 3, 4}, 78), r({n, 2, 3, 4}, 79)},
+       [](auto& x) {
+         auto mask = at::ones({3, 3}, at::kBool).tril(1);
+         return at::scaled_dot_product_attention(x[0], x[1], x[2], mask, 0.0, false);
+       }},
   };
 }
 
@@ -221,4 +232,34 @@ TEST_CASE("vocab-parallel cross-entropy never gathers the logits", "[world2][wor
   CHECK(spec_of(logits.grad()).placements == Placements{Shard(1)});
   CHECK(full_tensor(loss).item<float>() == Approx(ref_loss.item<float>()).epsilon(1e-6));
   CHECK(at::allclose(full_tensor(logits.grad()), ref.grad(), 1e-5, 1e-7));
+}
+
+TEST_CASE("fused attention keeps batch and head shards with no collectives", "[world2][world4]") {
+  auto mesh = mesh::DeviceMesh::init({{"tp", -1}});
+  const int64_t heads = 2 * mesh.size();
+  std::vector<at::Tensor> full{full_randn({3, heads, 7, 8}, 81), full_randn({3, heads, 7, 8}, 82),
+                               full_randn({3, heads, 7, 8}, 83)};
+  std::vector<at::Tensor> ref;
+  for (auto& t : full) ref.push_back(t.clone().requires_grad_(true));
+  auto ref_out = at::scaled_dot_product_attention(ref[0], ref[1], ref[2], {}, 0.0, true);
+  auto g = full_randn(ref_out.sizes().vec(), 84);
+  (ref_out * g).sum().backward();
+  for (int64_t dim : {0, 1}) {
+    INFO("Shard(" << dim << ")");
+    std::vector<at::Tensor> xs;
+    for (auto& t : full) xs.push_back(distribute_tensor(t, mesh, {Shard(dim)}).requires_grad_(true));
+    auto gd = distribute_tensor(g, mesh, {Shard(dim)});
+    const auto before = dist::collective_stats();
+    reset_dispatch_stats();
+    auto out = at::scaled_dot_product_attention(xs[0], xs[1], xs[2], {}, 0.0, true);
+    out.backward(gd);
+    CHECK(dist::collective_stats().total() == before.total());
+    CHECK(dispatch_stats().redistributions == 0);
+    CHECK(spec_of(out).placements == Placements{Shard(dim)});
+    CHECK(at::allclose(full_tensor(out), ref_out, 1e-5, 1e-6));
+    for (size_t i = 0; i < 3; ++i) {
+      CHECK(spec_of(xs[i].grad()).placements == Placements{Shard(dim)});
+      CHECK(at::allclose(full_tensor(xs[i].grad()), ref[i].grad(), 1e-5, 1e-6));
+    }
+  }
 }

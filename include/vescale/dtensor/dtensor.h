@@ -5,7 +5,10 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "vescale/dtensor/dtensor_spec.h"
@@ -82,6 +85,12 @@ struct DispatchStats {
 };
 DispatchStats dispatch_stats();
 void reset_dispatch_stats();
+// Where a model's redistributions come from: while on, every redistribution (inside an op, by
+// redistribute(), or of a gradient in backward) is counted under a label such as
+// "aten::mm arg 1: Shard(1) -> Replicate" or "redistribute backward: Partial(sum) -> Replicate".
+// Turning it on clears the counts. Off by default (it takes a lock per redistribution).
+void set_redistribution_log(bool on);
+std::map<std::string, int64_t> redistribution_log();
 // Drops this thread's propagation cache (benchmarks of the miss path).
 void clear_propagation_cache();
 
