@@ -174,6 +174,7 @@ struct Variant {
   std::function<void()> enter, leave;        // set up / tear down global modes around its steps
   std::vector<double> ms, cpu_ms;  // wall and process CPU time per timed step
   int64_t dispatch_calls = 0, redistributions = 0;  // DTensor dispatcher counters over the timed steps
+  int64_t collectives = 0, all_reduces = 0;          // issued on any group over the timed steps
   double first_loss = 0;
 };
 
@@ -275,12 +276,14 @@ int main() {
     for (int i = 0; i < n; ++i) {
       mesh.group("tp").barrier().wait();
       const auto ds0 = dtensor::dispatch_stats();
+      const auto cs0 = dist::collective_stats();
       const double cpu0 = process_cpu_ms();
       auto t0 = std::chrono::steady_clock::now();
       const double loss = v.step(next_step[vi]);
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       const double cpu = process_cpu_ms() - cpu0;
       const auto ds1 = dtensor::dispatch_stats();
+      const auto cs1 = dist::collective_stats();
       if (next_step[vi] == 0) v.first_loss = loss;
       ++next_step[vi];
       if (timed) {
@@ -288,6 +291,8 @@ int main() {
         v.cpu_ms.push_back(cpu);
         v.dispatch_calls += ds1.calls - ds0.calls;
         v.redistributions += ds1.redistributions - ds0.redistributions;
+        v.collectives += cs1.total() - cs0.total();
+        v.all_reduces += cs1.all_reduce - cs0.all_reduce;
       }
     }
     if (v.leave) v.leave();
@@ -295,6 +300,12 @@ int main() {
   for (size_t vi = 0; vi < variants.size(); ++vi) run(vi, warmup, false);
   for (int r = 0; r < rounds; ++r)
     for (size_t vi = 0; vi < variants.size(); ++vi) run(vi, per_round, true);
+
+  // One more eager step with the redistribution log on: where the DTensor step's moves come from.
+  dtensor::set_redistribution_log(true);
+  variants[0].step(next_step[0]++);
+  const auto moves = dtensor::redistribution_log();
+  dtensor::set_redistribution_log(false);
 
   const auto se = dtensor::static_eager_stats();
   const double ref = variants[0].first_loss;
@@ -306,16 +317,23 @@ int main() {
     for (auto& v : variants)
       std::printf(
           "{\"impl\": \"%s\", \"tp\": %lld, \"median_ms\": %.3f, \"min_ms\": %.3f, \"max_ms\": %.3f, \"cpu_ms\": %.3f, \"steps\": %zu, "
-          "\"dispatch_calls_per_step\": %lld, \"redistributions_per_step\": %lld, "
+          "\"dispatch_calls_per_step\": %lld, \"redistributions_per_step\": %lld, \"collectives_per_step\": %lld, "
+          "\"all_reduces_per_step\": %lld, "
           "\"first_loss\": %.8f, \"first_loss_rel_diff_vs_eager\": %.3e, \"batch\": %lld, \"seq\": %lld, "
           "\"static_replayed\": %lld, \"static_recorded\": %lld, \"static_diverged\": %lld}\n",
           v.name.c_str(), static_cast<long long>(tp), median(v.ms), *std::min_element(v.ms.begin(), v.ms.end()),
           *std::max_element(v.ms.begin(), v.ms.end()), median(v.cpu_ms), v.ms.size(),
           static_cast<long long>(v.dispatch_calls / static_cast<int64_t>(v.ms.size())),
-          static_cast<long long>(v.redistributions / static_cast<int64_t>(v.ms.size())), v.first_loss,
+          static_cast<long long>(v.redistributions / static_cast<int64_t>(v.ms.size())),
+          static_cast<long long>(v.collectives / static_cast<int64_t>(v.ms.size())),
+          static_cast<long long>(v.all_reduces / static_cast<int64_t>(v.ms.size())), v.first_loss,
           std::abs(v.first_loss - ref) / std::abs(ref), static_cast<long long>(kBatch), static_cast<long long>(kSeq),
           static_cast<long long>(se.replayed), static_cast<long long>(se.recorded),
           static_cast<long long>(se.diverged));
+    std::string log;
+    for (auto& [what, n] : moves) log += (log.empty() ? "" : ", ") + ("\"" + what + "\": " + std::to_string(n));
+    std::printf("{\"impl\": \"eager_redistributions\", \"tp\": %lld, \"moves\": {%s}}\n",
+                static_cast<long long>(tp), log.c_str());
     std::fflush(stdout);
   }
   plan::remove_forward_hooks(*eager_model);

@@ -312,3 +312,48 @@ TEST_CASE("phase before_sharding keeps a parameter's values through the init", "
   CHECK(kept == o.n_layers);
   plan::remove_forward_hooks(*model);
 }
+
+// The collectives of one TP training step (forward, vocab-parallel loss, backward, gradient
+// reduction), counted by the process groups, against Megatron's by hand: per block one
+// all-reduce after each row-parallel output and one of each column-parallel input gradient;
+// one after the vocab-parallel embedding and one of the head's input gradient; the loss's max
+// and sum of exponentials, and the sum of its gradient over the vocab. No gradient reduction
+// after backward, and no other collective but the `gathers` named below.
+template <class Model, class Options>
+void check_tp_step_collectives(const std::string& file, const Options& o, int64_t all_reduces, int64_t gathers) {
+  auto mesh = mesh::DeviceMesh::init({{"tp", dist::world_size()}});
+  random::manual_seed(1234);
+  Model model(o);
+  plan::parallelize(*model, plan::Plan::from_json_file(repo_file(file)), mesh, {.init = [&] { model->init_weights(); }});
+  auto full = batch(0, o.vocab_size);
+  auto x = model_input(full.slice(1, 0, kSeq).contiguous(), mesh);
+  auto y = model_input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
+  const auto before = dist::collective_stats();
+  dtensor::reset_dispatch_stats();
+  dtensor::set_redistribution_log(true);
+  at::Tensor loss = lm_loss(models::call(model, x), y);
+  loss.backward();
+  ddp::reduce_gradients(*model);
+  const auto after = dist::collective_stats();
+  dtensor::set_redistribution_log(false);
+  std::string moves;
+  for (auto& [what, n] : dtensor::redistribution_log()) moves += what + ": " + std::to_string(n) + "; ";
+  INFO(file << ", redistributions: " << moves);
+  if (gathers == 0) CHECK(dtensor::dispatch_stats().redistributions == 0);
+  CHECK(after.all_reduce - before.all_reduce == all_reduces);
+  CHECK(after.all_gather - before.all_gather == gathers);
+  CHECK(after.total() - before.total() == all_reduces + gathers);
+  plan::remove_forward_hooks(*model);
+}
+
+TEST_CASE("a TP step makes Megatron's all-reduces and no other collective", "[plan][world2][world4]") {
+  const int64_t L = tiny_llama().n_layers;
+  check_tp_step_collectives<models::Llama>("configs/plans/llama_tp.json", tiny_llama(), 4 * L + 5, 0);
+  // Mixtral's experts are replicated: only attention is split, two all-reduces per block.
+  check_tp_step_collectives<models::Mixtral>("configs/plans/mixtral_tp.json", tiny_mixtral(),
+                                             2 * tiny_mixtral().n_layers + 5, 0);
+  // GPT-2's fused c_attn holds q, k and v side by side, so a rank's rows are not whole heads:
+  // the split gathers it, and attention's output gradient is gathered back (one each per block).
+  const int64_t G = tiny_gpt().n_layer;
+  check_tp_step_collectives<models::GPT>("configs/plans/gpt2_tp.json", tiny_gpt(), 4 * G + 5, 2 * G);
+}
