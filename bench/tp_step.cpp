@@ -268,6 +268,15 @@ int main() {
                         return loss.item<double>();
                       });
 
+  // TP_STEP_VARIANTS: a comma-separated subset to run (e.g. "eager" under a profiler); the first
+  // one kept is the reference of the first-loss check.
+  if (const char* only = std::getenv("TP_STEP_VARIANTS")) {
+    const std::string keep = std::string(",") + only + ",";
+    std::vector<Variant> kept;
+    for (auto& v : variants)
+      if (keep.find("," + v.name + ",") != std::string::npos) kept.push_back(std::move(v));
+    variants = std::move(kept);
+  }
   // Each variant walks the same batch sequence: step s of every variant sees batch(s).
   std::vector<int64_t> next_step(variants.size(), 0);
   auto run = [&](size_t vi, int n, bool timed) {
@@ -301,7 +310,8 @@ int main() {
   for (int r = 0; r < rounds; ++r)
     for (size_t vi = 0; vi < variants.size(); ++vi) run(vi, per_round, true);
 
-  // One more eager step with the redistribution log on: where the DTensor step's moves come from.
+  // One more step of the first variant with the redistribution log on: where the DTensor step's
+  // moves come from.
   dtensor::set_redistribution_log(true);
   variants[0].step(next_step[0]++);
   const auto moves = dtensor::redistribution_log();
@@ -332,7 +342,7 @@ int main() {
           static_cast<long long>(se.diverged));
     std::string log;
     for (auto& [what, n] : moves) log += (log.empty() ? "" : ", ") + ("\"" + what + "\": " + std::to_string(n));
-    std::printf("{\"impl\": \"eager_redistributions\", \"tp\": %lld, \"moves\": {%s}}\n",
+    std::printf("{\"impl\": \"%s_redistributions\", \"tp\": %lld, \"moves\": {%s}}\n", variants[0].name.c_str(),
                 static_cast<long long>(tp), log.c_str());
     std::fflush(stdout);
   }

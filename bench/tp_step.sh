@@ -2,7 +2,7 @@
 # Runs bench/tp_step (eager DTensor, static eager, hand-written local-tensor TP) and
 # bench/tp_step.py (PyTorch's Python parallelize_module) at TP=2 and TP=4 on Gloo, CPU, one
 # thread per rank, and writes bench/results/tp_step.md.
-# Knobs: TPS="2 4", TP_STEP_PLAN (plan file for the DTensor variants), TP_STEP_WARMUP, TP_STEP_ROUNDS, TP_STEP_PER_ROUND (timed steps = rounds x per_round).
+# Knobs: TPS="2 4", TP_STEP_PLAN (plan file for the DTensor variants), TP_STEP_VARIANTS (subset, e.g. "eager,baseline"), TP_STEP_WARMUP, TP_STEP_ROUNDS, TP_STEP_PER_ROUND (timed steps = rounds x per_round).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
