@@ -19,7 +19,9 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 "$VENV/bin/python" - "$out/runs.jsonl" "$load_before" "$load_after" <<'PY'
 import datetime, json, os, platform, sys
 import torch
-rows = [json.loads(l) for l in open(sys.argv[1])]
+allrows = [json.loads(l) for l in open(sys.argv[1])]
+moves = {r["tp"]: r["moves"] for r in allrows if r["impl"].endswith("_redistributions")}
+rows = [r for r in allrows if not r["impl"].endswith("_redistributions")]
 by = {(r["tp"], r["impl"]): r for r in rows}
 tps = sorted({r["tp"] for r in rows})
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
@@ -36,7 +38,7 @@ lines = [
     f"Step time in ms: median over {r0['steps']} timed steps after {os.environ.get('TP_STEP_WARMUP', 3)} warm-up steps "
     "(each step starts after a barrier); the three C++ variants run in interleaved rounds in one process.",
     "",
-    "- eager: `models::Llama` + `plan::parallelize` with `configs/plans/llama_tp.json` (DTensor dispatch on every op)",
+    f"- eager: `models::Llama` + `plan::parallelize` with `{os.environ.get('TP_STEP_PLAN', 'configs/plans/llama_tp.json')}` (DTensor dispatch on every op)",
     "- static: the same with `dtensor::set_static_eager(true)` (recorded dispatch replayed)",
     "- baseline: the same math on local shards, Megatron f/g operators, vocab-parallel embedding and cross-entropy (bench/tp_step.cpp)",
     "- PyTorch: `parallelize_module` (ColwiseParallel / RowwiseParallel, vocab-parallel embedding, `loss_parallel`) on the same model in Python (bench/tp_step.py)",
@@ -51,40 +53,40 @@ for tp in tps:
     diff = f"{b['first_loss_rel_diff_vs_eager']:.1e}" if b else "n/a"
     lines.append(f"| {tp} | {fmt(b)} | {fmt(e)} | {fmt(s)} | {fmt(p)} | {ratio(e, b)} | {ratio(s, b)} | {ratio(p, e)} | {ratio(p, s)} | {diff} |")
 lines += ["", "Process CPU time per step (rank 0, ms, median; less sensitive than wall time to the other jobs on the machine, "
-          "includes Gloo's threads), and DTensor dispatcher work per step:", "",
-          "| TP | baseline CPU | eager CPU | static CPU | PyTorch CPU | eager / baseline (CPU) | static / baseline (CPU) | PyTorch / static (CPU) | DTensor op calls | in-op redistributions |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+          "includes Gloo's threads), and communication per step (collectives counted by the process groups; in-op "
+          "redistributions counted by the DTensor dispatcher):", "",
+          "| TP | baseline CPU | eager CPU | static CPU | PyTorch CPU | eager / baseline (CPU) | static / baseline (CPU) | PyTorch / eager (CPU) | PyTorch / static (CPU) | collectives: baseline / eager / static | all-reduces: baseline / eager | DTensor op calls | in-op redistributions |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 cpu = lambda r: f"{r['cpu_ms']:.1f}" if r else "n/a"
 cratio = lambda a, b: f"{a['cpu_ms'] / b['cpu_ms']:.2f}x" if a and b else "n/a"
+field = lambda r, k: f"{r[k]}" if r and k in r else "n/a"
 for tp in tps:
     b, e, s, p = (by.get((tp, k)) for k in ("baseline", "eager", "static", "pytorch"))
-    lines.append(f"| {tp} | {cpu(b)} | {cpu(e)} | {cpu(s)} | {cpu(p)} | {cratio(e, b)} | {cratio(s, b)} | {cratio(p, s)} | "
-                 f"{e['dispatch_calls_per_step'] if e else 'n/a'} | {e['redistributions_per_step'] if e else 'n/a'} |")
+    lines.append(f"| {tp} | {cpu(b)} | {cpu(e)} | {cpu(s)} | {cpu(p)} | {cratio(e, b)} | {cratio(s, b)} | {cratio(p, e)} | {cratio(p, s)} | "
+                 f"{field(b, 'collectives_per_step')} / {field(e, 'collectives_per_step')} / {field(s, 'collectives_per_step')} | "
+                 f"{field(b, 'all_reduces_per_step')} / {field(e, 'all_reduces_per_step')} | "
+                 f"{field(e, 'dispatch_calls_per_step')} | {field(e, 'redistributions_per_step')} |")
 lines += ["", "Cells: median (min-max) ms. Targets (issue 6): eager <= 1.10x baseline, static <= 1.02x, faster than PyTorch's Python TP.",
           "First losses: " + ", ".join(f"TP={r['tp']} {r['impl']} {r['first_loss']:.6f}" for r in rows) +
-          " (PyTorch draws its own init from torch's RNG, so only its magnitude is comparable).",
+          " (PyTorch draws its own init from torch's RNG, so only its magnitude is comparable; the C++ variants must agree to 1e-5 or the bench fails).",
+          ""]
+for tp, m in sorted(moves.items()):
+    lines.append(f"Redistributions in one eager step at TP={tp} (`dtensor::redistribution_log`: where, from -> to, count): " +
+                 ", ".join(f"`{k}` {v}" for k, v in sorted(m.items())) + ".")
+lines += ["(`redistribute` is the plan's module-boundary hooks, the loss's `full_tensor` and gradient reduction; "
+          "`redistribute backward` is their gradients; `[Replicate] -> [Shard(0)]` is a local slice.)",
           "",
-          "In-op redistributions per step at TP=2 (logged with a temporary print in the dispatcher; op, argument, from -> to, count):",
-          "`mm` a1 Shard(1)->Replicate 21, `pow` a0 Partial->Replicate 18, `mul` a0 Partial->Replicate 18, `mul` a1 Partial->Replicate 18,",
-          "`cat` a0 Partial->Replicate 16, `mm` a0 Replicate->Shard(1) 13, `add` a0 Partial->Replicate 9, `add` a1 Partial->Replicate 8,",
-          "`mm` a1 Shard(0)->Replicate 8, `mm` a0 Partial->Replicate 8, `view` a0 Shard(1)->Replicate 4, `silu` a0 Partial->Replicate 4,",
-          "`silu_backward` a1 Partial->Shard(2) 4, `mul` a1 Replicate->Shard(2) 4, `mul` a1 Partial->Shard(2) 4,",
-          "`_softmax_backward_data` a0 Partial->Replicate 4, `_log_softmax` a0 Partial->Replicate 1 (162; the baseline makes 21 all-reduces).",
-          "Reading (not yet traced into the rules): the residual stream stays Partial (the vocab-parallel embedding's output, plus",
-          "row-parallel outputs added while Partial), so every RMSNorm reduces its input once per consuming op (`pow`, `mul`) in forward",
-          "and again in backward on the saved Partial tensor, where Megatron reduces once per block; and `mm` gathers Shard(1) operands",
-          "(21 = the 20 column-parallel linears + the LM head) in some direction of the step instead of keeping the shards.",
-          "`scaled_dot_product_attention` takes its decomposed math path (no rule for CPU flash attention); the baseline calls the fused",
-          "kernel. Static eager replays the decisions but keeps every collective, so it cannot close a gap made of collectives.",
+          "Where the step's collectives go, eager at TP=2 with L=4 layers: forward 1 (embedding) + 2L (attention and feed-forward "
+          "outputs) + 2 (the loss's max and sum of exponentials) + 1 (the loss's `full_tensor` to print it); backward 2L (attention "
+          "and feed-forward input gradients) + 1 (the head's input gradient) + 1 (the sum of the loss gradient over the vocab) = 22. "
+          "The baseline makes the same ones but computes the loss gradient locally and its loss value in one all-reduce: 21.",
           "4 ranks on 2 shared cores are heavily oversubscribed: every collective waits until all 4 processes are scheduled, so TP=4",
-          "wall times are noisy and mostly measure the number of collectives.",
+          "wall times are noisy and mostly measure the number of collectives and the scheduler.",
           "",
-          "Open discrepancy: with any `forward` entry in the plan (even a no-op `norm` output Replicate, or the shipped",
-          "`llama_tp_sp.json`), eager's first loss here is 2.923372 instead of 6.091362 (which `llama_tp.json` and the baseline give),",
-          "e.g. `build/apps/vescale-run --nproc-per-node 2 -- env TP_STEP_PLAN=configs/plans/llama_tp_sp.json build/bench/tp_step`.",
-          "tests/plan's single-device equivalence for the same plan passes; this bench differs in building two models with one plan",
-          "in one process and in T (64) < max_seq_len (128). At world 1 all variants agree (6.091363). Not yet explained; plans with forward entries are not timed here.",
-          "", "Reproduce: `bench/tp_step.sh` (TPS, TP_STEP_WARMUP, TP_STEP_ROUNDS, TP_STEP_PER_ROUND)."]
+          "Before (2026-11-30 15:29, same machine, llama_tp.json without `forward` entries and sdpa on its math path): 162 in-op "
+          "redistributions and 166 collectives per step at TP=2, eager 4.46x / 6.49x the baseline's wall time at TP=2 / 4 "
+          "(CPU 3.93x / 5.14x), static 4.86x / 5.86x.",
+          "", "Reproduce: `bench/tp_step.sh` (TPS, TP_STEP_PLAN, TP_STEP_VARIANTS, TP_STEP_WARMUP, TP_STEP_ROUNDS, TP_STEP_PER_ROUND)."]
 os.makedirs("bench/results", exist_ok=True)
 open("bench/results/tp_step.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
