@@ -12,8 +12,8 @@ namespace models {
 
 GPTAttentionImpl::GPTAttentionImpl(const GPTOptions& o) : n_head(o.n_head), dropout(o.dropout) {
   TORCH_CHECK(o.n_embd % o.n_head == 0, "GPT: n_embd (", o.n_embd, ") must be divisible by n_head (", o.n_head, ")");
-  c_attn = register_module("c_attn", torch::nn::Linear(torch::nn::LinearOptions(o.n_embd, 3 * o.n_embd).bias(o.bias)));
-  c_proj = register_module("c_proj", torch::nn::Linear(torch::nn::LinearOptions(o.n_embd, o.n_embd).bias(o.bias)));
+  c_attn = register_module("c_attn", Linear(torch::nn::LinearOptions(o.n_embd, 3 * o.n_embd).bias(o.bias)));
+  c_proj = register_module("c_proj", Linear(torch::nn::LinearOptions(o.n_embd, o.n_embd).bias(o.bias)));
   resid_dropout = register_module("resid_dropout", torch::nn::Dropout(o.dropout));
 }
 
@@ -27,8 +27,8 @@ torch::Tensor GPTAttentionImpl::forward(const torch::Tensor& x) {
 }
 
 GPTMLPImpl::GPTMLPImpl(const GPTOptions& o) {
-  c_fc = register_module("c_fc", torch::nn::Linear(torch::nn::LinearOptions(o.n_embd, 4 * o.n_embd).bias(o.bias)));
-  c_proj = register_module("c_proj", torch::nn::Linear(torch::nn::LinearOptions(4 * o.n_embd, o.n_embd).bias(o.bias)));
+  c_fc = register_module("c_fc", Linear(torch::nn::LinearOptions(o.n_embd, 4 * o.n_embd).bias(o.bias)));
+  c_proj = register_module("c_proj", Linear(torch::nn::LinearOptions(4 * o.n_embd, o.n_embd).bias(o.bias)));
   dropout = register_module("dropout", torch::nn::Dropout(o.dropout));
 }
 

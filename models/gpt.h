@@ -4,14 +4,15 @@
 // Parameter names follow Hugging Face's GPT2LMHeadModel without the "transformer." prefix:
 //   wte.weight, wpe.weight, h.{i}.ln_1.{weight,bias}, h.{i}.attn.c_attn.{weight,bias},
 //   h.{i}.attn.c_proj.{weight,bias}, h.{i}.ln_2.*, h.{i}.mlp.c_fc.*, h.{i}.mlp.c_proj.*, ln_f.*
-// Linear weights are [out, in] (torch::nn::Linear); HF's Conv1D stores [in, out], so import
+// Linear weights are [out, in] (models::Linear); HF's Conv1D stores [in, out], so import
 // transposes them. The LM head is wte (tied), so it has no parameter of its own.
 #pragma once
+#include "linear.h"
+
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
@@ -31,7 +32,7 @@ struct GPTOptions {
 struct GPTAttentionImpl : torch::nn::Module {
   explicit GPTAttentionImpl(const GPTOptions& o);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  Linear c_attn{nullptr}, c_proj{nullptr};
   torch::nn::Dropout resid_dropout{nullptr};
   int64_t n_head;
   double dropout;
@@ -41,7 +42,7 @@ TORCH_MODULE(GPTAttention);
 struct GPTMLPImpl : torch::nn::Module {
   explicit GPTMLPImpl(const GPTOptions& o);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+  Linear c_fc{nullptr}, c_proj{nullptr};
   torch::nn::Dropout dropout{nullptr};
 };
 TORCH_MODULE(GPTMLP);

@@ -81,7 +81,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& o)
   TORCH_CHECK(o.n_heads % o.n_kv_heads == 0, "Llama: n_heads (", o.n_heads, ") must be a multiple of n_kv_heads (",
               o.n_kv_heads, ")");
   TORCH_CHECK(head_dim % 2 == 0, "Llama: head_dim (", head_dim, ") must be even for RoPE");
-  auto linear = [&](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  auto linear = [&](int64_t in, int64_t out) { return Linear(torch::nn::LinearOptions(in, out).bias(false)); };
   wq = register_module("wq", linear(o.dim, n_heads * head_dim));
   wk = register_module("wk", linear(o.dim, n_kv_heads * head_dim));
   wv = register_module("wv", linear(o.dim, n_kv_heads * head_dim));
@@ -110,7 +110,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
 }
 
 FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
-  auto linear = [&](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  auto linear = [&](int64_t in, int64_t out) { return Linear(torch::nn::LinearOptions(in, out).bias(false)); };
   w1 = register_module("w1", linear(dim, hidden));
   w2 = register_module("w2", linear(hidden, dim));
   w3 = register_module("w3", linear(dim, hidden));
@@ -138,7 +138,7 @@ LlamaImpl::LlamaImpl(const LlamaOptions& o) : options(o) {
   for (int64_t i = 0; i < o.n_layers; ++i) layers->push_back(LlamaBlock(o));
   norm = register_module("norm", RMSNorm(o.dim, o.norm_eps));
   if (!o.tie_embeddings) {
-    output = register_module("output", torch::nn::Linear(torch::nn::LinearOptions(o.dim, o.vocab_size).bias(false)));
+    output = register_module("output", Linear(torch::nn::LinearOptions(o.dim, o.vocab_size).bias(false)));
   }
   // Allocated here, filled by init_weights (on the meta device under MetaDeviceScope).
   rope_cos = register_buffer("rope_cos", torch::empty({o.max_seq_len, o.dim / o.n_heads}));

@@ -23,10 +23,11 @@
 // importing those needs the usual permutation of wq and wk rows (HF's convert_llama_weights
 // does the same), see models/hf_import.h.
 #pragma once
+#include "linear.h"
+
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
 namespace models {
@@ -82,7 +83,7 @@ struct LlamaAttentionImpl : torch::nn::Module {
   explicit LlamaAttentionImpl(const LlamaOptions& o);
   // x [B, T, dim], cos/sin [T, head_dim] -> [B, T, dim]; causal.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
-  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   int64_t n_heads, n_kv_heads, head_dim;
 };
 TORCH_MODULE(LlamaAttention);
@@ -90,7 +91,7 @@ TORCH_MODULE(LlamaAttention);
 struct FeedForwardImpl : torch::nn::Module {
   FeedForwardImpl(int64_t dim, int64_t hidden);
   torch::Tensor forward(const torch::Tensor& x);  // w2(silu(w1 x) * w3 x)
-  torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+  Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
 };
 TORCH_MODULE(FeedForward);
 
@@ -115,7 +116,7 @@ struct LlamaImpl : torch::nn::Module {
   torch::nn::Embedding tok_embeddings{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm norm{nullptr};
-  torch::nn::Linear output{nullptr};  // null when tie_embeddings
+  Linear output{nullptr};  // null when tie_embeddings
   torch::Tensor rope_cos, rope_sin;
 };
 TORCH_MODULE(Llama);

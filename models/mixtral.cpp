@@ -53,7 +53,7 @@ torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const std::vector<int
 MoEImpl::MoEImpl(const MixtralOptions& o) : n_experts(o.n_experts), top_k(o.top_k) {
   TORCH_CHECK(o.top_k >= 1 && o.top_k <= o.n_experts, "Mixtral: top_k (", o.top_k, ") must be in [1, n_experts = ",
               o.n_experts, "]");
-  router = register_module("router", torch::nn::Linear(torch::nn::LinearOptions(o.dim, o.n_experts).bias(false)));
+  router = register_module("router", Linear(torch::nn::LinearOptions(o.dim, o.n_experts).bias(false)));
   experts = register_module("experts", Experts(o.n_experts, o.dim, o.ffn_dim));
 }
 
@@ -95,7 +95,7 @@ MixtralImpl::MixtralImpl(const MixtralOptions& o) : options(o) {
   for (int64_t i = 0; i < o.n_layers; ++i) layers->push_back(MixtralBlock(o));
   norm = register_module("norm", RMSNorm(o.dim, o.norm_eps));
   if (!o.tie_embeddings) {
-    output = register_module("output", torch::nn::Linear(torch::nn::LinearOptions(o.dim, o.vocab_size).bias(false)));
+    output = register_module("output", Linear(torch::nn::LinearOptions(o.dim, o.vocab_size).bias(false)));
   }
   rope_cos = register_buffer("rope_cos", torch::empty({o.max_seq_len, o.dim / o.n_heads}));
   rope_sin = register_buffer("rope_sin", torch::empty({o.max_seq_len, o.dim / o.n_heads}));

@@ -24,7 +24,6 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
 #include <vector>
@@ -65,7 +64,7 @@ struct MoEImpl : torch::nn::Module {
   explicit MoEImpl(const MixtralOptions& o);
   // x [B, T, dim] -> [B, T, dim]. Keeps this call's router logits [B*T, E] in router_logits.
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear router{nullptr};
+  Linear router{nullptr};
   Experts experts{nullptr};
   int64_t n_experts, top_k;
   torch::Tensor router_logits;
@@ -89,9 +88,9 @@ struct MixtralImpl : torch::nn::Module {
   // pooled over all layers' tokens): E * sum_e f_e * P_e, with f_e the fraction of the
   // (token, choice) assignments that went to expert e and P_e the mean router probability of e,
   // both over every layer's tokens. 1 when perfectly balanced with k = 1, k for top-k.
-  // Differentiable through P. Under activation checkpointing of the blocks the first forward
-  // runs without autograd, so the stored logits carry no graph: then this throws while grad
-  // mode is on; compute it from a forward with autograd, or add it inside the checkpoint.
+  // Differentiable through P. A forward without autograd leaves the stored logits without a
+  // graph: then this throws while grad mode is on. (Activation checkpointing must hand the
+  // logits out of the checkpoint with a graph; vescale's does, as a side output.)
   torch::Tensor aux_loss() const;
   // Same init as Llama; experts like w1/w2/w3 there, the router N(0, 0.02).
   void init_weights();
@@ -99,7 +98,7 @@ struct MixtralImpl : torch::nn::Module {
   torch::nn::Embedding tok_embeddings{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm norm{nullptr};
-  torch::nn::Linear output{nullptr};  // null when tie_embeddings
+  Linear output{nullptr};  // null when tie_embeddings
   torch::Tensor rope_cos, rope_sin;
 };
 TORCH_MODULE(Mixtral);

@@ -86,6 +86,22 @@ TEST_CASE("TP MLP (column then row parallel) matches single-device grads", "[wor
   CHECK(spec_of(params[0].grad()).placements == Placements{Shard(0)});
 }
 
+TEST_CASE("TP MLP on [B, S, D] with biases (aten::linear's flattened addmm) matches single-device grads",
+          "[world2][world4]") {
+  // For a contiguous 3-D input with a bias, aten::linear reshapes to rows and runs one addmm;
+  // the row-parallel addmm gives a Partial output, so its bias must be added once, not per rank.
+  auto mesh = mesh::DeviceMesh::init({{"tp", -1}});
+  const int64_t w = mesh.size(), D = 6, H = 4 * w;
+  std::vector<at::Tensor> full{full_randn({H, D}, 41), full_randn({H}, 42), full_randn({D, H}, 43), full_randn({D}, 44)};
+  auto x = full_randn({2, 2 * w, D}, 45);
+  auto want = run(mlp, x, leaves(full));
+  for (const Placements& xp : {Placements{Replicate()}, Placements{Shard(0)}, Placements{Shard(1)}}) {
+    INFO("input " << xp[0].to_string());
+    auto params = shard(full, mesh, {{Shard(0)}, {Shard(0)}, {Shard(1)}, {Replicate()}});
+    compare(run(mlp, distribute_tensor(x, mesh, xp), params), want);
+  }
+}
+
 TEST_CASE("TP attention (heads sharded) matches single-device grads", "[world2][world4]") {
   auto mesh = mesh::DeviceMesh::init({{"tp", -1}});
   const int64_t heads = 2 * mesh.size(), D = 3 * heads;

@@ -1,0 +1,18 @@
+// torch::nn::Linear whose forward is aten::linear (what Python's F.linear calls). The C++
+// frontend's Linear runs matmul and then a separate in-place bias add for inputs of 3+ dims;
+// aten::linear folds the bias into one addmm over the flattened rows, so forward does one
+// kernel instead of two and backward has no extra add. Same parameters, names and init.
+#pragma once
+#include <ATen/ops/linear.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+namespace models {
+
+struct LinearImpl : torch::nn::LinearImpl {
+  using torch::nn::LinearImpl::LinearImpl;
+  torch::Tensor forward(const torch::Tensor& x) { return at::linear(x, weight, bias); }
+};
+TORCH_MODULE(Linear);
+
+}  // namespace models
