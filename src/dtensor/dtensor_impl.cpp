@@ -77,6 +77,18 @@ void become_dtensor(const at::Tensor& t, const at::Tensor& dtensor) {
   t.unsafeGetTensorImpl()->shallow_copy_from(dtensor.getIntrusivePtr());
 }
 
+void become_local(const at::Tensor& t) {
+  VESCALE_CHECK(is_dtensor(t), "become_local: expected a DTensor");
+  VESCALE_CHECK(!t.grad().defined(), "become_local: the tensor already has a gradient; convert parameters "
+                                     "before the first backward");
+  const at::Tensor local = dtensor_impl(t)->local();
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  // Keys, sizes, strides, device and storage of the shard; the DTensor state goes with the
+  // backend meta, which a plain source has none of to copy over.
+  impl->shallow_copy_from(local.getIntrusivePtr());
+  impl->set_backend_meta(c10::intrusive_ptr<c10::BackendMeta>());
+}
+
 const DTensorSpec& spec_of(const at::Tensor& t) {
   VESCALE_CHECK(is_dtensor(t), "spec_of: not a DTensor (", t.defined() ? t.toString() : "undefined",
                 "); make one with distribute_tensor or from_local");

@@ -2,12 +2,14 @@
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/dropout.h>
 #include <torch/types.h>
 
 #include "module_hooks.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
 #include "vescale/dtensor/dtensor.h"
+#include "vescale/random/random.h"
 
 namespace vescale::plan {
 
@@ -59,6 +61,23 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
         keep.emplace_back(p.value(), dtensor::to_local(p.value()).clone());
     options.init();
     for (auto& [param, local] : keep) dtensor::to_local(param).copy_(local);
+  }
+
+  // One device: back to plain tensors (see ParallelizeOptions::plain_on_one_device).
+  if (options.plain_on_one_device && mesh.size() == 1) {
+    for (const auto& p : params) dtensor::become_local(p.value());
+    for (const auto& m : model.named_modules("", true)) {
+      auto* dropout = dynamic_cast<torch::nn::DropoutImpl*>(m.value().get());
+      if (dropout == nullptr) continue;
+      models::ForwardHooks hooks;
+      hooks.around = [dropout](const std::vector<at::Tensor>& xs, const models::ForwardHooks::Forward&) {
+        return random::dropout(xs.at(0), dropout->options.p(), dropout->is_training());
+      };
+      models::set_forward_hooks(dropout, std::move(hooks));
+    }
+    log::info("parallelize: " + std::to_string(placements.size()) + " parameters on " + mesh.to_string() +
+              ": one device, plain tensors (init through vescale::random), plan " + plan.source());
+    return placements;
   }
 
   // 4. Forward entries become hooks on the matching modules.

@@ -98,13 +98,19 @@ struct Trained {
 struct RunOptions {
   bool static_eager = false;
   int64_t short_step = -1;  // this step uses half the sequence (a shape change)
+  bool plain = false;       // ParallelizeOptions::plain_on_one_device
 };
 
 template <class Model, class Options>
 Trained train_planned(const Options& o, const plan::Plan& plan, const mesh::DeviceMesh& mesh, RunOptions run = {}) {
   random::manual_seed(1234);
   Model model(o);
-  plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
+  plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }, .plain_on_one_device = run.plain});
+  if (run.plain)
+    for (auto& p : model->named_parameters()) {
+      INFO(p.key());
+      CHECK(!dtensor::is_dtensor(p.value()));
+    }
   Trained r;
   r.init = full_params(*model);
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
@@ -113,14 +119,19 @@ Trained train_planned(const Options& o, const plan::Plan& plan, const mesh::Devi
     dtensor::static_eager_step();
     auto full = batch(s, o.vocab_size);
     const int64_t T = s == run.short_step ? kSeq / 2 : kSeq;
-    auto x = model_input(full.slice(1, 0, T).contiguous(), mesh);
-    auto y = model_input(full.slice(1, 1, T + 1).contiguous(), mesh);
+    auto x = full.slice(1, 0, T).contiguous(), y = full.slice(1, 1, T + 1).contiguous();
+    if (!run.plain) x = model_input(x, mesh), y = model_input(y, mesh);
     opt.zero_grad();
     at::Tensor loss = lm_loss(models::call(model, x), y);
     loss.backward();
     ddp::reduce_gradients(*model);
     opt.step();
-    r.losses.push_back(dtensor::full_tensor(loss.detach()).item<double>());
+    if (run.plain) {
+      CHECK(!dtensor::is_dtensor(loss));  // no forward hook made DTensors either
+      r.losses.push_back(loss.item<double>());
+    } else {
+      r.losses.push_back(dtensor::full_tensor(loss.detach()).item<double>());
+    }
   }
   dtensor::set_static_eager(false);
   r.final = full_params(*model);
@@ -245,6 +256,57 @@ TEST_CASE("parallelize on a 1-rank mesh is single-device training", "[plan][any]
   auto plan = plan::Plan::from_json_file(repo_file("configs/plans/gpt2_tp.json"));
   Trained got = train_planned<models::GPT>(o, plan, mesh);
   check_close(got, train_plain<models::GPT>(o, got.init), 1e-6, "gpt2_tp on a 1-rank mesh");
+}
+
+TEST_CASE("plain_on_one_device: plain tensors with the DTensor init bitwise, trained the same", "[plan][any]") {
+  if (dist::world_size() != 1) return;
+  const auto o = tiny_gpt();
+  auto mesh = mesh::DeviceMesh::init({{"tp", 1}});
+  auto plan = plan::Plan::from_json_file(repo_file("configs/plans/gpt2_tp_sp.json"));  // with forward entries
+  Trained dt = train_planned<models::GPT>(o, plan, mesh);
+  Trained plain = train_planned<models::GPT>(o, plan, mesh, {.plain = true});
+  for (auto& [name, t] : dt.init) {
+    INFO(name);
+    CHECK(at::equal(plain.init.at(name), t));
+  }
+  // DTensor attention takes the math path, plain tensors CPU flash attention: rounding only.
+  check_close(plain, dt, 1e-5, "gpt2_tp_sp, plain on a 1-device mesh vs DTensors");
+}
+
+namespace {
+struct DropNetImpl : torch::nn::Module {
+  DropNetImpl() {
+    w = register_parameter("w", at::ones({8, 6}));
+    drop = register_module("drop", torch::nn::Dropout(0.3));
+  }
+  at::Tensor forward(const at::Tensor& x) { return models::call(drop, at::matmul(x, w)); }
+  at::Tensor w;
+  torch::nn::Dropout drop{nullptr};
+};
+TORCH_MODULE(DropNet);
+}  // namespace
+
+TEST_CASE("plain_on_one_device: nn::Dropout draws the DTensor masks from vescale::random", "[plan][any]") {
+  if (dist::world_size() != 1) return;
+  auto mesh = mesh::DeviceMesh::init({{"x", 1}});
+  DropNet dt, plain;
+  plan::parallelize(*dt, replicate_all({"x"}), mesh);
+  plan::parallelize(*plain, replicate_all({"x"}), mesh, {.init = {}, .plain_on_one_device = true});
+  REQUIRE(dtensor::is_dtensor(dt->w));
+  REQUIRE(!dtensor::is_dtensor(plain->w));
+  const auto x = at::arange(40, at::kFloat).view({5, 8}) / 40;
+  random::manual_seed(7);
+  const at::Tensor want = dtensor::full_tensor(models::call(dt, x));
+  random::manual_seed(7);
+  const at::Tensor got = models::call(plain, x);
+  CHECK(!dtensor::is_dtensor(got));
+  CHECK(at::equal(got, want));
+  const int64_t zeros = (got == 0).sum().item<int64_t>();
+  CHECK(zeros > 0);
+  CHECK(zeros < got.numel());
+  plain->eval();  // no dropout outside training
+  CHECK(at::equal(models::call(plain, x), at::matmul(x, plain->w)));
+  plan::remove_forward_hooks(*plain);
 }
 
 TEST_CASE("static eager replays the recorded dispatch and trains bitwise like eager", "[plan][world2][world4]") {

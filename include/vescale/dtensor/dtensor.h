@@ -37,6 +37,10 @@ at::Tensor from_local(const at::Tensor& local, const mesh::DeviceMesh& mesh, Pla
 // the DTensor, and t keeps its autograd identity (leaf, requires_grad). parallelize() uses
 // it on parameters, which must not have a gradient yet.
 void become_dtensor(const at::Tensor& t, const at::Tensor& dtensor);
+// The reverse: the DTensor `t` itself becomes its local shard, a plain tensor sharing the
+// shard's storage, keeping its autograd identity. parallelize() uses it on a 1-device mesh,
+// where the local shard is the whole tensor and DTensor dispatch would only cost time.
+void become_local(const at::Tensor& t);
 
 // This rank's shard as a plain tensor. Differentiable.
 at::Tensor to_local(const at::Tensor& dtensor);

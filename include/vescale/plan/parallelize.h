@@ -23,10 +23,17 @@ struct ParallelizeOptions {
   // (e.g. [&] { model->init_weights(); }). Without it, every rank keeps its slice of the
   // values the model already holds (which must then be equal on all ranks).
   std::function<void()> init;
+  // On a 1-device mesh every placement is the whole tensor, so DTensors would only add
+  // dispatch overhead (and lose fused kernels, like CPU flash attention). With this set, a
+  // 1-device mesh makes parallelize a no-op apart from the init: the parameters become plain
+  // tensors again after it (bitwise the values the init gave the DTensors), no forward hooks
+  // are installed, and torch::nn::Dropout modules draw their masks from vescale::random (as
+  // DTensor dropout does), so training matches the same plan on any world size.
+  bool plain_on_one_device = false;
 };
 
 // Returns each parameter's placements. On a 1-rank mesh the parameters still become
-// (trivially placed) DTensors, so one code path serves every world size.
+// (trivially placed) DTensors unless options.plain_on_one_device is set.
 std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model, const Plan& plan,
                                                        const mesh::DeviceMesh& mesh,
                                                        const ParallelizeOptions& options = {});
