@@ -29,9 +29,24 @@ void scale_grads_(const std::vector<at::Tensor>& params, const at::Tensor& facto
 
 at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm) {
   c10::NoGradGuard no_grad;
-  at::Tensor sum_sq = grad_sum_of_squares(params);
-  VESCALE_CHECK(sum_sq.defined(), "clip_grad_norm_: no parameter has a gradient; run backward first");
-  at::Tensor norm = sum_sq.sqrt();
+  std::vector<at::Tensor> grads;
+  bool plain_fp32 = true;
+  for (const auto& p : params) {
+    const at::Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    grads.push_back(g);
+    plain_fp32 = plain_fp32 && (g.device().is_cpu() || g.device().is_cuda()) && g.scalar_type() == at::kFloat;
+  }
+  VESCALE_CHECK(!grads.empty(), "clip_grad_norm_: no parameter has a gradient; run backward first");
+  if (plain_fp32) {
+    // As torch::nn::utils::clip_grad_norm_: the norm of the per-tensor norms (one foreach
+    // kernel), and one foreach scale.
+    at::Tensor norm = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2);
+    if (max_norm > 0) at::_foreach_mul_(grads, clip_factor(norm, max_norm));
+    return norm;
+  }
+  // DTensors: each sum of squares is the global one (a Partial sum, reduced by the dispatcher).
+  at::Tensor norm = grad_sum_of_squares(params).sqrt();
   if (max_norm > 0) scale_grads_(params, clip_factor(norm, max_norm));
   return norm;
 }

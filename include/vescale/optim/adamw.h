@@ -1,7 +1,9 @@
-// AdamW with decoupled weight decay, the same arithmetic as torch::optim::AdamW (so results
-// match it to the last bit on plain tensors). The step is written only with aten ops on the
-// parameters, gradients and state, so it runs unchanged when they are DTensors: the state
-// tensors take the parameters' placements (zeros_like), and no value is read back to the host.
+// AdamW with decoupled weight decay, the arithmetic of torch::optim::AdamW. Plain CPU/CUDA
+// parameters are updated by libtorch's fused kernel (at::_fused_adamw_, one call per group;
+// equal to torch::optim::AdamW up to rounding order, 1 ulp). DTensor parameters (and all with
+// fused=false) take a loop of aten ops (adamw_update), bitwise torch::optim::AdamW's, which
+// the dispatcher shards: the state tensors take the parameters' placements (zeros_like), and
+// no value is read back to the host.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -28,6 +30,9 @@ struct AdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  // Plain CPU/CUDA parameters through at::_fused_adamw_ (within 1 ulp of the loop); false:
+  // the op-by-op loop for every parameter, bitwise torch::optim::AdamW.
+  bool fused = true;
 };
 
 // One AdamW update of `p` in place (its moments too), the arithmetic of AdamW::step; `step`
@@ -59,6 +64,7 @@ class AdamW {
   struct State {
     int64_t step = 0;
     at::Tensor exp_avg, exp_avg_sq;
+    at::Tensor step_t;  // float copy of `step` for the fused kernel (plain parameters)
   };
   std::vector<ParamGroup> groups_;
   AdamWOptions options_;

@@ -1,6 +1,8 @@
-// Gradient clipping over the global norm of all gradients, in aten ops only: the sum of
-// squares of each gradient, added, then the square root. With DTensor gradients each sum is
-// a cross-rank reduction, so the result is the norm of the whole (unsharded) gradient.
+// Gradient clipping over the global norm of all gradients. Plain gradients: the per-tensor
+// norms from one foreach kernel, then their norm (as torch::nn::utils::clip_grad_norm_), and
+// one foreach scale. DTensor gradients: the sum of squares of each, added, then the square
+// root; each sum is a cross-rank reduction, so the result is the norm of the whole
+// (unsharded) gradient.
 #pragma once
 #include <ATen/core/Tensor.h>
 
