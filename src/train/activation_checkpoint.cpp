@@ -23,6 +23,7 @@ using torch::autograd::variable_list;
 // Everything random or precision-related that forward depended on.
 struct Replay : torch::CustomClassHolder {
   BlockForward forward;
+  std::vector<at::Tensor*> side;  // members forward writes; returned as extra outputs
   random::State vescale_rng;
   at::Tensor cpu_rng;  // libtorch's default CPU generator (plain-tensor dropout)
   bool autocast_cpu = false, autocast_cuda = false;
@@ -68,10 +69,13 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     replay->autocast_cpu_dtype = ac.cpu_dtype, replay->autocast_cuda_dtype = ac.cuda_dtype;
     for (const auto& x : inputs) replay->needs_grad.push_back(x.defined() && x.requires_grad());
     ctx->save_for_backward(inputs);
+    // Unused side outputs get no gradient (not zeros to backprop through).
+    ctx->set_materialize_grads(false);
     // apply() already disabled grad mode: no graph is kept for the block's inside.
-    at::Tensor out = replay->forward(inputs);
+    variable_list outputs{replay->forward(inputs)};
+    for (at::Tensor* t : replay->side) outputs.push_back(*t);
     ctx->saved_data["replay"] = at::IValue::make_capsule(std::move(replay));
-    return {out};
+    return outputs;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -99,8 +103,17 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     at::autocast::clear_cache();
     random::set_state(rng_now);
     set_cpu_rng_state(cpu_now);
-    // Reentrant backward through the recomputed block: parameter grads accumulate as usual.
-    if (out.requires_grad()) torch::autograd::backward({out}, {grad_outputs[0]});
+    // Reentrant backward through the recomputed block, and through the recomputed side
+    // outputs with the gradients the code after forward gave them: parameter grads accumulate
+    // as usual.
+    variable_list roots, grads_in;
+    if (grad_outputs[0].defined() && out.requires_grad()) roots.push_back(out), grads_in.push_back(grad_outputs[0]);
+    for (size_t j = 0; j < replay->side.size(); ++j) {
+      const at::Tensor& g = grad_outputs[1 + j];
+      const at::Tensor& t = *replay->side[j];
+      if (g.defined() && t.defined() && t.requires_grad()) roots.push_back(t), grads_in.push_back(g);
+    }
+    if (!roots.empty()) torch::autograd::backward(roots, grads_in);
     variable_list grads{at::Tensor()};  // for the Replay argument
     for (size_t i = 0; i < inputs.size(); ++i)
       grads.push_back(replay->needs_grad[i] ? inputs[i].grad() : at::Tensor());
@@ -110,13 +123,19 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
 }  // namespace
 
-at::Tensor checkpoint(const std::vector<at::Tensor>& inputs, const BlockForward& forward) {
+at::Tensor checkpoint(const std::vector<at::Tensor>& inputs, const BlockForward& forward,
+                      const std::vector<at::Tensor*>& side) {
   auto replay = c10::make_intrusive<Replay>();
   replay->forward = forward;
-  return CheckpointFunction::apply(std::move(replay), at::TensorList(inputs))[0];
+  replay->side = side;
+  variable_list outputs = CheckpointFunction::apply(std::move(replay), at::TensorList(inputs));
+  // The members now hold the outputs with the checkpoint as their grad_fn.
+  for (size_t j = 0; j < side.size(); ++j) *side[j] = outputs[1 + j];
+  return outputs[0];
 }
 
-int enable_activation_checkpointing(torch::nn::Module& root, const std::string& pattern) {
+int enable_activation_checkpointing(torch::nn::Module& root, const std::string& pattern,
+                                    const SideOutputs& side_outputs) {
   int wrapped = 0;
   for (const auto& item : root.named_modules()) {
     if (!component_match(pattern, item.key())) continue;
@@ -125,8 +144,10 @@ int enable_activation_checkpointing(torch::nn::Module& root, const std::string& 
     if (const auto* existing = models::forward_hooks(m)) hooks = *existing;
     VESCALE_CHECK(!hooks.around, "activation checkpointing: module '", item.key(),
                   "' already has an 'around' hook; wrap it only once");
-    hooks.around = [](const std::vector<at::Tensor>& xs, const models::ForwardHooks::Forward& f) {
-      return checkpoint(xs, f);
+    std::vector<at::Tensor*> side;
+    if (side_outputs) side = side_outputs(*item.value());
+    hooks.around = [side](const std::vector<at::Tensor>& xs, const models::ForwardHooks::Forward& f) {
+      return checkpoint(xs, f, side);
     };
     models::set_forward_hooks(m, std::move(hooks));
     ++wrapped;

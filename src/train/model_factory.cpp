@@ -143,6 +143,11 @@ Model build_model(const ModelConfig& config) {
     if (config.mixtral.aux_loss_coef > 0)
       m.aux_loss = [impl = mixtral.ptr(), coef = config.mixtral.aux_loss_coef] { return impl->aux_loss() * coef; };
     m.block_pattern = "layers.*";
+    m.block_side_outputs = [](torch::nn::Module& block) {
+      auto* b = dynamic_cast<models::MixtralBlockImpl*>(&block);
+      VESCALE_CHECK(b != nullptr, "activation checkpointing: a Mixtral block pattern matched a module that is not a block");
+      return std::vector<at::Tensor*>{&b->feed_forward->router_logits};
+    };
   } else {
     VESCALE_FAIL("model.type '", config.type, "' is not one of gpt, llama, mixtral");
   }

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <glob.h>
+#include <malloc.h>
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 #include <unistd.h>
@@ -39,7 +40,8 @@ namespace {
 //
 // The parameters become DTensors under the config's plan (every parameter replicated without
 // one) and the model's own init reruns on them through the Philox RNG, so the initial weights
-// are bitwise the same for every mesh, world size and plan.
+// are bitwise the same for every mesh, world size and plan. On one device the parameters stay
+// plain tensors (after that same init): nothing to distribute, no DTensor dispatch per op.
 plan::Plan parallelize_model(Model& model, const Config& config, const mesh::DeviceMesh& mesh) {
   plan::Plan plan(mesh.dim_names());
   if (config.parallel.plan.empty()) {
@@ -47,7 +49,7 @@ plan::Plan parallelize_model(Model& model, const Config& config, const mesh::Dev
   } else {
     plan = plan::Plan::from_json_file(config.parallel.plan);
   }
-  plan::parallelize(*model.module, plan, mesh, {.init = model.init});
+  plan::parallelize(*model.module, plan, mesh, {.init = model.init, .plain_on_one_device = true});
   return plan;
 }
 
@@ -55,7 +57,7 @@ plan::Plan parallelize_model(Model& model, const Config& config, const mesh::Dev
 // the data-parallel dim (the loader already gave each dp rank its own rows), replicated over
 // the others.
 at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh) {
-  if (mesh == nullptr) return local_tokens;
+  if (mesh == nullptr || mesh->size() == 1) return local_tokens;
   dtensor::Placements placements(mesh->ndim(), dtensor::Replicate());
   auto global = local_tokens.sizes().vec();
   const auto& names = mesh->dim_names();
@@ -67,6 +69,18 @@ at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh
   return dtensor::from_local(local_tokens, *mesh, placements, global);
 }
 // ===================================================================================
+
+// Each CPU step frees and reallocates the same activations. By default glibc maps blocks
+// above its (adaptive) mmap threshold fresh and returns the heap's free top to the OS, so a
+// step page-faults much of its memory in again (~5K faults per nanogpt_tiny step, several %
+// of its time). Blocks up to 32 MiB (glibc's cap) from the heap and no trimming: the next
+// step reuses the same pages. The process keeps its peak footprint, as a caching allocator would.
+void keep_freed_host_memory() {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, -1);
+#endif
+}
 
 std::string exe_dir() {
   char buf[4096];
@@ -147,10 +161,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
   torch::manual_seed(t.seed);
   random::manual_seed(t.seed);
 
-  VESCALE_CHECK(!(t.activation_checkpointing && config_.model.type == "mixtral" && config_.model.mixtral.aux_loss_coef > 0),
-                "train.activation_checkpointing: Mixtral's load-balancing loss reads the router logits of the ",
-                "forward, which a checkpointed block runs without autograd; set model.aux_loss_coef=0 or turn ",
-                "checkpointing off");
+  if (device_ == "cpu") keep_freed_host_memory();
   model_ = build_model(config_.model);
   if (device_ != "cpu") model_.module->to(at::Device(device_));
   int64_t zero = 0;
@@ -164,7 +175,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
     VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != "per_param", "ZeRO stage ", zero, " (from ",
                   config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
                   ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
-    if (config_.parallel.grad_reduce != "per_param") {
+    // One device has no gradient to reduce (and its parameters are plain tensors).
+    if (mesh_->size() > 1 && config_.parallel.grad_reduce != "per_param") {
       auto opts = ddp::GradReducerOptions::from_plan(plan.grad_reduce());
       opts.overlap = config_.parallel.grad_reduce == "overlap";
       opts.zero = static_cast<int>(zero);
@@ -174,7 +186,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
     }
   }
   dtensor::set_static_eager(config_.parallel.static_eager);
-  if (t.activation_checkpointing) enable_activation_checkpointing(*model_.module, model_.block_pattern);
+  if (t.activation_checkpointing)
+    enable_activation_checkpointing(*model_.module, model_.block_pattern, model_.block_side_outputs);
 
   optim::NamedParams named;
   for (const auto& item : model_.module->named_parameters()) named.emplace_back(item.key(), item.value());
@@ -262,7 +275,7 @@ StepMetrics Trainer::step(int64_t step) {
   // launched during backward), or one collective per parameter.
   if (reducer_) {
     reducer_->finish();
-  } else if (mesh_) {
+  } else if (mesh_ && mesh_->size() > 1) {
     ddp::reduce_gradients(*model_.module);
   }
   // The norm of the whole gradient, however it is sharded (ZeRO holds slices of it).

@@ -14,8 +14,13 @@
 #include <limits>
 
 #include "gpt.h"
+#include "mixtral.h"
 #include "module_hooks.h"
 #include "vescale/common/check.h"
+#include "vescale/dist/world.h"
+#include "vescale/dtensor/dtensor.h"
+#include "vescale/mesh/device_mesh.h"
+#include "vescale/plan/parallelize.h"
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
 #include "vescale/train/model_factory.h"
@@ -32,6 +37,16 @@ Config tiny(const std::vector<std::string>& overrides = {}) {
   o.insert(o.end(), overrides.begin(), overrides.end());
   return Config::from_file(VESCALE_SOURCE_DIR "/configs/nanogpt_tiny.json", o);
 }
+
+Config tiny_mixtral(const std::vector<std::string>& overrides = {}) {
+  std::vector<std::string> o{"model.n_layers=2", "model.dim=64", "model.n_heads=4", "model.n_kv_heads=2",
+                             "model.ffn_dim=64", "train.batch_size=4", "train.seq_len=32", "train.warmup_steps=2",
+                             "train.steps=4", "train.eval_steps=2", "log.metrics_jsonl=\"\""};
+  o.insert(o.end(), overrides.begin(), overrides.end());
+  return Config::from_file(VESCALE_SOURCE_DIR "/configs/mixtral_tiny.json", o);
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 std::map<std::string, at::Tensor> grads_of(torch::nn::Module& m) {
   std::map<std::string, at::Tensor> g;
@@ -219,4 +234,93 @@ TEST_CASE("loss falls on the built-in corpus, with checkpointing too", "[trainer
     REQUIRE(m.back().val_loss.has_value());
     CHECK(*m.back().val_loss < m.front().loss - 1.0);
   }
+}
+
+TEST_CASE("Mixtral's aux loss under activation checkpointing: the same value, counted once, same grads", "[trainer]") {
+  const auto cfg = tiny_mixtral();
+  REQUIRE(cfg.model.mixtral.aux_loss_coef > 0);
+  torch::manual_seed(3);
+  Model plain = build_model(cfg.model);
+  torch::manual_seed(3);
+  Model ckpt = build_model(cfg.model);
+  REQUIRE(enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern, ckpt.block_side_outputs) == 2);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  const auto tokens = at::randint(256, {4, 33}, gen, at::kLong);
+  const auto x = tokens.slice(1, 0, 32), y = tokens.slice(1, 1, 33);
+  struct Out {
+    double ce, aux;
+    std::map<std::string, at::Tensor> grads;
+  };
+  auto run = [&](Model& m, bool with_aux) {
+    auto logits = m.forward(x);
+    auto ce = at::cross_entropy_loss(logits.reshape({-1, 256}), y.reshape({-1}));
+    auto aux = m.aux_loss();  // threw under checkpointing before: the logits had no graph
+    (with_aux ? ce + aux : ce).backward();
+    Out o{ce.item<double>(), aux.item<double>(), grads_of(*m.module)};
+    m.module->zero_grad();
+    return o;
+  };
+  const Out want = run(plain, true), got = run(ckpt, true);
+  CHECK(got.ce == want.ce);
+  CHECK(got.aux == want.aux);  // the forward's own value, once
+  CHECK(want.aux > cfg.model.mixtral.aux_loss_coef);  // coef x (~top_k when balanced)
+  for (auto& [name, g] : want.grads) {
+    INFO(name << ": max |diff| " << max_diff(got.grads.at(name), g));
+    CHECK(max_diff(got.grads.at(name), g) <= 1e-6);
+  }
+  // The aux term's gradient really reaches the routers (and only through them and below).
+  const Out ce_only = run(ckpt, false);
+  const std::string router = "layers.1.feed_forward.router.weight";
+  CHECK(max_diff(ce_only.grads.at(router), want.grads.at(router)) > 1e-6);
+  CHECK(max_diff(ce_only.grads.at("output.weight"), want.grads.at("output.weight")) == 0);
+  models::clear_all_forward_hooks();
+}
+
+TEST_CASE("Mixtral with its aux loss trains the same with and without activation checkpointing", "[trainer]") {
+  Trainer a(tiny_mixtral());
+  Trainer b(tiny_mixtral({"train.activation_checkpointing=true"}));
+  for (int64_t s = 0; s < 4; ++s) {
+    auto ma = a.step(s), mb = b.step(s);
+    INFO("step " << s);
+    CHECK(std::abs(mb.loss - ma.loss) <= 1e-6);
+    CHECK(std::abs(mb.grad_norm - ma.grad_norm) <= 1e-6 * ma.grad_norm);
+  }
+  auto pb = b.model().module->named_parameters();
+  for (auto& item : a.model().module->named_parameters()) {
+    INFO(item.key());
+    CHECK(max_diff(pb[item.key()], item.value()) <= 1e-6);
+  }
+}
+
+TEST_CASE("a 1-device mesh trains on plain tensors, initialised like the DTensors", "[trainer]") {
+  const bool owns_world = !vescale::dist::is_initialized();
+  if (owns_world) vescale::dist::init();
+  {
+    auto mesh = vescale::mesh::DeviceMesh::init({{"dp", 1}});
+    const auto cfg = tiny();
+    // The reference: the same model parallelized into (trivial) DTensors, its init through
+    // vescale::random, seeded as the trainer seeds.
+    torch::manual_seed(cfg.train.seed);
+    vescale::random::manual_seed(cfg.train.seed);
+    Model ref = build_model(cfg.model);
+    vescale::plan::Plan replicated({"dp"});
+    replicated.shard("*", {vescale::dtensor::Replicate()});
+    vescale::plan::parallelize(*ref.module, replicated, mesh, {.init = ref.init});
+    auto want = ref.module->named_parameters();
+
+    Trainer t(cfg, mesh);
+    for (auto& item : t.model().module->named_parameters()) {
+      INFO(item.key());
+      CHECK(!vescale::dtensor::is_dtensor(item.value()));
+      CHECK(at::equal(item.value(), vescale::dtensor::full_tensor(want[item.key()].detach())));
+    }
+    CHECK(t.grad_reducer() == nullptr);
+    const auto m0 = t.step(0);
+    t.step(1);
+    const auto m2 = t.step(2);
+    CHECK(m2.loss < m0.loss);
+    for (auto& item : t.model().module->named_parameters()) CHECK(!vescale::dtensor::is_dtensor(item.value()));
+    for (auto& [name, v] : t.optimizer().state_dict()) CHECK(!vescale::dtensor::is_dtensor(v));
+  }
+  if (owns_world) vescale::dist::shutdown();
 }

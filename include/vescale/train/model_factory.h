@@ -33,6 +33,10 @@ struct Model {
   // The transformer blocks, as module FQN patterns with '*' matching one name component
   // ("h.*"): activation checkpointing wraps each of them.
   std::string block_pattern;
+  // The tensors a block's forward leaves in its members for code after the forward that
+  // needs their gradients (Mixtral's router logits, read by the aux loss): activation
+  // checkpointing returns them from the checkpoint (train/activation_checkpoint.h).
+  std::function<std::vector<at::Tensor*>(torch::nn::Module& block)> block_side_outputs;
 };
 
 // Builds and initializes the model on the CPU (init uses libtorch's generator, so seed it).
