@@ -320,7 +320,6 @@ TEST_CASE("a 1-device mesh trains on plain tensors, initialised like the DTensor
     const auto m2 = t.step(2);
     CHECK(m2.loss < m0.loss);
     for (auto& item : t.model().module->named_parameters()) CHECK(!vescale::dtensor::is_dtensor(item.value()));
-    for (auto& [name, v] : t.optimizer().state_dict()) CHECK(!vescale::dtensor::is_dtensor(v));
   }
   if (owns_world) vescale::dist::shutdown();
 }
