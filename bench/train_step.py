@@ -3,8 +3,11 @@
 # backward, clip_grad_norm_, torch.optim.AdamW with nanoGPT's decay groups, one .item() per
 # step (as ours). CPU, fp32, 1 thread. Prints one JSON line per step.
 #   python bench/train_step.py CONFIG STEPS [k=v ...]   (model/train fields of the config)
+# VESCALE_PROFILE=1: profile the steps after the first two and print torch.profiler's table
+# (self CPU time per op) to stderr, to compare with bench/train_step.cpp's.
 import json
 import math
+import os
 import sys
 import time
 
@@ -74,7 +77,11 @@ def main():
                             lr=t["lr"], betas=tuple(t.get("betas", [0.9, 0.95])), eps=t.get("eps", 1e-8))
     B, T, V = t["batch_size"], t["seq_len"], m["vocab_size"]
     data = torch.randint(V, (steps, B, T + 1))
+    profiler = None
     for s in range(steps):
+        if os.environ.get("VESCALE_PROFILE") and s == 2:
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            profiler.__enter__()
         start = time.perf_counter()
         x, y = data[s, :, :-1], data[s, :, 1:]
         for g in opt.param_groups:
@@ -88,6 +95,10 @@ def main():
         opt.zero_grad(set_to_none=True)
         ms = (time.perf_counter() - start) * 1e3
         print(json.dumps({"impl": "pytorch", "step": s, "ms": round(ms, 3), "loss": round(loss_v, 4)}), flush=True)
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
+        table = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
+        print(f"(totals over {steps - 2} steps)\n{table}", file=sys.stderr)
 
 
 if __name__ == "__main__":
