@@ -328,17 +328,24 @@ TEST_CASE("ZeRO 2 and 3 with accumulation 4 and clipping at DP=2 equal one rank 
 TEST_CASE("ZeRO 1, 2 and 3 under DP=2 x TP=2 (with SP) train like one device", "[ddp][zero][world4]") {
   if (dist::world_size() != 4) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
-  for (const char* file : {"configs/plans/llama_dp_tp.json", "configs/plans/llama_dp_tp_sp.json"}) {
-    const auto plan = plan::Plan::from_json_file(repo_file(file));
-    for (int zero : {1, 2, 3})
-      for (bool fused : {true, false}) {
-        ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = fused, .zero = zero};
-        if (zero == 3) opts.unit_pattern = "layers.*";
-        Run got = train_ddp(plan, mesh, opts, /*accum=*/1, /*clip=*/0.5);
-        check_close(got, train_plain(got.init, 1, 0.5), 1e-5,
-                    std::string(file) + " ZeRO-" + std::to_string(zero) + (fused ? " fused" : " unfused"));
-        CHECK(got.zero_state_bytes > 0);
-      }
+  // Every stage on both plans, fused; unfused (one collective per dim) once per stage.
+  struct Case {
+    const char* file;
+    int zero;
+    bool fused;
+  };
+  for (const Case& c : {Case{"configs/plans/llama_dp_tp.json", 1, true}, Case{"configs/plans/llama_dp_tp.json", 2, true},
+                        Case{"configs/plans/llama_dp_tp.json", 3, true}, Case{"configs/plans/llama_dp_tp_sp.json", 1, true},
+                        Case{"configs/plans/llama_dp_tp_sp.json", 2, true}, Case{"configs/plans/llama_dp_tp_sp.json", 3, true},
+                        Case{"configs/plans/llama_dp_tp_sp.json", 1, false}, Case{"configs/plans/llama_dp_tp.json", 2, false},
+                        Case{"configs/plans/llama_dp_tp_sp.json", 3, false}}) {
+    const auto plan = plan::Plan::from_json_file(repo_file(c.file));
+    ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = c.fused, .zero = c.zero};
+    if (c.zero == 3) opts.unit_pattern = "layers.*";
+    Run got = train_ddp(plan, mesh, opts, /*accum=*/1, /*clip=*/0.5);
+    check_close(got, train_plain(got.init, 1, 0.5), 1e-5,
+                std::string(c.file) + " ZeRO-" + std::to_string(c.zero) + (c.fused ? " fused" : " unfused"));
+    CHECK(got.zero_state_bytes > 0);
   }
 }
 
