@@ -56,15 +56,12 @@ struct Result {
   int64_t peak_bytes = 0;  // rank 0's peak over the timed steps, counting from before the model was built
 };
 
+// This rank's rows of a batch every rank holds (split over dp).
 at::Tensor input(const at::Tensor& full, const mesh::DeviceMesh& mesh) {
   dtensor::Placements pl(mesh.ndim(), dtensor::Replicate());
-  at::Tensor local = full;
-  for (int64_t d = 0; d < mesh.ndim(); ++d) {
-    if (mesh.dim_names()[d] != "dp") continue;
-    pl[d] = dtensor::Shard(0);
-    local = full.chunk(mesh.size("dp"), 0)[mesh.coordinate("dp")];
-  }
-  return dtensor::from_local(local.contiguous(), mesh, pl, full.sizes().vec());
+  for (int64_t d = 0; d < mesh.ndim(); ++d)
+    if (mesh.dim_names()[d] == "dp") pl[d] = dtensor::Shard(0);
+  return dtensor::distribute_tensor(full, mesh, pl);
 }
 
 // mode: "per_param", or a GradReducer with these options.

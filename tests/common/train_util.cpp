@@ -1,6 +1,7 @@
 #include "common/train_util.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
 
 #include "vescale/dtensor/dtensor.h"
@@ -18,15 +19,18 @@ std::map<std::string, at::Tensor> full_params(torch::nn::Module& m) {
   return out;
 }
 
+at::Tensor counting_tokens(uint64_t seed, int64_t rows, int64_t seq_len, int64_t vocab) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto start = at::randint(vocab, {rows, 1}, gen, at::kLong);
+  auto stride = at::randint(1, 4, {rows, 1}, gen, at::kLong);
+  return (start + stride * at::arange(seq_len + 1, at::kLong)).remainder(vocab);
+}
+
 at::Tensor model_input(const at::Tensor& full, const mesh::DeviceMesh& mesh) {
   dtensor::Placements pl(mesh.ndim(), dtensor::Replicate());
-  at::Tensor local = full;
-  for (int64_t d = 0; d < mesh.ndim(); ++d) {
-    if (mesh.dim_names()[d] != "dp") continue;
-    pl[d] = dtensor::Shard(0);
-    local = full.chunk(mesh.size("dp"), 0)[mesh.coordinate("dp")];
-  }
-  return dtensor::from_local(local.contiguous(), mesh, pl, full.sizes().vec());
+  for (int64_t d = 0; d < mesh.ndim(); ++d)
+    if (mesh.dim_names()[d] == "dp") pl[d] = dtensor::Shard(0);
+  return dtensor::distribute_tensor(full, mesh, pl);
 }
 
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {

@@ -2,6 +2,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -17,6 +18,9 @@ namespace vescale::testing {
 std::string repo_file(const std::string& rel);
 // Every parameter as a full plain tensor (DTensors gathered), by name.
 std::map<std::string, at::Tensor> full_params(torch::nn::Module& m);
+// [rows, seq_len + 1] tokens, the same on every rank for the same seed: each row counts up by a
+// per-row stride from a random start, so there is something to learn.
+at::Tensor counting_tokens(uint64_t seed, int64_t rows, int64_t seq_len, int64_t vocab);
 // This rank's part of a batch every rank holds: rows split over the "dp" mesh dim, if any.
 at::Tensor model_input(const at::Tensor& full, const mesh::DeviceMesh& mesh);
 // Next-token cross-entropy of logits [B, T, V] against targets [B, T].

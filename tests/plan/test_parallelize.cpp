@@ -46,14 +46,8 @@ models::GPTOptions tiny_gpt(double dropout = 0.0) {
   return o;
 }
 
-// The same tokens on every rank: [B, T+1], inputs and next-token targets. Each row counts up
-// by a per-row stride from a random start, so there is something to learn.
-at::Tensor batch(int64_t step, int64_t vocab) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
-  auto start = at::randint(vocab, {kBatch, 1}, gen, at::kLong);
-  auto stride = at::randint(1, 4, {kBatch, 1}, gen, at::kLong);
-  return (start + stride * at::arange(kSeq + 1, at::kLong)).remainder(vocab);
-}
+// The same tokens on every rank: [B, T+1], inputs and next-token targets.
+at::Tensor batch(int64_t step, int64_t vocab) { return counting_tokens(1000 + step, kBatch, kSeq, vocab); }
 
 models::LlamaOptions tiny_llama() {
   models::LlamaOptions o;
