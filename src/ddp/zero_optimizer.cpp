@@ -331,9 +331,14 @@ void ZeroOptimizer::step() {
   if (rs.options.zero >= 3) {
     // The slices hold the new values; the units' full parameters are stale: drop them.
     for (size_t u = 1; u < z.units.size(); ++u) {
-      if (z.units[u].held == Impl::Held::Gathering) z.ensure_full(u);  // a prefetch in flight
-      z.units[u].held = Impl::Held::Full;
-      z.release(u);
+      Impl::Unit& unit = z.units[u];
+      if (unit.held == Impl::Held::Gathering) {  // a prefetch of the old values: drop it
+        for (auto& w : unit.works) w.wait();
+        unit.gathered.clear();
+        unit.works.clear();
+        unit.held = Impl::Held::Freed;
+      }
+      z.release(u);  // a whole unit (the first step's, or one used since) holds old values
     }
     for (auto& unit : z.units) unit.sent = 0;
     if (!z.sharded) z.install_hooks();

@@ -53,6 +53,14 @@ plan::Plan parallelize_model(Model& model, const Config& config, const mesh::Dev
   return plan;
 }
 
+// The ZeRO stage: the config's, else the plan's; both set must agree.
+int64_t zero_stage(const ParallelConfig& parallel, const plan::Plan* plan) {
+  if (plan == nullptr || plan->zero() == 0) return parallel.zero;
+  VESCALE_CHECK(parallel.zero == 0 || plan->zero() == parallel.zero, "parallel.zero=", parallel.zero, " but the plan ",
+                plan->source(), " says zero=", plan->zero(), "; set one of them, or make them agree");
+  return plan->zero();
+}
+
 // This rank's [batch, seq_len] token block is its part of the global batch: rows split over
 // the data-parallel dim (the loader already gave each dp rank its own rows), replicated over
 // the others.
@@ -168,10 +176,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
   if (mesh_) {
     const plan::Plan plan = parallelize_model(model_, config_, *mesh_);
     // Bucketed reduction (docs/ddp.md); "per_param" keeps ddp::reduce_gradients.
-    zero = config_.parallel.zero > 0 ? config_.parallel.zero : plan.zero();
-    VESCALE_CHECK(config_.parallel.zero == 0 || plan.zero() == 0 || plan.zero() == config_.parallel.zero,
-                  "parallel.zero=", config_.parallel.zero, " but the plan ", plan.source(), " says zero=", plan.zero(),
-                  "; set one of them, or make them agree");
+    zero = zero_stage(config_.parallel, &plan);
     VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != "per_param", "ZeRO stage ", zero, " (from ",
                   config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
                   ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
@@ -385,11 +390,11 @@ std::vector<StepMetrics> Trainer::run() {
 MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh) {
   const ParamShapes shapes = parameter_shapes(config.model);
   std::map<std::string, dtensor::Placements> placements;
-  int64_t zero = config.parallel.zero;
+  int64_t zero = zero_stage(config.parallel, nullptr);
   if (!config.parallel.plan.empty()) {
     const plan::Plan plan = plan::Plan::from_json_file(config.parallel.plan);
     placements = plan.resolve(mesh.names(), shapes);
-    if (zero == 0) zero = plan.zero();
+    zero = zero_stage(config.parallel, &plan);
   }
   const auto& names = mesh.names();
   const bool has_dp = std::find(names.begin(), names.end(), "dp") != names.end();
