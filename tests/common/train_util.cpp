@@ -33,6 +33,12 @@ at::Tensor model_input(const at::Tensor& full, const mesh::DeviceMesh& mesh) {
   return dtensor::distribute_tensor(full, mesh, pl);
 }
 
+plan::Plan replicate_all(const std::vector<std::string>& dims) {
+  plan::Plan p(dims);
+  p.shard("*", dtensor::Placements(dims.size(), dtensor::Replicate()));
+  return p;
+}
+
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return at::cross_entropy_loss(logits.flatten(0, 1), targets.flatten(0, 1));
 }

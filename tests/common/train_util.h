@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "vescale/mesh/device_mesh.h"
+#include "vescale/plan/plan.h"
 
 namespace torch::nn {
 class Module;
@@ -23,6 +25,8 @@ std::map<std::string, at::Tensor> full_params(torch::nn::Module& m);
 at::Tensor counting_tokens(uint64_t seed, int64_t rows, int64_t seq_len, int64_t vocab);
 // This rank's part of a batch every rank holds: rows split over the "dp" mesh dim, if any.
 at::Tensor model_input(const at::Tensor& full, const mesh::DeviceMesh& mesh);
+// A plan that replicates every parameter over these mesh dims.
+plan::Plan replicate_all(const std::vector<std::string>& dims);
 // Next-token cross-entropy of logits [B, T, V] against targets [B, T].
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets);
 

@@ -175,12 +175,6 @@ void check_close(const Run& got, const Run& want, double rtol, const std::string
                 dist::world_size(), want.losses.front(), want.losses.back(), worst_loss, worst_rel);
 }
 
-plan::Plan replicate_all(const std::vector<std::string>& dims) {
-  plan::Plan p(dims);
-  p.shard("*", dtensor::Placements(dims.size(), dtensor::Replicate()));
-  return p;
-}
-
 }  // namespace
 
 TEST_CASE("bucketed reduction at DP=world trains like one device", "[ddp][world2][world4]") {

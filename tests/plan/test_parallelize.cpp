@@ -77,12 +77,6 @@ models::MixtralOptions tiny_mixtral() {
   return o;
 }
 
-plan::Plan replicate_all(const std::vector<std::string>& dims) {
-  plan::Plan p(dims);
-  p.shard("*", dtensor::Placements(dims.size(), dtensor::Replicate()));
-  return p;
-}
-
 struct Trained {
   std::map<std::string, at::Tensor> init;   // full values, before the first step
   std::vector<double> losses;
