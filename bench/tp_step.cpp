@@ -203,7 +203,7 @@ int main() {
   // TP_STEP_PLAN: another plan file for the DTensor variants (e.g. to try forward reshardings).
   const char* plan_file = std::getenv("TP_STEP_PLAN");
   auto plan = plan::Plan::from_json_file(plan_file ? std::string(plan_file)
-                                                   : std::string(VESCALE_SOURCE_DIR) + "/configs/plans/llama_tp.json");
+                                                   : std::string(VESCALE_SOURCE_DIR "/configs/plans/llama_tp.json"));
 
   // Two DTensor models from the same seed (eager and static eager keep separate optimizer state).
   auto make_model = [&] {

@@ -8,7 +8,7 @@
 
 namespace vescale::testing {
 
-std::string repo_file(const std::string& rel) { return std::string(VESCALE_SOURCE_DIR) + "/" + rel; }
+std::string repo_file(const std::string& rel) { return std::string(VESCALE_SOURCE_DIR "/") + rel; }
 
 std::map<std::string, at::Tensor> full_params(torch::nn::Module& m) {
   std::map<std::string, at::Tensor> out;

@@ -170,7 +170,7 @@ std::vector<std::pair<double, double>> read_metrics(const std::string& path) {
 }
 
 TEST_CASE("vescale-train at DP=2: ZeRO 1, 2 and 3 train like ZeRO 0, bf16 reduction close", "[launcher]") {
-  const std::string config = std::string(VESCALE_SOURCE_DIR) + "/configs/nanogpt_tiny.json";
+  const std::string config = std::string(VESCALE_SOURCE_DIR "/configs/nanogpt_tiny.json");
   const std::string small = " --set train.steps=6 --set train.batch_size=4 --set train.seq_len=64 --set train.log_every=3";
   auto train = [&](std::string extra) {
     static int n = 0;
