@@ -154,29 +154,44 @@ void LlamaImpl::init_weights() {
   // A tied embedding takes GPT-2's 0.02: with std 1 (or the head's) the logit of the input token
   // itself would dominate at init.
   torch::NoGradGuard no_grad;
-  const double std_in = 0.02, std_resid = 0.02 / std::sqrt(2.0 * options.n_layers);
-  const double std_head = 1.0 / std::sqrt(static_cast<double>(options.dim));
-  torch::nn::init::normal_(tok_embeddings->weight, 0.0, options.tie_embeddings ? std_in : 1.0);
+  const auto init = llama_init_std(options);
+  torch::nn::init::normal_(tok_embeddings->weight, 0.0, init.embedding);
   for (size_t i = 0; i < layers->size(); ++i) {
     auto* layer = layers->ptr<LlamaBlockImpl>(i).get();
-    auto& a = *layer->attention;
-    for (auto* w : {&a.wq->weight, &a.wk->weight, &a.wv->weight}) torch::nn::init::normal_(*w, 0.0, std_in);
-    torch::nn::init::normal_(a.wo->weight, 0.0, std_resid);
+    init_attention(*layer->attention, init);
     auto& f = *layer->feed_forward;
-    torch::nn::init::normal_(f.w1->weight, 0.0, std_in);
-    torch::nn::init::normal_(f.w2->weight, 0.0, std_resid);
-    torch::nn::init::normal_(f.w3->weight, 0.0, std_resid);
+    torch::nn::init::normal_(f.w1->weight, 0.0, init.in);
+    torch::nn::init::normal_(f.w2->weight, 0.0, init.resid);
+    torch::nn::init::normal_(f.w3->weight, 0.0, init.resid);
     torch::nn::init::ones_(layer->attention_norm->weight);
     torch::nn::init::ones_(layer->ffn_norm->weight);
   }
   torch::nn::init::ones_(norm->weight);
-  if (output) torch::nn::init::normal_(output->weight, 0.0, std_head);
-  // The rope tables are a pure function of the options, recomputed where the buffers live
-  // (meta buffers have nothing to compute).
-  if (rope_cos.is_meta()) return;
-  auto [cos, sin] = rope_tables(options, rope_cos.options());
-  rope_cos.copy_(cos);
-  rope_sin.copy_(sin);
+  if (output) torch::nn::init::normal_(output->weight, 0.0, init.head);
+  fill_rope(options, rope_cos, rope_sin);
+}
+
+LlamaInitStd llama_init_std(const LlamaOptions& o) {
+  LlamaInitStd s;
+  s.in = 0.02;
+  s.resid = 0.02 / std::sqrt(2.0 * o.n_layers);
+  s.head = 1.0 / std::sqrt(static_cast<double>(o.dim));
+  s.embedding = o.tie_embeddings ? s.in : 1.0;
+  return s;
+}
+
+void init_attention(LlamaAttentionImpl& a, const LlamaInitStd& init) {
+  torch::NoGradGuard no_grad;
+  for (auto* w : {&a.wq->weight, &a.wk->weight, &a.wv->weight}) torch::nn::init::normal_(*w, 0.0, init.in);
+  torch::nn::init::normal_(a.wo->weight, 0.0, init.resid);
+}
+
+void fill_rope(const LlamaOptions& o, torch::Tensor& cos, torch::Tensor& sin) {
+  if (cos.is_meta()) return;
+  torch::NoGradGuard no_grad;
+  auto [c, s] = rope_tables(o, cos.options());
+  cos.copy_(c);
+  sin.copy_(s);
 }
 
 torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {

@@ -88,6 +88,16 @@ struct LlamaAttentionImpl : torch::nn::Module {
 };
 TORCH_MODULE(LlamaAttention);
 
+// TorchTitan's init scales (llama.cpp), shared with Mixtral's trunk.
+struct LlamaInitStd {
+  double in, resid, head, embedding;
+};
+LlamaInitStd llama_init_std(const LlamaOptions& o);
+// wq/wk/wv at `in`, wo at `resid` (in place).
+void init_attention(LlamaAttentionImpl& a, const LlamaInitStd& init);
+// Recomputes the rope tables into the existing buffers; nothing to compute on the meta device.
+void fill_rope(const LlamaOptions& o, torch::Tensor& cos, torch::Tensor& sin);
+
 struct FeedForwardImpl : torch::nn::Module {
   FeedForwardImpl(int64_t dim, int64_t hidden);
   torch::Tensor forward(const torch::Tensor& x);  // w2(silu(w1 x) * w3 x)

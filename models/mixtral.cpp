@@ -104,28 +104,22 @@ MixtralImpl::MixtralImpl(const MixtralOptions& o) : options(o) {
 
 void MixtralImpl::init_weights() {
   torch::NoGradGuard no_grad;
-  const double std_in = 0.02, std_resid = 0.02 / std::sqrt(2.0 * options.n_layers);
-  const double std_head = 1.0 / std::sqrt(static_cast<double>(options.dim));
-  torch::nn::init::normal_(tok_embeddings->weight, 0.0, options.tie_embeddings ? std_in : 1.0);
+  const auto init = llama_init_std(options.llama());
+  torch::nn::init::normal_(tok_embeddings->weight, 0.0, init.embedding);
   for (size_t i = 0; i < layers->size(); ++i) {
     auto* layer = layers->ptr<MixtralBlockImpl>(i).get();
-    auto& a = *layer->attention;
-    for (auto* w : {&a.wq->weight, &a.wk->weight, &a.wv->weight}) torch::nn::init::normal_(*w, 0.0, std_in);
-    torch::nn::init::normal_(a.wo->weight, 0.0, std_resid);
+    init_attention(*layer->attention, init);
     auto& moe = *layer->feed_forward;
-    torch::nn::init::normal_(moe.router->weight, 0.0, std_in);
-    torch::nn::init::normal_(moe.experts->w1, 0.0, std_in);
-    torch::nn::init::normal_(moe.experts->w2, 0.0, std_resid);
-    torch::nn::init::normal_(moe.experts->w3, 0.0, std_resid);
+    torch::nn::init::normal_(moe.router->weight, 0.0, init.in);
+    torch::nn::init::normal_(moe.experts->w1, 0.0, init.in);
+    torch::nn::init::normal_(moe.experts->w2, 0.0, init.resid);
+    torch::nn::init::normal_(moe.experts->w3, 0.0, init.resid);
     torch::nn::init::ones_(layer->attention_norm->weight);
     torch::nn::init::ones_(layer->ffn_norm->weight);
   }
   torch::nn::init::ones_(norm->weight);
-  if (output) torch::nn::init::normal_(output->weight, 0.0, std_head);
-  if (rope_cos.is_meta()) return;
-  auto [cos, sin] = rope_tables(options.llama(), rope_cos.options());
-  rope_cos.copy_(cos);
-  rope_sin.copy_(sin);
+  if (output) torch::nn::init::normal_(output->weight, 0.0, init.head);
+  fill_rope(options.llama(), rope_cos, rope_sin);
 }
 
 torch::Tensor MixtralImpl::forward(const torch::Tensor& tokens) {
