@@ -30,6 +30,7 @@
 #include "vescale/plan/plan.h"
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
+#include "vescale/train/cross_entropy.h"
 #include "module_hooks.h"
 
 namespace vescale::train {
@@ -254,8 +255,8 @@ at::Tensor Trainer::loss_of(const DataLoader::Batch& batch) {
     throw;
   }
   if (bf16) at::autocast::set_autocast_enabled(dt, false), at::autocast::clear_cache();
-  // The loss in fp32 whatever the compute dtype.
-  at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+  // The loss in fp32 whatever the compute dtype (fused on CPU: train/cross_entropy.h).
+  at::Tensor loss = cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
   if (model_.aux_loss) loss = loss + model_.aux_loss();
   return loss;
 }
