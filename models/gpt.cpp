@@ -1,5 +1,6 @@
 #include "gpt.h"
 
+#include "gelu.h"
 #include "module_hooks.h"
 
 #include <ATen/ATen.h>
@@ -33,7 +34,7 @@ GPTMLPImpl::GPTMLPImpl(const GPTOptions& o) {
 }
 
 torch::Tensor GPTMLPImpl::forward(const torch::Tensor& x) {
-  return call(dropout, call(c_proj, at::gelu(call(c_fc, x), "tanh")));
+  return call(dropout, call(c_proj, gelu_tanh(call(c_fc, x))));
 }
 
 GPTBlockImpl::GPTBlockImpl(const GPTOptions& o) {
