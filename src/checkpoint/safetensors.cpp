@@ -79,6 +79,20 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
 
 }  // namespace
 
+std::string safetensors_dtype_name(at::ScalarType type, const std::string& where) {
+  for (const auto& d : kDTypes) {
+    if (d.type == type) return d.name;
+  }
+  VESCALE_FAIL(where, ": dtype ", type, " has no safetensors name (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
+}
+
+at::ScalarType safetensors_dtype(const std::string& name, const std::string& where) {
+  for (const auto& d : kDTypes) {
+    if (name == d.name) return d.type;
+  }
+  VESCALE_FAIL(where, ": unknown dtype '", name, "' (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
+}
+
 Safetensors read_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   VESCALE_CHECK(in, "safetensors: cannot open ", path, ": no such file or not readable");

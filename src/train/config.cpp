@@ -313,6 +313,9 @@ template <class V>
 void visit(V& v, CheckpointConfig& c) {
   v.field("dir", c.dir);
   v.field("every", c.every);
+  v.field("keep", c.keep);
+  v.field("async", c.async);
+  v.field("resume", c.resume);
 }
 
 template <class V>
@@ -426,6 +429,7 @@ void validate(const Config& c, const std::string& source) {
   check(t.peak_flops >= 0, "train.peak_flops", "must be >= 0 (0 leaves MFU out)");
   check(t.eval_every >= 0, "train.eval_every", "must be >= 0 (0: no evaluation)");
   check(c.checkpoint.every >= 0, "checkpoint.every", "must be >= 0");
+  check(c.checkpoint.keep >= 0, "checkpoint.keep", "must be >= 0 (0 keeps every checkpoint)");
   check_one_of(check, "log.level", c.log.level, {"trace", "debug", "info", "warn", "error", "off"});
 }
 

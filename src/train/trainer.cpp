@@ -17,7 +17,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 
+#include "vescale/checkpoint/distributed_checkpoint.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
 #include "vescale/dist/world.h"
@@ -217,12 +219,144 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
     if (val_loader_->steps_per_epoch() < 1) val_loader_.reset();  // too small to evaluate on
   }
   flops_per_token_ = flops_per_token(config_.model, t.seq_len);
-  if (rank_ == 0 && !config_.log.metrics_jsonl.empty()) {
-    metrics_ = std::make_unique<std::ofstream>(config_.log.metrics_jsonl, std::ios::trunc);
-    VESCALE_CHECK(metrics_->good(), "log.metrics_jsonl: cannot write '", config_.log.metrics_jsonl, "'");
+  if (!config_.checkpoint.dir.empty() && zero_) {
+    log::warn("checkpoint.dir is set, but checkpoints of ZeRO stage " + std::to_string(zero) +
+              " optimizer state are not supported yet: training goes on WITHOUT checkpoints (parallel.zero=0 has them)");
+  } else if (!config_.checkpoint.dir.empty()) {
+    saver_ = std::make_unique<checkpoint::AsyncSave>();
+    if (config_.checkpoint.resume) {
+      if (auto folder = checkpoint::latest(config_.checkpoint.dir)) resume_from(*folder);
+    }
   }
-  if (!config_.checkpoint.dir.empty())
-    log::warn("checkpoint.dir is set, but this version writes no checkpoints yet; training goes on without them");
+  if (rank_ == 0 && !config_.log.metrics_jsonl.empty()) open_metrics();
+}
+
+// A resumed run keeps the lines of the steps it did not redo and appends.
+void Trainer::open_metrics() {
+  const auto& path = config_.log.metrics_jsonl;
+  std::vector<std::string> kept;
+  if (resumed_step_ > 0) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      try {
+        if (nlohmann::json::parse(line).value("step", int64_t{0}) <= resumed_step_) kept.push_back(line);
+      } catch (const nlohmann::json::exception&) {
+        // a torn last line of a crashed run
+      }
+    }
+  }
+  const auto parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  metrics_ = std::make_unique<std::ofstream>(path, std::ios::trunc);
+  VESCALE_CHECK(metrics_->good(), "log.metrics_jsonl: cannot write '", path, "'");
+  for (const auto& line : kept) *metrics_ << line << '\n';
+  metrics_->flush();
+}
+
+// Checkpoints --------------------------------------------------------------------------------
+
+namespace {
+at::Generator torch_generator(const std::string& device) {
+  return at::globalContext().defaultGenerator(at::Device(device));
+}
+}  // namespace
+
+checkpoint::StateDict Trainer::checkpoint_state() const {
+  checkpoint::StateDict s;
+  for (const auto& item : model_.module->named_parameters()) s["model/" + item.key()] = item.value();
+  for (const auto& [k, v] : optimizer_->state_dict()) s["optim/" + k] = v;
+  auto gen = torch_generator(device_);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  s["rng/torch"] = gen.get_state();
+  return s;
+}
+
+void Trainer::save_checkpoint(int64_t steps_done) {
+  VESCALE_CHECK(saver_, "save_checkpoint: checkpoint.dir is not set");
+  finish_checkpoint();
+  const auto start = std::chrono::steady_clock::now();
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(steps_done));
+  const auto rng = random::get_state();
+  const auto pos = train_loader_->position();
+  const nlohmann::json meta{{"step", steps_done},
+                            {"model", config_.model.type},
+                            {"train_loader", {{"epoch", pos.epoch}, {"step", pos.step}}},
+                            {"global_batch", config_.train.batch_size * dp_size_},
+                            {"philox", {{"seed", rng.seed}, {"offset", rng.offset}}}};
+  saver_->begin(config_.checkpoint.dir, name, checkpoint_state(), meta.dump());
+  if (rank_ == 0) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    char line[256];
+    std::snprintf(line, sizeof(line), "checkpoint %s/%s: staged in %.0f ms%s", config_.checkpoint.dir.c_str(), name, ms,
+                  config_.checkpoint.async ? ", writing in the background" : "");
+    log::info(line);
+  }
+  if (!config_.checkpoint.async) finish_checkpoint();
+}
+
+void Trainer::finish_checkpoint() {
+  if (!saver_ || !saver_->pending()) return;
+  const std::string folder = saver_->commit(config_.checkpoint.keep);
+  if (rank_ == 0) log::info("checkpoint " + folder + ": saved");
+}
+
+void Trainer::resume_from(const std::string& folder) {
+  const auto info = checkpoint::read_info(folder);
+  const auto meta = nlohmann::json::parse(info.metadata);
+  VESCALE_CHECK(meta.contains("step") && meta.contains("train_loader") && meta.contains("philox"), "checkpoint ",
+                folder, ": its metadata lacks the step, data position or RNG state; not written by vescale-train");
+  VESCALE_CHECK(meta.value("model", config_.model.type) == config_.model.type, "checkpoint ", folder, " holds a ",
+                meta.value("model", std::string()), " model but model.type is ", config_.model.type,
+                "; point checkpoint.dir elsewhere or set checkpoint.resume=false");
+  checkpoint::StateDict state;
+  std::map<std::string, at::Tensor> params;
+  for (const auto& item : model_.module->named_parameters()) {
+    params[item.key()] = item.value();
+    state["model/" + item.key()] = item.value();
+  }
+  // AdamW's state: a target for every entry the checkpoint has, in its parameter's placements.
+  std::map<std::string, at::Tensor> optim_state;
+  {
+    c10::NoGradGuard no_grad;
+    for (const auto& [key, entry] : info.tensors) {
+      if (key.rfind("optim/", 0) != 0) continue;
+      const std::string rest = key.substr(6);
+      const auto dot = rest.rfind('.');
+      auto p = params.find(rest.substr(0, dot));
+      VESCALE_CHECK(dot != std::string::npos && p != params.end(), "checkpoint ", folder,
+                    " has optimizer state for '", rest, "', which this model has no parameter for");
+      at::Tensor target = rest.substr(dot + 1) == "step" ? at::zeros({}, at::kLong) : at::zeros_like(p->second);
+      state[key] = target;
+      optim_state[rest] = target;
+    }
+  }
+  auto gen = torch_generator(device_);
+  at::Tensor torch_rng;
+  if (info.tensors.count("rng/torch")) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    torch_rng = at::empty_like(gen.get_state());
+    state["rng/torch"] = torch_rng;
+  }
+  checkpoint::load(folder, state);
+  optimizer_->load_state_dict(optim_state);
+  if (torch_rng.defined()) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(torch_rng);
+  }
+  random::set_state({meta["philox"].at("seed").get<uint64_t>(), meta["philox"].at("offset").get<uint64_t>()});
+  // The position counts global batches; another dp size or batch size maps it through samples.
+  LoaderPosition pos{meta["train_loader"].at("epoch").get<int64_t>(), meta["train_loader"].at("step").get<int64_t>()};
+  const int64_t saved_batch = meta.value("global_batch", config_.train.batch_size * dp_size_);
+  const int64_t batch = config_.train.batch_size * dp_size_;
+  VESCALE_CHECK(pos.step * saved_batch % batch == 0, "checkpoint ", folder, ": it stopped after ", pos.step * saved_batch,
+                " samples of epoch ", pos.epoch, ", not a whole number of this run's global batches of ", batch,
+                " (train.batch_size x dp); choose a batch size that divides it");
+  pos.step = pos.step * saved_batch / batch;
+  train_loader_->seek(pos);
+  resumed_step_ = meta["step"].get<int64_t>();
+  if (rank_ == 0) log::info("resumed from " + folder + " after step " + std::to_string(resumed_step_));
 }
 
 Trainer::~Trainer() {
@@ -351,7 +485,13 @@ std::vector<StepMetrics> Trainer::run() {
   double window_ms = 0;
   int64_t window = 0;
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t s = 0; s < t.steps; ++s) {
+  if (resumed_step_ >= t.steps) {
+    if (rank_ == 0) log::info("nothing to do: the checkpoint is at step " + std::to_string(resumed_step_) +
+                              " and train.steps is " + std::to_string(t.steps));
+    return {};
+  }
+  for (int64_t s = resumed_step_; s < t.steps; ++s) {
+    finish_checkpoint();  // the previous step's save had one step to write in the background
     StepMetrics m = step(s);
     const bool last = s + 1 == t.steps;
     if (val_loader_ && ((t.eval_every > 0 && m.step % t.eval_every == 0) || last)) m.val_loss = evaluate();
@@ -376,7 +516,10 @@ std::vector<StepMetrics> Trainer::run() {
       log::info(line);
       window_ms = 0, window = 0;
     }
+    const auto& ck = config_.checkpoint;
+    if (saver_ && ((ck.every > 0 && m.step % ck.every == 0) || last)) save_checkpoint(m.step);
   }
+  finish_checkpoint();
   if (rank_ == 0) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     log::info("done: " + std::to_string(t.steps) + " steps in " + hms(secs) + "; loss " + std::to_string(all.front().loss) +

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -218,6 +219,55 @@ TEST_CASE("vescale-train at DP=2: ZeRO 1, 2 and 3 train like ZeRO 0, bf16 reduct
           " --set parallel.zero=1 --set parallel.grad_reduce=per_param");
   CHECK(r.code != 0);
   CHECK_THAT(r.err, Contains("parallel.zero") && Contains("grad_reduce to overlap or bucketed"));
+}
+
+TEST_CASE("vescale-train checkpoints under TP=2 and resumes bitwise, and resharded under DP=2", "[launcher]") {
+  const std::string dir = "/tmp/vescale_launcher_test." + std::to_string(::getpid()) + ".ckpt";
+  std::filesystem::remove_all(dir);
+  const std::string common = TRAIN + " --nproc-per-node 2 --config " VESCALE_SOURCE_DIR "/configs/nanogpt_tiny.json" +
+                             " --set train.steps=6 --set model.n_layer=2 --set train.seq_len=64" +
+                             " --set checkpoint.every=2 --set checkpoint.dir=" + dir;
+  // run() wraps the command in bash -c '...': the JSON's quotes are backslash-escaped.
+  const std::string tp = " --set train.batch_size=4 --set parallel.mesh={\\\"tp\\\":2}" +
+                         std::string(" --set parallel.plan=" VESCALE_SOURCE_DIR "/configs/plans/gpt2_tp.json");
+  auto train = [&](const std::string& extra, const std::string& metrics) {
+    auto r = run(common + " --set log.metrics_jsonl=" + metrics + extra);
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    return r;
+  };
+  const std::string full_metrics = dir + "_full.jsonl", resumed_metrics = dir + "/resumed.jsonl";
+  train(tp, full_metrics);
+  const auto full = read_metrics(full_metrics);
+  REQUIRE(full.size() == 6);
+  for (int s : {2, 4, 6}) CHECK(std::filesystem::exists(dir + "/step-0000000" + std::to_string(s) + "/index.json"));
+
+  // As if the run had died after step 4: the same command continues from there, bitwise.
+  std::ofstream(dir + "/latest") << "step-00000004\n";
+  std::filesystem::copy_file(full_metrics, resumed_metrics);
+  auto r = train(tp, resumed_metrics);
+  CHECK_THAT(r.out + r.err, Contains("resumed from") && Contains("after step 4"));
+  const auto resumed = read_metrics(resumed_metrics);
+  REQUIRE(resumed.size() == 6);
+  for (size_t i = 0; i < 6; ++i) {
+    INFO("step " << i + 1);
+    CHECK(resumed[i] == full[i]);
+  }
+
+  // The TP=2 checkpoint loads into DP=2 with the same global batch (2 x 2): the same run within 1e-5.
+  std::ofstream(dir + "/latest") << "step-00000004\n";
+  const std::string dp_metrics = dir + "_dp.jsonl";
+  r = train(" --set train.batch_size=2 --set parallel.mesh={\\\"dp\\\":2}", dp_metrics);
+  const auto dp = read_metrics(dp_metrics);
+  REQUIRE(dp.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    INFO("step " << i + 5 << ": loss " << dp[i].first << " vs " << full[4 + i].first);
+    CHECK(std::abs(dp[i].first - full[4 + i].first) <= 1e-5 * full[4 + i].first);
+    CHECK(std::abs(dp[i].second - full[4 + i].second) <= 1e-5 * full[4 + i].second);
+  }
+  std::filesystem::remove_all(dir);
+  std::remove(full_metrics.c_str());
+  std::remove(dp_metrics.c_str());
 }
 
 TEST_CASE("vescale-tokenize writes train and val shards of bytes", "[launcher]") {

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 
@@ -322,4 +323,58 @@ TEST_CASE("a 1-device mesh trains on plain tensors, initialised like the DTensor
     for (auto& item : t.model().module->named_parameters()) CHECK(!vescale::dtensor::is_dtensor(item.value()));
   }
   if (owns_world) vescale::dist::shutdown();
+}
+
+TEST_CASE("a run resumed from its checkpoint continues bitwise", "[trainer][checkpoint]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("vescale_resume_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  // Dropout on: the resumed run must also continue libtorch's random stream.
+  const std::vector<std::string> common{"train.steps=6", "model.dropout=0.1", "train.grad_accum=2"};
+  auto with_ckpt = common;
+  with_ckpt.insert(with_ckpt.end(), {"checkpoint.dir=\"" + dir.string() + "\"", "checkpoint.every=3", "checkpoint.keep=1",
+                                     "log.metrics_jsonl=\"" + (dir / "metrics.jsonl").string() + "\""});
+
+  Trainer ref(tiny(common));
+  const auto want = ref.run();
+  REQUIRE(want.size() == 6);
+  {
+    // Three steps, the checkpoint run() writes after step 3, then the process "dies".
+    Trainer first(tiny(with_ckpt));
+    CHECK(first.resumed_step() == 0);
+    for (int64_t s = 0; s < 3; ++s) first.step(s);
+    first.save_checkpoint(3);
+    first.finish_checkpoint();
+  }
+  Trainer resumed(tiny(with_ckpt));
+  CHECK(resumed.resumed_step() == 3);
+  const auto got = resumed.run();
+  REQUIRE(got.size() == 3);
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("step " << got[i].step);
+    CHECK(got[i].step == want[3 + i].step);
+    CHECK(got[i].loss == want[3 + i].loss);
+    CHECK(got[i].grad_norm == want[3 + i].grad_norm);
+  }
+  auto ref_params = ref.model().module->named_parameters();
+  for (auto& item : resumed.model().module->named_parameters()) {
+    INFO(item.key());
+    CHECK(at::equal(item.value(), ref_params[item.key()]));
+  }
+  // run() saved at step 6; keep=1 dropped step 3; the metrics log has steps 4-6 once each.
+  CHECK(std::filesystem::exists(dir / "step-00000006" / "index.json"));
+  CHECK_FALSE(std::filesystem::exists(dir / "step-00000003"));
+  std::ifstream metrics(dir / "metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line);) ++lines;
+  CHECK(lines == 3);
+  // Nothing left to do at step 6.
+  Trainer done(tiny(with_ckpt));
+  CHECK(done.resumed_step() == 6);
+  CHECK(done.run().empty());
+  // checkpoint.resume=false starts over (and would overwrite as it goes).
+  auto fresh = with_ckpt;
+  fresh.push_back("checkpoint.resume=false");
+  CHECK(Trainer(tiny(fresh)).resumed_step() == 0);
+  CHECK_THROWS_WITH(tiny({"checkpoint.keep=-1"}), Contains("checkpoint.keep"));
+  std::filesystem::remove_all(dir);
 }

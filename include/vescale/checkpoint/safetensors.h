@@ -29,4 +29,9 @@ std::map<std::string, at::Tensor> load_safetensors(const std::string& path);
 void save_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// The format's dtype names ("F32", "BF16", ...); `where` names the caller's file and tensor in
+// the error for a dtype without one, or for an unknown name.
+std::string safetensors_dtype_name(at::ScalarType type, const std::string& where);
+at::ScalarType safetensors_dtype(const std::string& name, const std::string& where);
+
 }  // namespace vescale::checkpoint

@@ -121,6 +121,9 @@ struct DataConfig {
 struct CheckpointConfig {
   std::string dir;    // empty: no checkpoints
   int64_t every = 0;  // steps between checkpoints; 0: only at the end (when dir is set)
+  int64_t keep = 0;   // the newest checkpoints kept in dir; 0: all
+  bool async = true;  // write in the background while training goes on (docs/checkpoint.md)
+  bool resume = true;  // start from dir's latest checkpoint when there is one
 };
 
 struct LogConfig {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "vescale/checkpoint/distributed_checkpoint.h"
 #include "vescale/ddp/grad_reducer.h"
 #include "vescale/ddp/zero_optimizer.h"
 #include "vescale/mesh/device_mesh.h"
@@ -36,13 +37,24 @@ class Trainer {
   Trainer(Config config, std::optional<mesh::DeviceMesh> mesh = std::nullopt);
   ~Trainer();
 
-  // Runs train.steps optimizer steps. Throws vescale::Error naming the step when the loss or
-  // the grad norm is NaN or inf. Returns every step's metrics.
+  // Runs the optimizer steps from resumed_step() to train.steps, writing checkpoints when
+  // checkpoint.dir is set. Throws vescale::Error naming the step when the loss or the grad
+  // norm is NaN or inf. Returns the metrics of the steps it ran.
   std::vector<StepMetrics> run();
   // One optimizer step (train.grad_accum micro-batches); `step` is 0-based.
   StepMetrics step(int64_t step);
   // Mean loss over train.eval_steps validation batches (the same batches every call).
   double evaluate();
+
+  // Writes a checkpoint of everything a bitwise resume needs after `steps_done` steps: the
+  // parameters, AdamW's state, both random generators, the data position (docs/checkpoint.md).
+  // Collective. With checkpoint.async it returns once this rank's copy is staged; the
+  // checkpoint becomes visible at the next save, the next step of run(), or finish_checkpoint().
+  void save_checkpoint(int64_t steps_done);
+  // Commits a save still in flight (collective); no-op without one.
+  void finish_checkpoint();
+  // The steps the loaded checkpoint had done (0 when training starts fresh).
+  int64_t resumed_step() const { return resumed_step_; }
 
   Model& model() { return model_; }
   const Config& config() const { return config_; }
@@ -52,6 +64,9 @@ class Trainer {
 
  private:
   at::Tensor loss_of(const DataLoader::Batch& batch);
+  checkpoint::StateDict checkpoint_state() const;
+  void resume_from(const std::string& folder);
+  void open_metrics();
   void log_step(const StepMetrics& m);
 
   Config config_;
@@ -68,6 +83,8 @@ class Trainer {
   double flops_per_token_ = 0;
   int64_t world_size_ = 1;
   std::unique_ptr<std::ofstream> metrics_;
+  std::unique_ptr<checkpoint::AsyncSave> saver_;
+  int64_t resumed_step_ = 0;
 };
 
 // The .bin files a config's data section names (globs expanded, sorted), or the built-in

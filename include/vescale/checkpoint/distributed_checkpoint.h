@@ -1,0 +1,83 @@
+// Sharded checkpoints that reshard (DESIGN §7). A checkpoint is a folder:
+//   index.json              every tensor's global shape and dtype, and the global offsets, shape,
+//                           file and key of each saved chunk; per file its size and CRC-32;
+//                           the caller's metadata (JSON)
+//   rank-00003.safetensors  the chunks world rank 3 owns
+// Each distinct chunk is written once: by the rank at coordinate 0 along every mesh dim where
+// the tensor is Replicate (plain tensors: by rank 0). Loading fills tensors of any placements
+// on any mesh (or plain ones) from the chunks that overlap each rank's shard.
+//
+// Saving is collective and crash-safe: the files go to "<folder>.tmp", and only when every rank
+// has written its file does rank 0 write index.json, rename the folder into place and point
+// "<root>/latest" at it. A crash before that leaves the previous checkpoint as it was.
+// The root must be one file system that every rank sees (a local disk on one machine, or a
+// shared one).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace vescale::checkpoint {
+
+// Names to tensors: plain tensors (the same on every rank) or DTensors without Partial
+// placements. Every rank passes the same names.
+using StateDict = std::map<std::string, at::Tensor>;
+
+// One tensor in an index.
+struct IndexEntry {
+  std::vector<int64_t> shape;  // global
+  at::ScalarType dtype;
+};
+
+// What index.json holds, minus the chunk list.
+struct CheckpointInfo {
+  std::string folder;
+  std::map<std::string, IndexEntry> tensors;
+  std::string metadata;  // the JSON text save() was given
+};
+
+// Writes a checkpoint in the background: begin() copies this rank's chunks to host memory and
+// hands them to a writer thread, so training continues; commit() (collective) waits for the
+// writers, checks that every rank succeeded (else every rank throws, naming the ranks) and
+// makes the checkpoint visible. One checkpoint in flight at a time.
+class AsyncSave {
+ public:
+  AsyncSave();
+  ~AsyncSave();  // waits for a writer still running, but commits nothing
+  AsyncSave(const AsyncSave&) = delete;
+  AsyncSave& operator=(const AsyncSave&) = delete;
+
+  // Collective. `root`/`name` is the checkpoint's folder (e.g. "ckpt", "step-00000100").
+  void begin(const std::string& root, const std::string& name, const StateDict& state,
+             const std::string& metadata_json = "{}");
+  // Collective. Returns the folder now visible; no-op (empty string) when nothing is pending.
+  // Keeps the newest `keep` checkpoints under root (0: all).
+  std::string commit(int64_t keep = 0);
+  bool pending() const;
+
+ private:
+  struct Job;
+  std::unique_ptr<Job> job_;
+};
+
+// begin() + commit().
+std::string save(const std::string& root, const std::string& name, const StateDict& state,
+                 const std::string& metadata_json = "{}", int64_t keep = 0);
+
+// The folder root/latest points at, or nullopt when root has no committed checkpoint.
+std::optional<std::string> latest(const std::string& root);
+
+// Reads and checks a checkpoint folder's index.json.
+CheckpointInfo read_info(const std::string& folder);
+
+// Fills every tensor of `state` in place (its local shard for a DTensor) from the checkpoint
+// in `folder`, whatever mesh and placements it was saved with. Throws naming the tensor when
+// the checkpoint lacks it or its global shape or dtype differ, and the file when a CRC-32 does
+// not match. Not collective (every rank reads what it needs).
+void load(const std::string& folder, const StateDict& state);
+
+}  // namespace vescale::checkpoint

@@ -1,0 +1,413 @@
+#include "vescale/checkpoint/distributed_checkpoint.h"
+
+#include "vescale/checkpoint/safetensors.h"
+#include "vescale/common/check.h"
+#include "vescale/dist/world.h"
+#include "vescale/dtensor/dtensor.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace vescale::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr const char* kFormat = "vescale-checkpoint";
+constexpr int kVersion = 1;
+
+// CRC-32 (IEEE, as zlib and gzip), table-driven.
+uint32_t crc32_update(uint32_t crc, const char* data, size_t n) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ static_cast<uint8_t>(data[i])) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+uint32_t file_crc32(const std::string& path, uint64_t* bytes) {
+  std::ifstream in(path, std::ios::binary);
+  VESCALE_CHECK(in, "checkpoint: cannot read ", path);
+  std::vector<char> buf(1 << 20);
+  uint32_t crc = 0;
+  uint64_t total = 0;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = static_cast<size_t>(in.gcount());
+    crc = crc32_update(crc, buf.data(), n);
+    total += n;
+  }
+  if (bytes) *bytes = total;
+  return crc;
+}
+
+int world_rank() { return dist::is_initialized() ? dist::rank() : 0; }
+int world_size() { return dist::is_initialized() ? dist::world_size() : 1; }
+
+std::string rank_file(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "rank-%05d.safetensors", rank);
+  return buf;
+}
+
+// One saved piece of a tensor: where it sits in the global tensor, and who writes it.
+struct Chunk {
+  std::vector<int64_t> offsets, shape;
+  int owner = 0;
+};
+
+// The chunks a tensor is saved as: one per distinct shard, owned by the rank at coordinate 0
+// along every mesh dim where the tensor is Replicate. Empty shards (torch.chunk's last ranks)
+// are skipped.
+std::vector<Chunk> chunks_of(const std::string& name, const at::Tensor& t) {
+  if (!dtensor::is_dtensor(t)) {
+    return {Chunk{std::vector<int64_t>(t.dim(), 0), t.sizes().vec(), 0}};
+  }
+  const auto& spec = dtensor::spec_of(t);
+  VESCALE_CHECK(!spec.has_partial(), "checkpoint: tensor '", name, "' is ", spec.to_string(),
+                ": a Partial tensor holds no values yet; redistribute it to Replicate or Shard before saving");
+  const auto& mesh = spec.mesh.shape();
+  VESCALE_CHECK(mesh.numel() == world_size(), "checkpoint: tensor '", name, "' lives on a mesh of ", mesh.numel(),
+                " ranks but the world has ", world_size(), "; checkpoints need meshes over the whole world");
+  std::vector<Chunk> out;
+  for (int64_t r = 0; r < mesh.numel(); ++r) {
+    const auto coord = mesh.coordinate(r);
+    bool owner = true;
+    for (int64_t d = 0; d < mesh.ndim(); ++d) {
+      if (spec.placements[d].is_replicate() && coord[d] != 0) owner = false;
+    }
+    if (!owner) continue;
+    Chunk c{spec.local_offset_at(coord), spec.local_shape_at(coord), static_cast<int>(r)};
+    if (std::find(c.shape.begin(), c.shape.end(), 0) != c.shape.end() && !c.shape.empty()) continue;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+at::Tensor local_of(const at::Tensor& t) { return dtensor::is_dtensor(t) ? dtensor::to_local(t) : t; }
+
+// This rank's part of tensor t: its offsets and shape in the global tensor.
+Chunk my_region(const at::Tensor& t) {
+  if (!dtensor::is_dtensor(t)) return Chunk{std::vector<int64_t>(t.dim(), 0), t.sizes().vec(), 0};
+  const auto& spec = dtensor::spec_of(t);
+  return Chunk{spec.local_offset(), spec.local_shape(), world_rank()};
+}
+
+std::vector<int64_t> global_shape(const at::Tensor& t) {
+  return dtensor::is_dtensor(t) ? dtensor::spec_of(t).shape : t.sizes().vec();
+}
+
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    VESCALE_CHECK(out, "checkpoint: cannot create ", tmp.string(), ": check that the folder is writable");
+    out << text;
+    out.flush();
+    VESCALE_CHECK(out, "checkpoint: writing ", tmp.string(), " failed (disk full?)");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  VESCALE_CHECK(!ec, "checkpoint: cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message());
+}
+
+// Every rank's [ok, crc, bytes]: one all-gather over the world.
+std::vector<std::array<int64_t, 3>> gather_status(bool ok, uint32_t crc, uint64_t bytes) {
+  const int w = world_size();
+  std::vector<std::array<int64_t, 3>> out(w);
+  if (w == 1 || !dist::is_initialized()) {
+    out[0] = {ok ? 1 : 0, static_cast<int64_t>(crc), static_cast<int64_t>(bytes)};
+    return out;
+  }
+  auto opts = at::TensorOptions().dtype(at::kLong).device(dist::device_string());
+  auto mine = at::tensor({ok ? int64_t{1} : int64_t{0}, static_cast<int64_t>(crc), static_cast<int64_t>(bytes)},
+                         at::TensorOptions().dtype(at::kLong))
+                  .to(opts.device());
+  auto all = at::empty({w * 3}, opts);
+  dist::world().all_gather(all, mine).wait();
+  auto host = all.cpu();
+  const auto* p = host.data_ptr<int64_t>();
+  for (int r = 0; r < w; ++r) out[r] = {p[3 * r], p[3 * r + 1], p[3 * r + 2]};
+  return out;
+}
+
+void barrier() {
+  if (world_size() > 1 && dist::is_initialized()) dist::world().barrier().wait();
+}
+
+}  // namespace
+
+// The state of one save between begin() and commit().
+struct AsyncSave::Job {
+  fs::path root, final_dir, tmp_dir;
+  json index;
+  std::map<std::string, at::Tensor> staged;  // this rank's chunks, host copies
+  std::thread writer;
+  std::string error;  // set by the writer on failure
+  uint32_t crc = 0;
+  uint64_t bytes = 0;
+};
+
+AsyncSave::AsyncSave() = default;
+
+AsyncSave::~AsyncSave() {
+  if (job_ && job_->writer.joinable()) job_->writer.join();
+}
+
+bool AsyncSave::pending() const { return job_ != nullptr; }
+
+void AsyncSave::begin(const std::string& root, const std::string& name, const StateDict& state,
+                      const std::string& metadata_json) {
+  VESCALE_CHECK(!job_, "checkpoint: a save is still pending; commit() it before the next begin()");
+  VESCALE_CHECK(!root.empty() && !name.empty(), "checkpoint: empty root or name");
+  auto job = std::make_unique<Job>();
+  job->root = root;
+  job->final_dir = fs::path(root) / name;
+  job->tmp_dir = fs::path(root) / (name + ".tmp");
+  const int rank = world_rank();
+
+  json meta;
+  try {
+    meta = json::parse(metadata_json);
+  } catch (const json::exception& e) {
+    VESCALE_FAIL("checkpoint: metadata is not valid JSON: ", e.what());
+  }
+  json tensors = json::object();
+  for (const auto& [key, t] : state) {
+    VESCALE_CHECK(t.defined(), "checkpoint: tensor '", key, "' is undefined");
+    const auto chunks = chunks_of(key, t);
+    json list = json::array();
+    for (const auto& c : chunks) {
+      list.push_back({{"offsets", c.offsets}, {"shape", c.shape}, {"file", rank_file(c.owner)}});
+      if (c.owner == rank) job->staged[key] = local_of(t).detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+    }
+    tensors[key] = {{"shape", global_shape(t)},
+                    {"dtype", safetensors_dtype_name(t.scalar_type(), "checkpoint: tensor '" + key + "'")},
+                    {"chunks", std::move(list)}};
+  }
+  job->index = {{"format", kFormat}, {"version", kVersion}, {"world_size", world_size()},
+                {"metadata", std::move(meta)}, {"tensors", std::move(tensors)}};
+
+  // Rank 0 clears a stale .tmp folder (an earlier crash) before anyone writes into it.
+  if (rank == 0) {
+    std::error_code ec;
+    fs::remove_all(job->tmp_dir, ec);
+    fs::create_directories(job->tmp_dir, ec);
+    VESCALE_CHECK(!ec, "checkpoint: cannot create ", job->tmp_dir.string(), ": ", ec.message(),
+                  "; check checkpoint.dir");
+  }
+  barrier();
+
+  Job* j = job.get();
+  j->writer = std::thread([j, rank] {
+    try {
+      const auto path = (j->tmp_dir / rank_file(rank)).string();
+      save_safetensors(path, j->staged);
+      j->staged.clear();
+      j->crc = file_crc32(path, &j->bytes);
+    } catch (const std::exception& e) {
+      j->error = e.what();
+    }
+  });
+  job_ = std::move(job);
+}
+
+std::string AsyncSave::commit(int64_t keep) {
+  if (!job_) return "";
+  auto job = std::move(job_);
+  job->writer.join();
+  const auto status = gather_status(job->error.empty(), job->crc, job->bytes);
+  std::vector<int> failed;
+  for (size_t r = 0; r < status.size(); ++r) {
+    if (status[r][0] == 0) failed.push_back(static_cast<int>(r));
+  }
+  if (!failed.empty()) {
+    std::ostringstream ranks;
+    for (size_t i = 0; i < failed.size(); ++i) ranks << (i ? ", " : "") << failed[i];
+    VESCALE_FAIL("checkpoint: writing ", job->final_dir.string(), " failed on rank(s) ", ranks.str(),
+                 job->error.empty() ? "" : " (here: " + job->error + ")",
+                 "; the previous checkpoint is intact. Check free space and permissions of checkpoint.dir");
+  }
+  if (world_rank() == 0) {
+    json files = json::object();
+    for (size_t r = 0; r < status.size(); ++r) {
+      if (fs::exists(job->tmp_dir / rank_file(static_cast<int>(r)))) {
+        files[rank_file(static_cast<int>(r))] = {{"bytes", status[r][2]}, {"crc32", status[r][1]}};
+      }
+    }
+    job->index["files"] = std::move(files);
+    write_text_atomically(job->tmp_dir / "index.json", job->index.dump(1));
+    std::error_code ec;
+    // Replacing a checkpoint of the same name (a rerun): the old one goes only once the new is whole.
+    const fs::path old = job->final_dir.string() + ".old";
+    if (fs::exists(job->final_dir)) {
+      fs::remove_all(old, ec);
+      fs::rename(job->final_dir, old, ec);
+      VESCALE_CHECK(!ec, "checkpoint: cannot move the old ", job->final_dir.string(), " aside: ", ec.message());
+    }
+    fs::rename(job->tmp_dir, job->final_dir, ec);
+    VESCALE_CHECK(!ec, "checkpoint: cannot rename ", job->tmp_dir.string(), " to ", job->final_dir.string(), ": ",
+                  ec.message());
+    write_text_atomically(job->root / "latest", job->final_dir.filename().string() + "\n");
+    fs::remove_all(old, ec);
+    if (keep > 0) {
+      std::vector<fs::path> done;
+      for (const auto& e : fs::directory_iterator(job->root)) {
+        if (e.is_directory() && fs::exists(e.path() / "index.json") && e.path().extension() != ".tmp") {
+          done.push_back(e.path());
+        }
+      }
+      std::sort(done.begin(), done.end());  // names sort by step (zero-padded)
+      for (size_t i = 0; i + keep < done.size(); ++i) {
+        if (done[i] != job->final_dir) fs::remove_all(done[i], ec);
+      }
+    }
+  }
+  barrier();
+  return job->final_dir.string();
+}
+
+std::string save(const std::string& root, const std::string& name, const StateDict& state,
+                 const std::string& metadata_json, int64_t keep) {
+  AsyncSave s;
+  s.begin(root, name, state, metadata_json);
+  return s.commit(keep);
+}
+
+std::optional<std::string> latest(const std::string& root) {
+  std::ifstream in(fs::path(root) / "latest");
+  if (!in) return std::nullopt;
+  std::string name;
+  std::getline(in, name);
+  VESCALE_CHECK(!name.empty(), "checkpoint: ", (fs::path(root) / "latest").string(),
+                " is empty; delete it or point it at a checkpoint folder under ", root);
+  const auto folder = fs::path(root) / name;
+  VESCALE_CHECK(fs::exists(folder / "index.json"), "checkpoint: ", (fs::path(root) / "latest").string(),
+                " points at ", folder.string(), ", which has no index.json");
+  return folder.string();
+}
+
+namespace {
+
+json read_index(const std::string& folder) {
+  const auto path = (fs::path(folder) / "index.json").string();
+  std::ifstream in(path);
+  VESCALE_CHECK(in, "checkpoint: ", folder, " has no index.json; not a checkpoint folder (or an unfinished save)");
+  json index;
+  try {
+    index = json::parse(in);
+  } catch (const json::exception& e) {
+    VESCALE_FAIL("checkpoint: ", path, " is not valid JSON: ", e.what());
+  }
+  VESCALE_CHECK(index.is_object() && index.value("format", "") == kFormat, "checkpoint: ", path,
+                " is not a vescale checkpoint index (format must be \"", kFormat, "\")");
+  VESCALE_CHECK(index.value("version", 0) == kVersion, "checkpoint: ", path, " has version ",
+                index.value("version", 0), "; this build reads version ", kVersion);
+  VESCALE_CHECK(index.contains("tensors") && index["tensors"].is_object() && index.contains("files") &&
+                    index["files"].is_object(),
+                "checkpoint: ", path, " lacks its tensors or files table");
+  return index;
+}
+
+}  // namespace
+
+CheckpointInfo read_info(const std::string& folder) {
+  const json index = read_index(folder);
+  CheckpointInfo info;
+  info.folder = folder;
+  for (const auto& [key, e] : index["tensors"].items()) {
+    info.tensors[key] = IndexEntry{e.at("shape").get<std::vector<int64_t>>(),
+                                   safetensors_dtype(e.at("dtype").get<std::string>(), "checkpoint: tensor '" + key + "'")};
+  }
+  info.metadata = index.value("metadata", json::object()).dump();
+  return info;
+}
+
+void load(const std::string& folder, const StateDict& state) {
+  const json index = read_index(folder);
+  const auto& tensors = index["tensors"];
+  const auto& files = index["files"];
+  std::map<std::string, std::map<std::string, at::Tensor>> opened;  // file -> its chunks
+  auto file_tensors = [&](const std::string& file) -> const std::map<std::string, at::Tensor>& {
+    auto it = opened.find(file);
+    if (it != opened.end()) return it->second;
+    const auto path = (fs::path(folder) / file).string();
+    VESCALE_CHECK(files.contains(file), "checkpoint: ", folder, "/index.json lists no file ", file);
+    uint64_t bytes = 0;
+    const uint32_t crc = file_crc32(path, &bytes);
+    const auto& f = files[file];
+    VESCALE_CHECK(bytes == f.at("bytes").get<uint64_t>() && crc == f.at("crc32").get<uint32_t>(), "checkpoint: ",
+                  path, " is corrupt: ", bytes, " bytes with CRC-32 ", crc, ", the index says ",
+                  f.at("bytes").get<uint64_t>(), " bytes with CRC-32 ", f.at("crc32").get<uint32_t>());
+    return opened.emplace(file, load_safetensors(path)).first->second;
+  };
+
+  c10::NoGradGuard no_grad;
+  for (const auto& [key, t] : state) {
+    VESCALE_CHECK(tensors.contains(key), "checkpoint: ", folder, " has no tensor '", key,
+                  "' (it holds ", tensors.size(), " tensors; saved from another model or config?)");
+    const auto& e = tensors[key];
+    const auto shape = e.at("shape").get<std::vector<int64_t>>();
+    VESCALE_CHECK(shape == global_shape(t), "checkpoint: tensor '", key, "' has shape ", at::IntArrayRef(shape),
+                  " in ", folder, " but ", at::IntArrayRef(global_shape(t)), " here; the model config differs");
+    const auto dtype = safetensors_dtype(e.at("dtype").get<std::string>(), "checkpoint: tensor '" + key + "'");
+    VESCALE_CHECK(dtype == t.scalar_type(), "checkpoint: tensor '", key, "' is ", dtype, " in ", folder, " but ",
+                  t.scalar_type(), " here");
+    const Chunk want = my_region(t);
+    at::Tensor dst = local_of(t);
+    int64_t covered = 0;
+    for (const auto& c : e.at("chunks")) {
+      const auto off = c.at("offsets").get<std::vector<int64_t>>();
+      const auto shp = c.at("shape").get<std::vector<int64_t>>();
+      VESCALE_CHECK(off.size() == shape.size() && shp.size() == shape.size(), "checkpoint: tensor '", key,
+                    "': a chunk's rank differs from the tensor's");
+      // The overlap of the chunk and this rank's region, dim by dim.
+      at::Tensor src_view, dst_view;
+      bool empty = false;
+      std::vector<std::array<int64_t, 3>> cut;  // {src start, dst start, length}
+      for (size_t d = 0; d < shape.size(); ++d) {
+        const int64_t lo = std::max(off[d], want.offsets[d]);
+        const int64_t hi = std::min(off[d] + shp[d], want.offsets[d] + want.shape[d]);
+        if (hi <= lo) empty = true;
+        cut.push_back({lo - off[d], lo - want.offsets[d], hi - lo});
+      }
+      if (empty && !shape.empty()) continue;
+      const auto& chunks = file_tensors(c.at("file").get<std::string>());
+      auto it = chunks.find(key);
+      VESCALE_CHECK(it != chunks.end() && it->second.sizes().vec() == shp, "checkpoint: ",
+                    c.at("file").get<std::string>(), " in ", folder, " lacks the chunk of '", key, "' its index lists");
+      src_view = it->second;
+      dst_view = dst;
+      int64_t n = 1;
+      for (size_t d = 0; d < cut.size(); ++d) {
+        src_view = src_view.narrow(static_cast<int64_t>(d), cut[d][0], cut[d][2]);
+        dst_view = dst_view.narrow(static_cast<int64_t>(d), cut[d][1], cut[d][2]);
+        n *= cut[d][2];
+      }
+      dst_view.copy_(src_view);
+      covered += n;
+    }
+    VESCALE_CHECK(covered == dst.numel(), "checkpoint: tensor '", key, "' in ", folder, ": the chunks cover ",
+                  covered, " of this rank's ", dst.numel(), " elements; the index is inconsistent");
+  }
+}
+
+}  // namespace vescale::checkpoint
