@@ -224,12 +224,61 @@ TEST_CASE("vocab-parallel cross-entropy never gathers the logits", "[world2][wor
   auto logits = distribute_tensor(full, mesh, {Shard(1)}).requires_grad_(true);
   auto tgt = distribute_tensor(target, mesh, {Replicate()});
   reset_dispatch_stats();
+  const auto c0 = dist::collective_stats();
   auto loss = at::cross_entropy_loss(logits, tgt);
-  CHECK(dispatch_stats().redistributions == 0);  // only the two small all-reduces inside the rule
+  CHECK(dispatch_stats().redistributions == 0);
+  // The fused loss (rules/cross_entropy.cpp): the row max and the sum of exponentials are the
+  // only collectives; the gradient (softmax - onehot) is local.
+  const auto c1 = dist::collective_stats();
+  CHECK(c1.all_reduce - c0.all_reduce == 2);
+  CHECK(c1.total() - c0.total() == 2);
   CHECK(spec_of(loss).placements == Placements{Partial()});
   loss.backward();
+  CHECK(dist::collective_stats().total() == c1.total());
   CHECK(dispatch_stats().redistributions == 0);
   CHECK(spec_of(logits.grad()).placements == Placements{Shard(1)});
+  CHECK(full_tensor(loss).item<float>() == Approx(ref_loss.item<float>()).epsilon(1e-6));
+  CHECK(at::allclose(full_tensor(logits.grad()), ref.grad(), 1e-5, 1e-7));
+}
+
+TEST_CASE("fused vocab-parallel cross-entropy: sum with ignored rows, label smoothing falls back", "[world2][world4]") {
+  auto mesh = mesh::DeviceMesh::init({{"tp", -1}});
+  const int64_t vocab = 3 * mesh.size() - 1;  // uneven; at world 4 the last shard is short
+  auto full = full_randn({7, vocab}, 90);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(91);
+  auto target = at::randint(vocab, {7}, gen, at::kLong);
+  target.index_put_({at::tensor({1, 4})}, -100);
+  for (double smoothing : {0.0, 0.1}) {
+    INFO("label_smoothing " << smoothing);
+    auto ref = full.clone().requires_grad_(true);
+    auto ref_loss = at::cross_entropy_loss(ref, target, {}, at::Reduction::Sum, -100, smoothing);
+    ref_loss.backward();
+    auto logits = distribute_tensor(full, mesh, {Shard(1)}).requires_grad_(true);
+    auto loss = at::cross_entropy_loss(logits, target, {}, at::Reduction::Sum, -100, smoothing);
+    loss.backward();
+    CHECK(full_tensor(loss).item<float>() == Approx(ref_loss.item<float>()).epsilon(1e-6));
+    CHECK(at::allclose(full_tensor(logits.grad()), ref.grad(), 1e-5, 1e-7));
+  }
+}
+
+TEST_CASE("fused vocab-parallel cross-entropy with batch shards on a 2x2 mesh", "[world4]") {
+  auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
+  auto full = full_randn({6, 9}, 92);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(93);
+  auto target = at::randint(9, {6}, gen, at::kLong);
+  target.index_put_({at::tensor({0, 5})}, -100);  // the mean counts valid rows over the dp shards
+  auto ref = full.clone().requires_grad_(true);
+  auto ref_loss = at::cross_entropy_loss(ref, target);
+  ref_loss.backward();
+  auto logits = distribute_tensor(full, mesh, {Shard(0), Shard(1)}).requires_grad_(true);
+  auto tgt = distribute_tensor(target, mesh, {Shard(0), Replicate()});
+  const auto c0 = dist::collective_stats();
+  auto loss = at::cross_entropy_loss(logits, tgt);
+  loss.backward();
+  // max and sum of exponentials over tp, the valid-row count over dp; nothing in backward.
+  CHECK(dist::collective_stats().total() - c0.total() == 3);
+  CHECK(spec_of(loss).placements == Placements{Partial(), Partial()});
+  CHECK(spec_of(logits.grad()).placements == Placements{Shard(0), Shard(1)});
   CHECK(full_tensor(loss).item<float>() == Approx(ref_loss.item<float>()).epsilon(1e-6));
   CHECK(at::allclose(full_tensor(logits.grad()), ref.grad(), 1e-5, 1e-7));
 }
