@@ -78,12 +78,15 @@ lines += ["(`redistribute` is the plan's module-boundary hooks, the loss's `full
           "",
           "Where the step's collectives go, eager at TP=2 with L=4 layers: forward 1 (embedding) + 2L (attention and feed-forward "
           "outputs) + 2 (the loss's max and sum of exponentials) + 1 (the loss's `full_tensor` to print it); backward 2L (attention "
-          "and feed-forward input gradients) + 1 (the head's input gradient) + 1 (the sum of the loss gradient over the vocab) = 22. "
-          "The baseline makes the same ones but computes the loss gradient locally and its loss value in one all-reduce: 21.",
+          "and feed-forward input gradients) + 1 (the head's input gradient) = 21; the fused vocab-parallel cross-entropy "
+          "(src/dtensor/rules/cross_entropy.cpp) computes the loss gradient locally, as the baseline does. The baseline's 21: the "
+          "same, with its loss value in one all-reduce instead of the Partial loss's `full_tensor`.",
           "4 ranks on 2 shared cores are heavily oversubscribed: every collective waits until all 4 processes are scheduled, so TP=4",
           "wall times are noisy and mostly measure the number of collectives and the scheduler.",
           "",
-          "Before (2026-11-30 15:29, same machine, llama_tp.json without `forward` entries and sdpa on its math path): 162 in-op "
+          "Before: 2026-11-30 17:58 (same machine, before the fused cross-entropy and the dispatch-path trims): 22 collectives per "
+          "step, eager 1.14x / 1.19x the baseline's wall time at TP=2 / 4 (CPU 1.11x / 1.15x), static 1.13x / 1.06x (CPU 1.10x / "
+          "1.11x). 2026-11-30 15:29 (llama_tp.json without `forward` entries and sdpa on its math path): 162 in-op "
           "redistributions and 166 collectives per step at TP=2, eager 4.46x / 6.49x the baseline's wall time at TP=2 / 4 "
           "(CPU 3.93x / 5.14x), static 4.86x / 5.86x.",
           "", "Reproduce: `bench/tp_step.sh` (TPS, TP_STEP_PLAN, TP_STEP_VARIANTS, TP_STEP_WARMUP, TP_STEP_ROUNDS, TP_STEP_PER_ROUND)."]

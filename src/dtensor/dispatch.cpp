@@ -43,8 +43,11 @@ struct Plan {
   std::vector<Placements> inputs;
   std::vector<Placements> output_placements;  // per tensor return
   // Per tensor return, per element (one for a Tensor, n for a Tensor[]); empty when the
-  // shapes come from the local result (Replicate outputs of ops without a meta kernel).
-  std::vector<std::vector<std::shared_ptr<const DTensorSpec>>> outputs;
+  // shapes come from the local result (Replicate outputs of ops without a meta kernel). A
+  // rule that gives shapes leaves the dtype open: the first result fills it in here, so that
+  // every later output of this plan shares one spec (no allocation, pointer-equal specs for
+  // the cache and the static-eager tape). Plans are per thread, like the caches holding them.
+  mutable std::vector<std::vector<std::shared_ptr<const DTensorSpec>>> outputs;
   std::function<void(torch::jit::Stack&)> local_fn;
 };
 
@@ -139,6 +142,15 @@ bool sharding_neutral(const c10::Argument& a) {
   auto kind = a.type()->kind();
   if (kind == c10::TypeKind::OptionalType) kind = a.type()->containedType(0)->kind();
   return kind == c10::TypeKind::NumberType || kind == c10::TypeKind::FloatType;
+}
+
+// Per schema, which arguments are sharding-neutral: computed once per op and thread.
+const std::vector<uint8_t>& neutral_args(const c10::FunctionSchema& schema) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, std::vector<uint8_t>> masks;
+  auto [it, fresh] = masks.try_emplace(&schema);
+  if (fresh)
+    for (const auto& a : schema.arguments()) it->second.push_back(sharding_neutral(a));
+  return it->second;
 }
 
 void key_of(const DTensorSpec& s, std::vector<int64_t>& key) {
@@ -324,13 +336,15 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
 std::shared_ptr<const DTensorSpec> output_spec(const Plan& plan, const mesh::DeviceMesh& mesh, size_t r, size_t j,
                                                const at::Tensor& local) {
   if (!plan.outputs.empty()) {
-    const auto& elems = plan.outputs[r];
+    auto& elems = plan.outputs[r];
     VESCALE_CHECK(j < elems.size(), "DTensor: an op returned more tensors than its meta run");
-    const auto& s = elems[j];
+    auto& s = elems[j];
     if (s->dtype == local.scalar_type()) return s;
     DTensorSpec copy = *s;  // the rule gave the shape only
     copy.dtype = local.scalar_type();
-    return std::make_shared<const DTensorSpec>(std::move(copy));
+    auto resolved = std::make_shared<const DTensorSpec>(std::move(copy));
+    if (s->dtype == c10::ScalarType::Undefined) s = resolved;
+    return resolved;
   }
   return std::make_shared<const DTensorSpec>(
       DTensorSpec{mesh, plan.output_placements[r], local.sizes().vec(), local.scalar_type()});
@@ -366,7 +380,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   ++g_calls;
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
-  std::vector<c10::IValue> args(stack->end() - nargs, stack->end());
+  std::vector<c10::IValue> args(std::make_move_iterator(stack->end() - nargs), std::make_move_iterator(stack->end()));
   torch::jit::drop(*stack, nargs);
 
   // 1. The inputs: DTensors with their specs; plain tensors count as Replicate. The hot path
@@ -391,14 +405,16 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   };
   // What a replayed call must match besides the specs: the other arguments, and the dtype and
   // shape of plain-tensor inputs.
-  auto replay_key = [&schema](c10::ArrayRef<c10::IValue> call_args, const std::vector<Input>& ins,
-                              std::vector<int64_t>& out) {
+  const std::vector<uint8_t>& neutral = neutral_args(schema);
+  auto replay_key = [&neutral](c10::ArrayRef<c10::IValue> call_args, const std::vector<Input>& ins,
+                               std::vector<int64_t>& out) {
     out.clear();
     for (size_t i = 0; i < call_args.size(); ++i) {
       const auto& v = call_args[i];
+      if (!ins.empty() && neutral[i]) continue;
       const bool tensors = v.isTensor() || v.isTensorList() ||
                            (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType);
-      if (tensors || (!ins.empty() && sharding_neutral(schema.arguments()[i]))) continue;
+      if (tensors) continue;
       if (!key_of(v, out)) return false;
     }
     for (const auto& in : ins) {
@@ -465,7 +481,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const bool tensors = v.isTensor() || v.isTensorList() ||
                          (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType);
     if (tensors) continue;  // keyed through their specs
-    if (!inputs.empty() && sharding_neutral(schema.arguments()[i])) continue;
+    if (!inputs.empty() && neutral[i]) continue;
     cacheable = key_of(v, key);
   }
   if (cacheable) {
@@ -501,9 +517,12 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 run_plan:
 
   // 3. Local inputs, redistributed where the plan says so.
-  // Holds the caller's tensors (the stack no longer does) while their specs and mesh are in
-  // use, and gives returns that alias a written input back as the caller's tensor.
-  const std::vector<c10::IValue> caller_args = args;
+  // `inputs` holds the caller's tensors (the stack no longer does) while their specs are in
+  // use; returns that alias a written input give back the caller's tensor, kept here.
+  const auto& returns = schema.returns();
+  bool returns_written = false;
+  for (const auto& r : returns) returns_written |= r.alias_info() && r.alias_info()->isWrite();
+  const std::vector<c10::IValue> caller_args = returns_written ? args : std::vector<c10::IValue>{};
   static const c10::Device device = [] { return c10::Device(dist::device_string()); }();
   size_t k = 0;
   map_args(args, device, [&](size_t i, int64_t, const at::Tensor& t) -> at::Tensor {
@@ -540,8 +559,8 @@ run_plan:
 
   // 5. Wrap: a return that aliases a mutated input is that input (the caller's DTensor, whose
   //    shard was updated in place); the other tensor returns become new DTensors.
-  const auto& returns = schema.returns();
-  std::vector<c10::IValue> results(stack->end() - static_cast<long>(returns.size()), stack->end());
+  std::vector<c10::IValue> results(std::make_move_iterator(stack->end() - static_cast<long>(returns.size())),
+                                   std::make_move_iterator(stack->end()));
   torch::jit::drop(*stack, returns.size());
   size_t out_i = 0;
   for (size_t r = 0; r < returns.size(); ++r) {
@@ -549,7 +568,7 @@ run_plan:
     const bool tensor_like = kind == c10::TypeKind::TensorType ||
                              (kind == c10::TypeKind::ListType &&
                               returns[r].type()->containedType(0)->kind() == c10::TypeKind::TensorType);
-    c10::IValue v = results[r];
+    c10::IValue v = std::move(results[r]);
     if (const auto* ra = returns[r].alias_info(); ra && ra->isWrite()) {
       for (size_t a = 0; a < nargs; ++a) {
         const auto* aa = schema.arguments()[a].alias_info();

@@ -14,7 +14,7 @@
 
 namespace vescale::dtensor {
 
-class DTensorMeta : public c10::BackendMeta {
+class DTensorMeta final : public c10::BackendMeta {
  public:
   DTensorMeta(at::Tensor local, std::shared_ptr<const DTensorSpec> spec)
       : local_(std::move(local)), spec_(std::move(spec)) {}
