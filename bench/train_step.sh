@@ -9,6 +9,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 VENV=${VESCALE_VENV:-/opt/vescale/venv}
 ROUNDS=${ROUNDS:-5} STEPS=${STEPS:-12} WARMUP=${WARMUP:-2}
 out=$(mktemp -d)
+export LOAD_START=$(cut -d" " -f1 /proc/loadavg)
 # name | config | overrides (train.* / model.*)
 CASES=(
   "nanogpt_tiny (4 x 128, batch 16 x 128)|configs/nanogpt_tiny.json|train.batch_size=16"
@@ -33,20 +34,26 @@ load = open("/proc/loadavg").read().split()[0]
 lines = [
     "# Training step: vescale (C++) vs a PyTorch Python loop",
     "",
-    f"Machine: {cpu}, {os.cpu_count()} cores (load average {load} at the end: the machine is shared); "
+    f"Machine: {cpu}, {os.cpu_count()} cores (load average {os.environ['LOAD_START']} at the start, {load} at the end: "
+    f"the machine is shared); "
     f"{datetime.date.today()}; torch {torch.__version__}; CPU, fp32, 1 thread each.",
     "One step = forward, cross-entropy, backward, global-norm clip, AdamW, one host read of loss and norm.",
     "Ours is `Trainer::step` (with the data loader and LR schedule); PyTorch's is the same GPT-2 in",
     "`torch.nn` with `torch.optim.AdamW`. Alternating runs; medians over all measured steps.",
+    "Wall: the step's elapsed time. CPU: the stepping thread's CPU time, which leaves out the time",
+    "other processes on this shared machine take the core away.",
     "",
-    "| case | vescale ms/step | PyTorch Python ms/step | ratio (ours / Python) |",
-    "|---|---|---|---|",
+    "| case | vescale wall ms | PyTorch wall ms | wall ratio | vescale CPU ms | PyTorch CPU ms | CPU ratio |",
+    "|---|---|---|---|---|---|---|",
 ]
 for i, name in enumerate(names):
-    ours = [json.loads(l)["ms"] for l in open(os.path.join(d, f"ours.{i}.jsonl"))]
-    py = [json.loads(l)["ms"] for l in open(os.path.join(d, f"py.{i}.jsonl"))]
-    mo, mp = statistics.median(ours), statistics.median(py)
-    lines.append(f"| {name} | {mo:.1f} | {mp:.1f} | {mo / mp:.2f}x |")
+    ours = [json.loads(l) for l in open(os.path.join(d, f"ours.{i}.jsonl"))]
+    py = [json.loads(l) for l in open(os.path.join(d, f"py.{i}.jsonl"))]
+    row = [name]
+    for key in ("ms", "cpu_ms"):
+        mo, mp = statistics.median(r[key] for r in ours), statistics.median(r[key] for r in py)
+        row += [f"{mo:.1f}", f"{mp:.1f}", f"{mo / mp:.2f}x"]
+    lines.append("| " + " | ".join(row) + " |")
 lines += ["",
     "Ours runs as `vescale-train` does: a 1-device mesh, the plan's init through the Philox RNG,",
     "then plain tensors (`plain_on_one_device`, docs/plan.md). What changed since the first",
