@@ -243,7 +243,9 @@ TEST_CASE("parallelize on a 1-rank mesh is single-device training", "[plan][any]
   auto mesh = mesh::DeviceMesh::init({{"tp", 1}});
   auto plan = plan::Plan::from_json_file(repo_file("configs/plans/gpt2_tp.json"));
   Trained got = train_planned<models::GPT>(o, plan, mesh);
-  check_close(got, train_plain<models::GPT>(o, got.init), 1e-6, "gpt2_tp on a 1-rank mesh");
+  // Plain tensors take models::gelu_tanh's fused backward, DTensors ATen's gelu_backward:
+  // rounding only, ~1.2e-6 relative in the parameters after the AdamW steps.
+  check_close(got, train_plain<models::GPT>(o, got.init), 1e-5, "gpt2_tp on a 1-rank mesh");
 }
 
 TEST_CASE("plain_on_one_device: plain tensors with the DTensor init bitwise, trained the same", "[plan][any]") {
