@@ -9,6 +9,7 @@
 // prints one JSON line per variant, bench/tp_step.sh turns them into bench/results/tp_step.md.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <torch/autograd.h>
 #include <torch/nn/module.h>
 #include <torch/optim/adamw.h>
@@ -21,6 +22,7 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -307,6 +309,25 @@ int main() {
     if (v.leave) v.leave();
   };
   for (size_t vi = 0; vi < variants.size(); ++vi) run(vi, warmup, false);
+  // TP_STEP_OP_COUNTS=1: count every dispatcher call (DTensor ops count twice: the DTensor call
+  // and its local op) over one more step of each variant, to compare what they run.
+  if (env_int("TP_STEP_OP_COUNTS", 0)) {
+    static std::mutex mu;
+    static std::map<std::string, int64_t> counts;
+    auto handle = at::addGlobalCallback(at::RecordFunctionCallback(
+        [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+          std::lock_guard<std::mutex> lock(mu);
+          ++counts[fn.name()];
+          return nullptr;
+        }).scopes({at::RecordScope::FUNCTION}));
+    for (size_t vi = 0; vi < variants.size(); ++vi) {
+      counts.clear();
+      run(vi, 1, false);
+      if (dist::rank() == 0)
+        for (auto& [name, n] : counts) std::printf("opcount %s %s %lld\n", variants[vi].name.c_str(), name.c_str(), static_cast<long long>(n));
+    }
+    at::removeCallback(handle);
+  }
   for (int r = 0; r < rounds; ++r)
     for (size_t vi = 0; vi < variants.size(); ++vi) run(vi, per_round, true);
 
