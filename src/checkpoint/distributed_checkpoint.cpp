@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -153,6 +154,29 @@ void barrier() {
   if (world_size() > 1 && dist::is_initialized()) dist::world().barrier().wait();
 }
 
+// Every rank's text, on every rank: the lengths, then the bytes padded to the longest.
+std::vector<std::string> all_gather_text(const std::string& mine) {
+  const int w = world_size();
+  if (w == 1 || !dist::is_initialized()) return {mine};
+  const at::Device dev(dist::device_string());
+  auto lengths = at::empty({w}, at::TensorOptions().dtype(at::kLong).device(dev));
+  dist::world().all_gather(lengths, at::full({1}, static_cast<int64_t>(mine.size()), lengths.options())).wait();
+  const auto host_lengths = lengths.cpu();
+  const int64_t longest = host_lengths.max().item<int64_t>();
+  std::vector<std::string> out(w);
+  if (longest == 0) return out;
+  auto bytes = at::zeros({longest}, at::kByte);
+  std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
+  auto all = at::empty({w * longest}, bytes.options().device(dev));
+  dist::world().all_gather(all, bytes.to(dev)).wait();
+  const auto host = all.cpu();
+  for (int r = 0; r < w; ++r) {
+    out[r].assign(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()) + r * longest,
+                  static_cast<size_t>(host_lengths[r].item<int64_t>()));
+  }
+  return out;
+}
+
 }  // namespace
 
 // The state of one save between begin() and commit().
@@ -175,7 +199,7 @@ AsyncSave::~AsyncSave() {
 bool AsyncSave::pending() const { return job_ != nullptr; }
 
 void AsyncSave::begin(const std::string& root, const std::string& name, const StateDict& state,
-                      const std::string& metadata_json) {
+                      const std::string& metadata_json, const std::vector<Piece>& pieces) {
   VESCALE_CHECK(!job_, "checkpoint: a save is still pending; commit() it before the next begin()");
   VESCALE_CHECK(!root.empty() && !name.empty(), "checkpoint: empty root or name");
   auto job = std::make_unique<Job>();
@@ -202,6 +226,38 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
     tensors[key] = {{"shape", global_shape(t)},
                     {"dtype", safetensors_dtype_name(t.scalar_type(), "checkpoint: tensor '" + key + "'")},
                     {"chunks", std::move(list)}};
+  }
+  // Pieces: only their rank knows them, so rank 0 learns every rank's from one gather.
+  json my_pieces = json::array();
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const auto& p = pieces[i];
+    const auto shape = p.local.sizes().vec();
+    VESCALE_CHECK(p.local.defined() && shape.size() == p.global_shape.size() && shape.size() == p.offsets.size(),
+                  "checkpoint: piece of '", p.name, "': local, global_shape and offsets must have the same rank");
+    for (size_t d = 0; d < shape.size(); ++d) {
+      VESCALE_CHECK(p.offsets[d] >= 0 && p.offsets[d] + shape[d] <= p.global_shape[d], "checkpoint: piece of '",
+                    p.name, "' at ", at::IntArrayRef(p.offsets), " with shape ", at::IntArrayRef(shape),
+                    " lies outside the global shape ", at::IntArrayRef(p.global_shape));
+    }
+    VESCALE_CHECK(!state.count(p.name), "checkpoint: '", p.name, "' is both a state tensor and a piece");
+    const std::string key = p.name + "#" + std::to_string(i);
+    job->staged[key] = p.local.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+    my_pieces.push_back({{"name", p.name}, {"key", key}, {"offsets", p.offsets}, {"shape", shape},
+                         {"global_shape", p.global_shape},
+                         {"dtype", safetensors_dtype_name(p.local.scalar_type(), "checkpoint: piece '" + p.name + "'")}});
+  }
+  const auto every_rank = all_gather_text(my_pieces.dump());
+  for (size_t r = 0; r < every_rank.size(); ++r) {
+    for (const auto& e : json::parse(every_rank[r])) {
+      const std::string n = e.at("name").get<std::string>();
+      if (!tensors.contains(n)) {
+        tensors[n] = {{"shape", e.at("global_shape")}, {"dtype", e.at("dtype")}, {"chunks", json::array()}};
+      }
+      VESCALE_CHECK(tensors[n]["shape"] == e.at("global_shape") && tensors[n]["dtype"] == e.at("dtype"),
+                    "checkpoint: rank ", r, "'s piece of '", n, "' disagrees with other ranks on its global shape or dtype");
+      tensors[n]["chunks"].push_back({{"offsets", e.at("offsets")}, {"shape", e.at("shape")},
+                                      {"file", rank_file(static_cast<int>(r))}, {"key", e.at("key")}});
+    }
   }
   job->index = {{"format", kFormat}, {"version", kVersion}, {"world_size", world_size()},
                 {"metadata", std::move(meta)}, {"tensors", std::move(tensors)}};
@@ -286,9 +342,9 @@ std::string AsyncSave::commit(int64_t keep) {
 }
 
 std::string save(const std::string& root, const std::string& name, const StateDict& state,
-                 const std::string& metadata_json, int64_t keep) {
+                 const std::string& metadata_json, int64_t keep, const std::vector<Piece>& pieces) {
   AsyncSave s;
-  s.begin(root, name, state, metadata_json);
+  s.begin(root, name, state, metadata_json, pieces);
   return s.commit(keep);
 }
 
@@ -341,7 +397,7 @@ CheckpointInfo read_info(const std::string& folder) {
   return info;
 }
 
-void load(const std::string& folder, const StateDict& state) {
+void load(const std::string& folder, const StateDict& state, const std::vector<Piece>& pieces) {
   const json index = read_index(folder);
   const auto& tensors = index["tensors"];
   const auto& files = index["files"];
@@ -360,42 +416,41 @@ void load(const std::string& folder, const StateDict& state) {
     return opened.emplace(file, load_safetensors(path)).first->second;
   };
 
-  c10::NoGradGuard no_grad;
-  for (const auto& [key, t] : state) {
-    VESCALE_CHECK(tensors.contains(key), "checkpoint: ", folder, " has no tensor '", key,
-                  "' (it holds ", tensors.size(), " tensors; saved from another model or config?)");
+  // Fills dst, the box of tensor `key` at `want_offsets`, from the chunks that overlap it.
+  auto fill = [&](const std::string& key, at::Tensor dst, const std::vector<int64_t>& want_offsets,
+                  const std::vector<int64_t>& global) {
+    VESCALE_CHECK(tensors.contains(key), "checkpoint: ", folder, " has no tensor '", key, "' (it holds ",
+                  tensors.size(), " tensors; saved from another model or config?)");
     const auto& e = tensors[key];
     const auto shape = e.at("shape").get<std::vector<int64_t>>();
-    VESCALE_CHECK(shape == global_shape(t), "checkpoint: tensor '", key, "' has shape ", at::IntArrayRef(shape),
-                  " in ", folder, " but ", at::IntArrayRef(global_shape(t)), " here; the model config differs");
+    VESCALE_CHECK(shape == global, "checkpoint: tensor '", key, "' has shape ", at::IntArrayRef(shape), " in ", folder,
+                  " but ", at::IntArrayRef(global), " here; the model config differs");
     const auto dtype = safetensors_dtype(e.at("dtype").get<std::string>(), "checkpoint: tensor '" + key + "'");
-    VESCALE_CHECK(dtype == t.scalar_type(), "checkpoint: tensor '", key, "' is ", dtype, " in ", folder, " but ",
-                  t.scalar_type(), " here");
-    const Chunk want = my_region(t);
-    at::Tensor dst = local_of(t);
+    VESCALE_CHECK(dtype == dst.scalar_type(), "checkpoint: tensor '", key, "' is ", dtype, " in ", folder, " but ",
+                  dst.scalar_type(), " here");
+    const auto want_shape = dst.sizes().vec();
     int64_t covered = 0;
     for (const auto& c : e.at("chunks")) {
       const auto off = c.at("offsets").get<std::vector<int64_t>>();
       const auto shp = c.at("shape").get<std::vector<int64_t>>();
       VESCALE_CHECK(off.size() == shape.size() && shp.size() == shape.size(), "checkpoint: tensor '", key,
                     "': a chunk's rank differs from the tensor's");
-      // The overlap of the chunk and this rank's region, dim by dim.
-      at::Tensor src_view, dst_view;
+      // The overlap of the chunk and the wanted box, dim by dim: {src start, dst start, length}.
       bool empty = false;
-      std::vector<std::array<int64_t, 3>> cut;  // {src start, dst start, length}
+      std::vector<std::array<int64_t, 3>> cut;
       for (size_t d = 0; d < shape.size(); ++d) {
-        const int64_t lo = std::max(off[d], want.offsets[d]);
-        const int64_t hi = std::min(off[d] + shp[d], want.offsets[d] + want.shape[d]);
+        const int64_t lo = std::max(off[d], want_offsets[d]);
+        const int64_t hi = std::min(off[d] + shp[d], want_offsets[d] + want_shape[d]);
         if (hi <= lo) empty = true;
-        cut.push_back({lo - off[d], lo - want.offsets[d], hi - lo});
+        cut.push_back({lo - off[d], lo - want_offsets[d], hi - lo});
       }
-      if (empty && !shape.empty()) continue;
-      const auto& chunks = file_tensors(c.at("file").get<std::string>());
-      auto it = chunks.find(key);
-      VESCALE_CHECK(it != chunks.end() && it->second.sizes().vec() == shp, "checkpoint: ",
-                    c.at("file").get<std::string>(), " in ", folder, " lacks the chunk of '", key, "' its index lists");
-      src_view = it->second;
-      dst_view = dst;
+      if (empty) continue;
+      const std::string file = c.at("file").get<std::string>(), chunk_key = c.value("key", key);
+      const auto& chunks = file_tensors(file);
+      auto it = chunks.find(chunk_key);
+      VESCALE_CHECK(it != chunks.end() && it->second.sizes().vec() == shp, "checkpoint: ", file, " in ", folder,
+                    " lacks the chunk of '", key, "' its index lists");
+      at::Tensor src_view = it->second, dst_view = dst;
       int64_t n = 1;
       for (size_t d = 0; d < cut.size(); ++d) {
         src_view = src_view.narrow(static_cast<int64_t>(d), cut[d][0], cut[d][2]);
@@ -405,9 +460,68 @@ void load(const std::string& folder, const StateDict& state) {
       dst_view.copy_(src_view);
       covered += n;
     }
-    VESCALE_CHECK(covered == dst.numel(), "checkpoint: tensor '", key, "' in ", folder, ": the chunks cover ",
-                  covered, " of this rank's ", dst.numel(), " elements; the index is inconsistent");
+    VESCALE_CHECK(covered == dst.numel(), "checkpoint: tensor '", key, "' in ", folder, ": the chunks cover ", covered,
+                  " of the ", dst.numel(), " elements wanted here; the index is inconsistent");
+  };
+
+  c10::NoGradGuard no_grad;
+  for (const auto& [key, t] : state) {
+    const Chunk want = my_region(t);
+    fill(key, local_of(t), want.offsets, global_shape(t));
   }
+  for (const auto& p : pieces) fill(p.name, p.local, p.offsets, p.global_shape);
+}
+
+namespace {
+// The boxes of [begin, end) inside the sub-tensor at `prefix` (its first prefix.size() indices fixed).
+void boxes_of(const std::vector<int64_t>& shape, std::vector<int64_t> prefix, int64_t begin, int64_t end,
+              int64_t base, std::vector<Box>& out) {
+  if (begin >= end) return;
+  const size_t dim = prefix.size(), n = shape.size();
+  auto box = [&](int64_t row, int64_t rows, int64_t flat) {
+    Box b;
+    b.offsets = prefix;
+    b.offsets.push_back(row);
+    b.shape.assign(dim, 1);
+    b.shape.push_back(rows);
+    for (size_t d = dim + 1; d < n; ++d) b.offsets.push_back(0), b.shape.push_back(shape[d]);
+    b.flat_begin = flat;
+    out.push_back(std::move(b));
+  };
+  if (dim + 1 == n) return box(begin, end - begin, base + begin);
+  int64_t inner = 1;
+  for (size_t d = dim + 1; d < n; ++d) inner *= shape[d];
+  int64_t r0 = begin / inner;
+  const int64_t r1 = end / inner;
+  if (begin % inner != 0) {  // the head: part of row r0
+    const int64_t e = std::min(end, (r0 + 1) * inner);
+    auto p = prefix;
+    p.push_back(r0);
+    boxes_of(shape, p, begin - r0 * inner, e - r0 * inner, base + r0 * inner, out);
+    if (e == end) return;
+    ++r0;
+  }
+  if (r1 > r0) box(r0, r1 - r0, base + r0 * inner);  // whole rows
+  if (end % inner != 0) {  // the tail: the start of row r1
+    auto p = prefix;
+    p.push_back(r1);
+    boxes_of(shape, p, 0, end - r1 * inner, base + r1 * inner, out);
+  }
+}
+}  // namespace
+
+std::vector<Box> flat_range_boxes(const std::vector<int64_t>& shape, int64_t begin, int64_t end) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  VESCALE_CHECK(0 <= begin && begin <= end && end <= numel, "flat_range_boxes: [", begin, ", ", end,
+                ") is not inside a tensor of ", numel, " elements");
+  std::vector<Box> out;
+  if (shape.empty()) {
+    if (end > begin) out.push_back(Box{{}, {}, 0});
+    return out;
+  }
+  boxes_of(shape, {}, begin, end, 0, out);
+  return out;
 }
 
 }  // namespace vescale::checkpoint

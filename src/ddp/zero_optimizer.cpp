@@ -359,6 +359,68 @@ void ZeroOptimizer::set_lr(double lr) {
 
 double ZeroOptimizer::lr() const { return impl_->options.lr; }
 
+void ZeroOptimizer::prepare() { impl_->build(); }
+bool ZeroOptimizer::prepared() const { return impl_->built; }
+
+std::vector<ZeroOptimizer::StateRange> ZeroOptimizer::state_ranges() {
+  Impl& z = *impl_;
+  VESCALE_CHECK(z.built, "ZeroOptimizer::state_ranges: no layout yet; call prepare() after GradReducer::finish()");
+  const auto& coord = z.rs.mesh.coordinate();
+  std::vector<StateRange> out;
+  for (size_t k = 0; k < z.rs.buckets.size(); ++k) {
+    const Bucket& b = z.rs.buckets[k];
+    for (const auto& seg : b.segments) {
+      const ReducerParam& p = z.rs.params[seg.param];
+      // Ranks that differ only on a dim the parameter is replicated on, outside the bucket's
+      // slicing, hold the same range: the one at coordinate 0 there saves it.
+      const auto& placements = dtensor::spec_of(p.tensor).placements;
+      const std::vector<int64_t> sliced = z.rs.options.fused ? b.dims : std::vector<int64_t>{b.dims[0]};
+      bool owner = true;
+      for (size_t d = 0; d < placements.size(); ++d) {
+        const bool in_slice = std::find(sliced.begin(), sliced.end(), static_cast<int64_t>(d)) != sliced.end();
+        if (placements[d].is_replicate() && !in_slice && coord[d] != 0) owner = false;
+      }
+      const int64_t begin = seg.param_offset, end = seg.param_offset + seg.numel;
+      out.push_back({p.name + ".exp_avg", p.tensor, begin, end, z.slices[k].exp_avg.narrow(0, seg.shard_offset, seg.numel),
+                     owner});
+      out.push_back({p.name + ".exp_avg_sq", p.tensor, begin, end,
+                     z.slices[k].exp_avg_sq.narrow(0, seg.shard_offset, seg.numel), owner});
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> ZeroOptimizer::bucketed_names() const {
+  std::vector<std::string> out;
+  for (const auto& p : impl_->rs.params)
+    if (p.bucket >= 0) out.push_back(p.name);
+  return out;
+}
+
+int64_t ZeroOptimizer::step_count() const { return impl_->step; }
+void ZeroOptimizer::set_step_count(int64_t steps) { impl_->step = steps; }
+
+std::map<std::string, at::Tensor> ZeroOptimizer::rest_state_dict() const {
+  return impl_->rest ? impl_->rest->state_dict() : std::map<std::string, at::Tensor>{};
+}
+
+void ZeroOptimizer::load_rest_state_dict(const std::map<std::string, at::Tensor>& state) {
+  VESCALE_CHECK(impl_->rest, "ZeroOptimizer::load_rest_state_dict: call prepare() first");
+  impl_->rest->load_state_dict(state);
+}
+
+void ZeroOptimizer::reload_params() {
+  Impl& z = *impl_;
+  if (!z.built) return;  // build() reads them when it runs
+  c10::NoGradGuard no_grad;
+  for (size_t k = 0; k < z.rs.buckets.size(); ++k) {
+    for (const auto& seg : z.rs.buckets[k].segments) {
+      const at::Tensor local = dtensor::to_local(z.rs.params[seg.param].tensor.detach()).reshape({-1});
+      z.slices[k].param.narrow(0, seg.shard_offset, seg.numel).copy_(local.narrow(0, seg.param_offset, seg.numel));
+    }
+  }
+}
+
 int64_t ZeroOptimizer::state_bytes() const {
   int64_t n = 0;
   for (const auto& s : impl_->slices)

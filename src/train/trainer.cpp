@@ -18,6 +18,8 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
+#include <functional>
 
 #include "vescale/checkpoint/distributed_checkpoint.h"
 #include "vescale/common/check.h"
@@ -219,10 +221,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
     if (val_loader_->steps_per_epoch() < 1) val_loader_.reset();  // too small to evaluate on
   }
   flops_per_token_ = flops_per_token(config_.model, t.seq_len);
-  if (!config_.checkpoint.dir.empty() && zero_) {
-    log::warn("checkpoint.dir is set, but checkpoints of ZeRO stage " + std::to_string(zero) +
-              " optimizer state are not supported yet: training goes on WITHOUT checkpoints (parallel.zero=0 has them)");
-  } else if (!config_.checkpoint.dir.empty()) {
+  if (!config_.checkpoint.dir.empty()) {
     saver_ = std::make_unique<checkpoint::AsyncSave>();
     if (config_.checkpoint.resume) {
       if (auto folder = checkpoint::latest(config_.checkpoint.dir)) resume_from(*folder);
@@ -260,12 +259,44 @@ namespace {
 at::Generator torch_generator(const std::string& device) {
   return at::globalContext().defaultGenerator(at::Device(device));
 }
+
+// ZeRO's moments are flat slices of buckets: each slice range of a parameter becomes boxes of
+// that parameter's global shape, under the names AdamW uses, so ZeRO and plain checkpoints
+// load into each other on any mesh. `all`: every range this rank holds (to load into), not only
+// the ones it saves.
+std::vector<checkpoint::Piece> zero_pieces(ddp::ZeroOptimizer& zero, bool all) {
+  std::vector<checkpoint::Piece> out;
+  for (const auto& r : zero.state_ranges()) {
+    if (!r.owner && !all) continue;
+    const auto& spec = dtensor::spec_of(r.param);
+    const auto local_offset = spec.local_offset();
+    for (const auto& box : checkpoint::flat_range_boxes(spec.local_shape(), r.begin, r.end)) {
+      int64_t n = 1;
+      for (int64_t d : box.shape) n *= d;
+      checkpoint::Piece p{"optim/" + r.name, r.values.narrow(0, box.flat_begin - r.begin, n).view(box.shape), spec.shape,
+                          box.offsets};
+      for (size_t d = 0; d < p.offsets.size(); ++d) p.offsets[d] += local_offset[d];
+      out.push_back(std::move(p));
+    }
+  }
+  return out;
+}
 }  // namespace
 
-checkpoint::StateDict Trainer::checkpoint_state() const {
+checkpoint::StateDict Trainer::checkpoint_state(std::vector<checkpoint::Piece>& pieces) {
   checkpoint::StateDict s;
+  if (zero_) zero_->gather_params();  // ZeRO-3: whole parameters to copy (released again at their next use)
   for (const auto& item : model_.module->named_parameters()) s["model/" + item.key()] = item.value();
-  for (const auto& [k, v] : optimizer_->state_dict()) s["optim/" + k] = v;
+  if (zero_) {
+    for (const auto& [k, v] : zero_->rest_state_dict()) s["optim/" + k] = v;
+    if (zero_->prepared() && zero_->step_count() > 0) {
+      for (const auto& name : zero_->bucketed_names())
+        s["optim/" + name + ".step"] = at::scalar_tensor(zero_->step_count(), at::kLong);
+      pieces = zero_pieces(*zero_, /*all=*/false);
+    }
+  } else {
+    for (const auto& [k, v] : optimizer_->state_dict()) s["optim/" + k] = v;
+  }
   auto gen = torch_generator(device_);
   std::lock_guard<std::mutex> lock(gen.mutex());
   s["rng/torch"] = gen.get_state();
@@ -285,7 +316,9 @@ void Trainer::save_checkpoint(int64_t steps_done) {
                             {"train_loader", {{"epoch", pos.epoch}, {"step", pos.step}}},
                             {"global_batch", config_.train.batch_size * dp_size_},
                             {"philox", {{"seed", rng.seed}, {"offset", rng.offset}}}};
-  saver_->begin(config_.checkpoint.dir, name, checkpoint_state(), meta.dump());
+  std::vector<checkpoint::Piece> pieces;
+  const auto state = checkpoint_state(pieces);
+  saver_->begin(config_.checkpoint.dir, name, state, meta.dump(), pieces);
   if (rank_ == 0) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     char line[256];
@@ -302,6 +335,56 @@ void Trainer::finish_checkpoint() {
   if (rank_ == 0) log::info("checkpoint " + folder + ": saved");
 }
 
+// AdamW state targets for the checkpoint's "optim/<param>.<field>" entries of the parameters
+// `want` accepts, in their parameters' placements; added to `state`, returned by AdamW name.
+std::map<std::string, at::Tensor> Trainer::optimizer_targets(const checkpoint::CheckpointInfo& info,
+                                                             const std::function<bool(const std::string&)>& want,
+                                                             checkpoint::StateDict& state) const {
+  std::map<std::string, at::Tensor> params, out;
+  for (const auto& item : model_.module->named_parameters()) params[item.key()] = item.value();
+  c10::NoGradGuard no_grad;
+  for (const auto& [key, entry] : info.tensors) {
+    if (key.rfind("optim/", 0) != 0) continue;
+    const std::string rest = key.substr(6);
+    const auto dot = rest.rfind('.');
+    auto p = dot == std::string::npos ? params.end() : params.find(rest.substr(0, dot));
+    VESCALE_CHECK(p != params.end(), "checkpoint ", info.folder, " has optimizer state for '", rest,
+                  "', which this model has no parameter for");
+    if (!want(p->first)) continue;
+    at::Tensor target = rest.substr(dot + 1) == "step" ? at::zeros({}, at::kLong) : at::zeros_like(p->second);
+    state[key] = target;
+    out[rest] = target;
+  }
+  return out;
+}
+
+void Trainer::load_zero_state(const std::string& folder) {
+  const auto info = checkpoint::read_info(folder);
+  zero_->prepare();
+  const auto names = zero_->bucketed_names();
+  const std::set<std::string> bucketed(names.begin(), names.end());
+  checkpoint::StateDict state;
+  auto rest = optimizer_targets(info, [&](const std::string& n) { return !bucketed.count(n); }, state);
+  std::map<std::string, at::Tensor> steps;
+  for (const auto& n : names) {
+    if (!info.tensors.count("optim/" + n + ".step")) continue;
+    steps[n] = at::zeros({}, at::kLong);
+    state["optim/" + n + ".step"] = steps[n];
+  }
+  const auto pieces = steps.empty() ? std::vector<checkpoint::Piece>{} : zero_pieces(*zero_, /*all=*/true);
+  checkpoint::load(folder, state, pieces);
+  zero_->load_rest_state_dict(rest);
+  int64_t step = 0;
+  for (const auto& [n, t] : steps) {
+    const int64_t s = t.item<int64_t>();
+    VESCALE_CHECK(step == 0 || s == step, "checkpoint ", folder, ": AdamW step counts differ between parameters (",
+                  s, " vs ", step, "); ZeRO keeps one count for all bucketed parameters");
+    step = s;
+  }
+  zero_->set_step_count(step);
+  zero_resume_.clear();
+}
+
 void Trainer::resume_from(const std::string& folder) {
   const auto info = checkpoint::read_info(folder);
   const auto meta = nlohmann::json::parse(info.metadata);
@@ -310,28 +393,11 @@ void Trainer::resume_from(const std::string& folder) {
   VESCALE_CHECK(meta.value("model", config_.model.type) == config_.model.type, "checkpoint ", folder, " holds a ",
                 meta.value("model", std::string()), " model but model.type is ", config_.model.type,
                 "; point checkpoint.dir elsewhere or set checkpoint.resume=false");
+  if (zero_) zero_->gather_params();  // ZeRO-3: whole parameters to load into
   checkpoint::StateDict state;
-  std::map<std::string, at::Tensor> params;
-  for (const auto& item : model_.module->named_parameters()) {
-    params[item.key()] = item.value();
-    state["model/" + item.key()] = item.value();
-  }
-  // AdamW's state: a target for every entry the checkpoint has, in its parameter's placements.
+  for (const auto& item : model_.module->named_parameters()) state["model/" + item.key()] = item.value();
   std::map<std::string, at::Tensor> optim_state;
-  {
-    c10::NoGradGuard no_grad;
-    for (const auto& [key, entry] : info.tensors) {
-      if (key.rfind("optim/", 0) != 0) continue;
-      const std::string rest = key.substr(6);
-      const auto dot = rest.rfind('.');
-      auto p = params.find(rest.substr(0, dot));
-      VESCALE_CHECK(dot != std::string::npos && p != params.end(), "checkpoint ", folder,
-                    " has optimizer state for '", rest, "', which this model has no parameter for");
-      at::Tensor target = rest.substr(dot + 1) == "step" ? at::zeros({}, at::kLong) : at::zeros_like(p->second);
-      state[key] = target;
-      optim_state[rest] = target;
-    }
-  }
+  if (!zero_) optim_state = optimizer_targets(info, [](const std::string&) { return true; }, state);
   auto gen = torch_generator(device_);
   at::Tensor torch_rng;
   if (info.tensors.count("rng/torch")) {
@@ -340,7 +406,15 @@ void Trainer::resume_from(const std::string& folder) {
     state["rng/torch"] = torch_rng;
   }
   checkpoint::load(folder, state);
-  optimizer_->load_state_dict(optim_state);
+  if (zero_) {
+    // ZeRO 1/2 lay out their slices at the first step's GradReducer::finish(): the moments
+    // are loaded then (step()); ZeRO-3's exist already.
+    zero_->reload_params();
+    zero_resume_ = folder;
+    if (zero_->prepared()) load_zero_state(folder);
+  } else {
+    optimizer_->load_state_dict(optim_state);
+  }
   if (torch_rng.defined()) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(torch_rng);
@@ -415,6 +489,7 @@ StepMetrics Trainer::step(int64_t step) {
   // launched during backward), or one collective per parameter.
   if (reducer_) {
     reducer_->finish();
+    if (!zero_resume_.empty()) load_zero_state(zero_resume_);
   } else if (mesh_ && mesh_->size() > 1) {
     ddp::reduce_gradients(*model_.module);
   }

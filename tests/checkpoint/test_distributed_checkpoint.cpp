@@ -142,3 +142,29 @@ TEST_CASE("checkpoint errors name the tensor, the file and the fix", "[checkpoin
     CHECK_THROWS_WITH(ckpt::save(root.string(), "x", sample_state(), "{not json"), Contains("metadata is not valid JSON"));
   }
 }
+
+TEST_CASE("flat_range_boxes cuts a flat range into boxes that hold exactly its elements, in order", "[checkpoint]") {
+  at::manual_seed(3);
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{7}, {3, 5}, {2, 3, 4}, {4, 1, 3, 2}, {}}) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    const at::Tensor t = at::arange(numel, at::kLong).view(shape);
+    for (int trial = 0; trial < 40; ++trial) {
+      int64_t a = at::randint(0, numel + 1, {1}).item<int64_t>(), b = at::randint(0, numel + 1, {1}).item<int64_t>();
+      if (a > b) std::swap(a, b);
+      INFO("shape " << at::IntArrayRef(shape) << " range [" << a << ", " << b << ")");
+      const auto boxes = ckpt::flat_range_boxes(shape, a, b);
+      CHECK(boxes.size() <= std::max<size_t>(1, 2 * shape.size() - 1));
+      int64_t next = a;
+      for (const auto& box : boxes) {
+        at::Tensor v = t;
+        for (size_t d = 0; d < shape.size(); ++d) v = v.narrow(static_cast<int64_t>(d), box.offsets[d], box.shape[d]);
+        CHECK(box.flat_begin == next);
+        CHECK(v.reshape({-1}).equal(at::arange(next, next + v.numel(), at::kLong)));
+        next += v.numel();
+      }
+      CHECK(next == b);
+    }
+  }
+  CHECK_THROWS_WITH(ckpt::flat_range_boxes({2, 3}, 4, 7), Contains("not inside"));
+}

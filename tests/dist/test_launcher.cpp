@@ -270,6 +270,56 @@ TEST_CASE("vescale-train checkpoints under TP=2 and resumes bitwise, and reshard
   std::remove(dp_metrics.c_str());
 }
 
+TEST_CASE("vescale-train under ZeRO 1, 2 and 3 resumes bitwise; ZeRO and plain checkpoints load into each other", "[launcher]") {
+  const std::string dir = "/tmp/vescale_launcher_test." + std::to_string(::getpid()) + ".zckpt";
+  const std::string common = TRAIN + " --nproc-per-node 2 --config " VESCALE_SOURCE_DIR "/configs/nanogpt_tiny.json" +
+                             " --set train.steps=6 --set model.n_layer=2 --set train.seq_len=64 --set train.batch_size=2" +
+                             " --set checkpoint.every=2 --set checkpoint.dir=" + dir;
+  auto train = [&](const std::string& extra, const std::string& metrics) {
+    auto r = run(common + " --set log.metrics_jsonl=" + metrics + extra);
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    return read_metrics(metrics);
+  };
+  const std::string m = dir + ".jsonl";
+  for (int zero : {1, 2, 3}) {
+    INFO("zero " << zero);
+    std::filesystem::remove_all(dir);
+    const std::string z = " --set parallel.zero=" + std::to_string(zero);
+    const auto full = train(z, m);
+    REQUIRE(full.size() == 6);
+    std::ofstream(dir + "/latest") << "step-00000004\n";
+    std::filesystem::remove(m);
+    const auto resumed = train(z, m);  // steps 5 and 6 from the checkpoint
+    REQUIRE(resumed.size() == 2);
+    for (size_t i = 0; i < 2; ++i) {
+      INFO("step " << i + 5);
+      CHECK(resumed[i] == full[4 + i]);
+    }
+    // The same checkpoint without ZeRO: AdamW's moments from the slices, close (other reductions).
+    std::ofstream(dir + "/latest") << "step-00000004\n";
+    std::filesystem::remove(m);
+    const auto plain = train(" --set parallel.zero=0", m);
+    REQUIRE(plain.size() == 2);
+    for (size_t i = 0; i < 2; ++i) {
+      INFO("step " << i + 5 << " without ZeRO: loss " << plain[i].first << " vs " << full[4 + i].first);
+      CHECK(std::abs(plain[i].first - full[4 + i].first) <= 1e-5 * full[4 + i].first);
+      CHECK(std::abs(plain[i].second - full[4 + i].second) <= 1e-5 * full[4 + i].second);
+    }
+  }
+  // A plain checkpoint resumed under ZeRO-2.
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(m);
+  const auto full = train("", m);
+  std::ofstream(dir + "/latest") << "step-00000004\n";
+  std::filesystem::remove(m);
+  const auto zero2 = train(" --set parallel.zero=2", m);
+  REQUIRE(zero2.size() == 2);
+  for (size_t i = 0; i < 2; ++i) CHECK(std::abs(zero2[i].first - full[4 + i].first) <= 1e-5 * full[4 + i].first);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(m);
+}
+
 TEST_CASE("vescale-tokenize writes train and val shards of bytes", "[launcher]") {
   const std::string text = "hello, vescale!\nbytes in, bytes out.\n";
   auto in = write_temp("text.txt", text);

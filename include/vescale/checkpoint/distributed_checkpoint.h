@@ -2,7 +2,7 @@
 //   index.json              every tensor's global shape and dtype, and the global offsets, shape,
 //                           file and key of each saved chunk; per file its size and CRC-32;
 //                           the caller's metadata (JSON)
-//   rank-00003.safetensors  the chunks world rank 3 owns
+//   rank-00003.safetensors  the chunks world rank 3 owns (and the pieces it was given)
 // Each distinct chunk is written once: by the rank at coordinate 0 along every mesh dim where
 // the tensor is Replicate (plain tensors: by rank 0). Loading fills tensors of any placements
 // on any mesh (or plain ones) from the chunks that overlap each rank's shard.
@@ -26,6 +26,25 @@ namespace vescale::checkpoint {
 // Names to tensors: plain tensors (the same on every rank) or DTensors without Partial
 // placements. Every rank passes the same names.
 using StateDict = std::map<std::string, at::Tensor>;
+
+// A box of a global tensor that this rank holds as a plain tensor `local` (the box's shape):
+// state that is not a DTensor, such as ZeRO's flat optimizer slices cut into boxes of the
+// parameters' shapes. On save each box must be given by one rank only; on load `local` is
+// filled in place from whatever chunks overlap it, so pieces and DTensors reshard into each other.
+struct Piece {
+  std::string name;
+  at::Tensor local;
+  std::vector<int64_t> global_shape, offsets;
+};
+
+// The boxes that the row-major flat range [begin, end) of a tensor of `shape` is made of, in
+// order (at most 2 x ndim - 1). Each box's elements are contiguous in that order, starting at
+// flat_begin: how a flat slice of a tensor (ZeRO) becomes pieces of it.
+struct Box {
+  std::vector<int64_t> offsets, shape;
+  int64_t flat_begin = 0;
+};
+std::vector<Box> flat_range_boxes(const std::vector<int64_t>& shape, int64_t begin, int64_t end);
 
 // One tensor in an index.
 struct IndexEntry {
@@ -53,7 +72,7 @@ class AsyncSave {
 
   // Collective. `root`/`name` is the checkpoint's folder (e.g. "ckpt", "step-00000100").
   void begin(const std::string& root, const std::string& name, const StateDict& state,
-             const std::string& metadata_json = "{}");
+             const std::string& metadata_json = "{}", const std::vector<Piece>& pieces = {});
   // Collective. Returns the folder now visible; no-op (empty string) when nothing is pending.
   // Keeps the newest `keep` checkpoints under root (0: all).
   std::string commit(int64_t keep = 0);
@@ -66,7 +85,7 @@ class AsyncSave {
 
 // begin() + commit().
 std::string save(const std::string& root, const std::string& name, const StateDict& state,
-                 const std::string& metadata_json = "{}", int64_t keep = 0);
+                 const std::string& metadata_json = "{}", int64_t keep = 0, const std::vector<Piece>& pieces = {});
 
 // The folder root/latest points at, or nullopt when root has no committed checkpoint.
 std::optional<std::string> latest(const std::string& root);
@@ -78,6 +97,6 @@ CheckpointInfo read_info(const std::string& folder);
 // in `folder`, whatever mesh and placements it was saved with. Throws naming the tensor when
 // the checkpoint lacks it or its global shape or dtype differ, and the file when a CRC-32 does
 // not match. Not collective (every rank reads what it needs).
-void load(const std::string& folder, const StateDict& state);
+void load(const std::string& folder, const StateDict& state, const std::vector<Piece>& pieces = {});
 
 }  // namespace vescale::checkpoint

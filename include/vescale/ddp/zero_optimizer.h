@@ -15,7 +15,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "vescale/ddp/grad_reducer.h"
@@ -46,6 +48,34 @@ class ZeroOptimizer {
 
   void set_lr(double lr);
   double lr() const;
+  // Checkpoints (names as optim::AdamW::state_dict's). The layout exists from the first
+  // GradReducer::finish() under ZeRO 1/2, from construction under ZeRO-3; prepare() builds it
+  // then (and is otherwise called by clip_grad_norm_ and step).
+  void prepare();
+  bool prepared() const;
+  // This rank's part of the moments of the bucketed parameters: flat ranges [begin, end) of a
+  // parameter's local shard, `values` viewing this rank's slice (write into it to load).
+  // `owner` is false where another rank holds the same range (a parameter replicated on a mesh
+  // dim that its bucket is not sliced over), so one copy is saved.
+  struct StateRange {
+    std::string name;  // "<param>.exp_avg" or "<param>.exp_avg_sq"
+    at::Tensor param;
+    int64_t begin = 0, end = 0;
+    at::Tensor values;
+    bool owner = true;
+  };
+  std::vector<StateRange> state_ranges();
+  std::vector<std::string> bucketed_names() const;
+  // The steps taken (every bucketed parameter's AdamW step count).
+  int64_t step_count() const;
+  void set_step_count(int64_t steps);
+  // The plain AdamW of the parameters outside the buckets.
+  std::map<std::string, at::Tensor> rest_state_dict() const;
+  void load_rest_state_dict(const std::map<std::string, at::Tensor>& state);
+  // After the parameters were overwritten (a checkpoint load): rereads this rank's fp32 slices
+  // of them. Under ZeRO-3 call gather_params() before overwriting.
+  void reload_params();
+
   // Bytes of optimizer state on this rank: moments and fp32 parameter slices.
   int64_t state_bytes() const;
 

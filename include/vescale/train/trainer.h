@@ -5,6 +5,8 @@
 // model whose parameters parallelize() turned into DTensors.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -64,8 +66,12 @@ class Trainer {
 
  private:
   at::Tensor loss_of(const DataLoader::Batch& batch);
-  checkpoint::StateDict checkpoint_state() const;
+  checkpoint::StateDict checkpoint_state(std::vector<checkpoint::Piece>& pieces);
   void resume_from(const std::string& folder);
+  std::map<std::string, at::Tensor> optimizer_targets(const checkpoint::CheckpointInfo& info,
+                                                      const std::function<bool(const std::string&)>& want,
+                                                      checkpoint::StateDict& state) const;
+  void load_zero_state(const std::string& folder);
   void open_metrics();
   void log_step(const StepMetrics& m);
 
@@ -85,6 +91,7 @@ class Trainer {
   std::unique_ptr<std::ofstream> metrics_;
   std::unique_ptr<checkpoint::AsyncSave> saver_;
   int64_t resumed_step_ = 0;
+  std::string zero_resume_;  // a checkpoint whose ZeRO state loads once the slices exist
 };
 
 // The .bin files a config's data section names (globs expanded, sorted), or the built-in
