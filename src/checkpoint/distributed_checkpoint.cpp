@@ -61,7 +61,7 @@ uint32_t file_crc32(const std::string& path, uint64_t* bytes) {
 }
 
 int world_rank() { return dist::is_initialized() ? dist::rank() : 0; }
-int world_size() { return dist::is_initialized() ? dist::world_size() : 1; }
+int world_size() { return dist::is_initialized() ? dist::world_size() : 1; }  // 1: no collectives
 
 std::string rank_file(int rank) {
   char buf[32];
@@ -97,7 +97,7 @@ std::vector<Chunk> chunks_of(const std::string& name, const at::Tensor& t) {
     }
     if (!owner) continue;
     Chunk c{spec.local_offset_at(coord), spec.local_shape_at(coord), static_cast<int>(r)};
-    if (std::find(c.shape.begin(), c.shape.end(), 0) != c.shape.end() && !c.shape.empty()) continue;
+    if (std::find(c.shape.begin(), c.shape.end(), 0) != c.shape.end()) continue;
     out.push_back(std::move(c));
   }
   return out;
@@ -105,11 +105,9 @@ std::vector<Chunk> chunks_of(const std::string& name, const at::Tensor& t) {
 
 at::Tensor local_of(const at::Tensor& t) { return dtensor::is_dtensor(t) ? dtensor::to_local(t) : t; }
 
-// This rank's part of tensor t: its offsets and shape in the global tensor.
-Chunk my_region(const at::Tensor& t) {
-  if (!dtensor::is_dtensor(t)) return Chunk{std::vector<int64_t>(t.dim(), 0), t.sizes().vec(), 0};
-  const auto& spec = dtensor::spec_of(t);
-  return Chunk{spec.local_offset(), spec.local_shape(), world_rank()};
+// Where this rank's part of tensor t (local_of(t)) starts in the global tensor.
+std::vector<int64_t> local_offsets(const at::Tensor& t) {
+  return dtensor::is_dtensor(t) ? dtensor::spec_of(t).local_offset() : std::vector<int64_t>(t.dim(), 0);
 }
 
 std::vector<int64_t> global_shape(const at::Tensor& t) {
@@ -130,49 +128,38 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
   VESCALE_CHECK(!ec, "checkpoint: cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message());
 }
 
-// Every rank's [ok, crc, bytes]: one all-gather over the world.
-std::vector<std::array<int64_t, 3>> gather_status(bool ok, uint32_t crc, uint64_t bytes) {
-  const int w = world_size();
-  std::vector<std::array<int64_t, 3>> out(w);
-  if (w == 1 || !dist::is_initialized()) {
-    out[0] = {ok ? 1 : 0, static_cast<int64_t>(crc), static_cast<int64_t>(bytes)};
-    return out;
-  }
-  auto opts = at::TensorOptions().dtype(at::kLong).device(dist::device_string());
-  auto mine = at::tensor({ok ? int64_t{1} : int64_t{0}, static_cast<int64_t>(crc), static_cast<int64_t>(bytes)},
-                         at::TensorOptions().dtype(at::kLong))
-                  .to(opts.device());
-  auto all = at::empty({w * 3}, opts);
-  dist::world().all_gather(all, mine).wait();
-  auto host = all.cpu();
-  const auto* p = host.data_ptr<int64_t>();
-  for (int r = 0; r < w; ++r) out[r] = {p[3 * r], p[3 * r + 1], p[3 * r + 2]};
-  return out;
+// Every rank's `mine` (the same count on each), concatenated in rank order.
+std::vector<int64_t> all_gather_int64(const std::vector<int64_t>& mine) {
+  if (world_size() == 1) return mine;
+  const at::Device dev(dist::device_string());
+  const auto n = static_cast<int64_t>(mine.size());
+  auto local = at::tensor(mine, at::TensorOptions().dtype(at::kLong)).to(dev);
+  auto all = at::empty({world_size() * n}, local.options());
+  dist::world().all_gather(all, local).wait();
+  const auto host = all.cpu();
+  return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + world_size() * n);
 }
 
 void barrier() {
-  if (world_size() > 1 && dist::is_initialized()) dist::world().barrier().wait();
+  if (world_size() > 1) dist::world().barrier().wait();
 }
 
 // Every rank's text, on every rank: the lengths, then the bytes padded to the longest.
 std::vector<std::string> all_gather_text(const std::string& mine) {
   const int w = world_size();
-  if (w == 1 || !dist::is_initialized()) return {mine};
-  const at::Device dev(dist::device_string());
-  auto lengths = at::empty({w}, at::TensorOptions().dtype(at::kLong).device(dev));
-  dist::world().all_gather(lengths, at::full({1}, static_cast<int64_t>(mine.size()), lengths.options())).wait();
-  const auto host_lengths = lengths.cpu();
-  const int64_t longest = host_lengths.max().item<int64_t>();
+  if (w == 1) return {mine};
+  const auto lengths = all_gather_int64({static_cast<int64_t>(mine.size())});
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   std::vector<std::string> out(w);
   if (longest == 0) return out;
+  const at::Device dev(dist::device_string());
   auto bytes = at::zeros({longest}, at::kByte);
   std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
   auto all = at::empty({w * longest}, bytes.options().device(dev));
   dist::world().all_gather(all, bytes.to(dev)).wait();
   const auto host = all.cpu();
   for (int r = 0; r < w; ++r) {
-    out[r].assign(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()) + r * longest,
-                  static_cast<size_t>(host_lengths[r].item<int64_t>()));
+    out[r].assign(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()) + r * longest, static_cast<size_t>(lengths[r]));
   }
   return out;
 }
@@ -290,10 +277,12 @@ std::string AsyncSave::commit(int64_t keep) {
   if (!job_) return "";
   auto job = std::move(job_);
   job->writer.join();
-  const auto status = gather_status(job->error.empty(), job->crc, job->bytes);
+  // Every rank's [ok, crc, bytes].
+  const auto status = all_gather_int64({job->error.empty() ? 1 : 0, job->crc, static_cast<int64_t>(job->bytes)});
+  const int w = world_size();
   std::vector<int> failed;
-  for (size_t r = 0; r < status.size(); ++r) {
-    if (status[r][0] == 0) failed.push_back(static_cast<int>(r));
+  for (int r = 0; r < w; ++r) {
+    if (status[3 * r] == 0) failed.push_back(r);
   }
   if (!failed.empty()) {
     std::ostringstream ranks;
@@ -303,12 +292,8 @@ std::string AsyncSave::commit(int64_t keep) {
                  "; the previous checkpoint is intact. Check free space and permissions of checkpoint.dir");
   }
   if (world_rank() == 0) {
-    json files = json::object();
-    for (size_t r = 0; r < status.size(); ++r) {
-      if (fs::exists(job->tmp_dir / rank_file(static_cast<int>(r)))) {
-        files[rank_file(static_cast<int>(r))] = {{"bytes", status[r][2]}, {"crc32", status[r][1]}};
-      }
-    }
+    json files = json::object();  // every rank wrote a file, if only an empty one
+    for (int r = 0; r < w; ++r) files[rank_file(r)] = {{"bytes", status[3 * r + 2]}, {"crc32", status[3 * r + 1]}};
     job->index["files"] = std::move(files);
     write_text_atomically(job->tmp_dir / "index.json", job->index.dump(1));
     std::error_code ec;
@@ -465,10 +450,7 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
   };
 
   c10::NoGradGuard no_grad;
-  for (const auto& [key, t] : state) {
-    const Chunk want = my_region(t);
-    fill(key, local_of(t), want.offsets, global_shape(t));
-  }
+  for (const auto& [key, t] : state) fill(key, local_of(t), local_offsets(t), global_shape(t));
   for (const auto& p : pieces) fill(p.name, p.local, p.offsets, p.global_shape);
 }
 

@@ -41,21 +41,9 @@ using dtensor::Partial;
 using dtensor::Replicate;
 using dtensor::Shard;
 
-models::LlamaOptions tiny_llama() {
-  models::LlamaOptions o;
-  o.vocab_size = 64;
-  o.dim = 64;
-  o.n_layers = 2;
-  o.n_heads = 8;
-  o.n_kv_heads = 4;
-  o.ffn_dim = 96;
-  o.max_seq_len = 16;
-  return o;
-}
-
 models::Llama planned_llama(uint64_t seed, const plan::Plan& plan, const mesh::DeviceMesh& mesh) {
   random::manual_seed(seed);
-  models::Llama model(tiny_llama());
+  models::Llama model(testing::tiny_llama(16));
   plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
   return model;
 }
@@ -137,7 +125,7 @@ TEST_CASE("checkpoint: a LLaMA saved under a TP plan loads replicated and into a
   auto replicated = planned_llama(2, testing::replicate_all({"dp"}), dp);
   checkpoint::load(folder, params_of(*replicated));
   random::manual_seed(3);
-  models::Llama plain(tiny_llama());  // libtorch's init, plain tensors
+  models::Llama plain(testing::tiny_llama(16));  // libtorch's init, plain tensors
   checkpoint::load(folder, params_of(*plain));
   auto retp = planned_llama(4, tp_plan, tp);
   const auto fresh = testing::full_params(*retp);

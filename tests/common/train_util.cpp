@@ -43,4 +43,16 @@ at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return at::cross_entropy_loss(logits.flatten(0, 1), targets.flatten(0, 1));
 }
 
+models::LlamaOptions tiny_llama(int64_t max_seq_len) {
+  models::LlamaOptions o;
+  o.vocab_size = 64;
+  o.dim = 64;
+  o.n_layers = 2;
+  o.n_heads = 8;
+  o.n_kv_heads = 4;
+  o.ffn_dim = 96;
+  o.max_seq_len = max_seq_len;
+  return o;
+}
+
 }  // namespace vescale::testing

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "llama.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/plan/plan.h"
 
@@ -27,6 +28,9 @@ at::Tensor counting_tokens(uint64_t seed, int64_t rows, int64_t seq_len, int64_t
 at::Tensor model_input(const at::Tensor& full, const mesh::DeviceMesh& mesh);
 // A plan that replicates every parameter over these mesh dims.
 plan::Plan replicate_all(const std::vector<std::string>& dims);
+// The tiny LLaMA the multi-rank tests share: GQA with 8 query and 4 kv heads, so tp=4 still
+// splits whole kv heads.
+models::LlamaOptions tiny_llama(int64_t max_seq_len);
 // Next-token cross-entropy of logits [B, T, V] against targets [B, T].
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets);
 

@@ -36,18 +36,6 @@ namespace {
 constexpr int64_t kBatch = 4, kSeq = 16, kSteps = 20;
 constexpr double kLr = 2e-3, kEps = 1e-6;
 
-models::LlamaOptions tiny_llama() {
-  models::LlamaOptions o;
-  o.vocab_size = 64;
-  o.dim = 64;
-  o.n_layers = 2;
-  o.n_heads = 8;
-  o.n_kv_heads = 4;
-  o.ffn_dim = 96;
-  o.max_seq_len = kSeq;
-  return o;
-}
-
 // Micro-batch `i`: [kBatch, kSeq + 1] tokens, the same on every rank.
 at::Tensor micro_batch(int64_t i, int64_t vocab) { return counting_tokens(2000 + i, kBatch, kSeq, vocab); }
 
@@ -67,7 +55,7 @@ struct Run {
 // >= 1 the optimizer is ddp::ZeroOptimizer, else torch's AdamW. clip > 0 clips the global norm.
 Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradReducerOptions opts, int64_t accum = 1,
               double clip = 0) {
-  const auto o = tiny_llama();
+  const auto o = tiny_llama(kSeq);
   random::manual_seed(1234);
   models::Llama model(o);
   plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
@@ -122,7 +110,7 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradRed
 
 // One device, plain tensors, each step on the `accum` micro-batches concatenated.
 Run train_plain(const std::map<std::string, at::Tensor>& init, int64_t accum = 1, double clip = 0) {
-  const auto o = tiny_llama();
+  const auto o = tiny_llama(kSeq);
   models::Llama model(o);
   {
     torch::NoGradGuard g;
@@ -228,7 +216,7 @@ TEST_CASE("bucketed reduction under DP=2 x TP=2 trains like one device", "[ddp][
   if (dist::world_size() != 4) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
   const auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_dp_tp.json"));
-  const auto o = tiny_llama();
+  const auto o = tiny_llama(kSeq);
   const int64_t emb_bytes = o.vocab_size * o.dim * 4;
   for (bool fused : {true, false}) {
     auto opts = ddp::GradReducerOptions::from_plan(plan.grad_reduce());
@@ -254,7 +242,7 @@ TEST_CASE("N-D fused reduction: one collective over dp x tp for the SP norm weig
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
   const auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_dp_tp_sp.json"));
   // LLaMA-tiny's norm weights: 2 per layer plus the final one, dim floats each.
-  const auto o = tiny_llama();
+  const auto o = tiny_llama(kSeq);
   const int64_t norm_bytes = (2 * o.n_layers + 1) * o.dim * 4;
   Run fused = train_ddp(plan, mesh, {.bucket_mb = 25, .fused = true});
   Run unfused = train_ddp(plan, mesh, {.bucket_mb = 25, .fused = false});
@@ -290,7 +278,7 @@ TEST_CASE("ZeRO 1, 2 and 3 at DP=world train like one device with 1/world of the
     // at most world-1 elements per bucket).
     CHECK(got.zero_state_bytes * world >= 3 * got.full_bytes);
     CHECK(got.zero_state_bytes * world <= 3 * (got.full_bytes + got.buckets * (world - 1) * 4));
-    if (zero == 3) CHECK(got.units == tiny_llama().n_layers);  // one unit per block
+    if (zero == 3) CHECK(got.units == tiny_llama(kSeq).n_layers);  // one unit per block
     for (const auto& st : got.stats) {
       CHECK(st.collectives == got.buckets);  // one all-reduce (1) or reduce-scatter (2) per bucket
       CHECK(st.fallbacks == 0);
@@ -344,7 +332,7 @@ std::pair<int64_t, int64_t> zero_peak_bytes(int zero, const mesh::DeviceMesh& me
   train::track_memory();
   train::reset_peak_memory();
   const int64_t base = train::memory_stats().current;
-  auto o = tiny_llama();
+  auto o = tiny_llama(kSeq);
   o.dim = 192, o.n_layers = 8, o.ffn_dim = 576;
   random::manual_seed(1234);
   models::Llama model(o);
@@ -393,7 +381,7 @@ TEST_CASE("peak memory per rank falls from ZeRO 0 to 1 to 2 to 3", "[ddp][zero][
     first.push_back(f);
   }
   // The parameters' bytes: the unit of what each stage saves.
-  auto o = tiny_llama();
+  auto o = tiny_llama(kSeq);
   o.dim = 192, o.n_layers = 8, o.ffn_dim = 576;
   models::Llama ref(o);
   int64_t param_bytes = 0;

@@ -49,15 +49,9 @@ models::GPTOptions tiny_gpt(double dropout = 0.0) {
 // The same tokens on every rank: [B, T+1], inputs and next-token targets.
 at::Tensor batch(int64_t step, int64_t vocab) { return counting_tokens(1000 + step, kBatch, kSeq, vocab); }
 
-models::LlamaOptions tiny_llama() {
-  models::LlamaOptions o;
-  o.vocab_size = 64;
-  o.dim = 64;
-  o.n_layers = 2;
-  o.n_heads = 8;
-  o.n_kv_heads = 4;  // GQA, and tp=4 still splits whole kv heads
-  o.ffn_dim = 96;
-  o.max_seq_len = kSeq;
+// With llama3 rope scaling, so the plans also carry the scaled rope tables.
+models::LlamaOptions scaled_tiny_llama() {
+  auto o = tiny_llama(kSeq);
   o.rope_scaling.factor = 8.0;
   o.rope_scaling.original_max_position_embeddings = 8;
   return o;
@@ -219,7 +213,7 @@ TEST_CASE("GPT under each shipped plan trains like one device", "[plan][world2][
 }
 
 TEST_CASE("LLaMA under each shipped plan trains like one device", "[plan][world2][world4]") {
-  check_plans<models::Llama>("llama", tiny_llama());
+  check_plans<models::Llama>("llama", scaled_tiny_llama());
 }
 
 TEST_CASE("Mixtral under its TP plan trains like one device", "[plan][world2][world4]") {
@@ -303,7 +297,7 @@ TEST_CASE("static eager replays the recorded dispatch and trains bitwise like ea
   const int world = dist::world_size();
   auto mesh = mesh::DeviceMesh::init({{"tp", world}});
   auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_tp_sp.json"));
-  const auto o = tiny_llama();
+  const auto o = scaled_tiny_llama();
   Trained eager = train_planned<models::Llama>(o, plan, mesh, {.short_step = 7});
   const auto before = dtensor::static_eager_stats();
   Trained replay = train_planned<models::Llama>(o, plan, mesh, {.static_eager = true, .short_step = 7});
@@ -334,7 +328,7 @@ TEST_CASE("phase before_sharding keeps a parameter's values through the init", "
   auto shipped = plan::Plan::from_json_file(repo_file("configs/plans/llama_tp.json"));
   plan::Plan plan = shipped;
   plan.phase("layers.*.attention.wq.weight", plan::InitPhase::BeforeSharding);
-  const auto o = tiny_llama();
+  const auto o = scaled_tiny_llama();
   auto loaded = [](const at::Tensor& p) { return at::arange(p.numel(), at::kFloat).reshape(p.sizes()) / 1000.0; };
 
   random::manual_seed(7);
@@ -399,8 +393,8 @@ void check_tp_step_collectives(const std::string& file, const Options& o, int64_
 }
 
 TEST_CASE("a TP step makes Megatron's all-reduces and no other collective", "[plan][world2][world4]") {
-  const int64_t L = tiny_llama().n_layers;
-  check_tp_step_collectives<models::Llama>("configs/plans/llama_tp.json", tiny_llama(), 4 * L + 4, 0);
+  const int64_t L = scaled_tiny_llama().n_layers;
+  check_tp_step_collectives<models::Llama>("configs/plans/llama_tp.json", scaled_tiny_llama(), 4 * L + 4, 0);
   // Mixtral's experts are replicated: only attention is split, two all-reduces per block.
   check_tp_step_collectives<models::Mixtral>("configs/plans/mixtral_tp.json", tiny_mixtral(),
                                              2 * tiny_mixtral().n_layers + 4, 0);
