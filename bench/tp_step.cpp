@@ -12,7 +12,6 @@
 #include <ATen/record_function.h>
 #include <torch/autograd.h>
 #include <torch/nn/module.h>
-#include <torch/optim/adamw.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +19,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <functional>
 #include <map>
 #include <mutex>
@@ -35,6 +37,7 @@
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/mesh/device_mesh.h"
+#include "vescale/optim/adamw.h"
 #include "vescale/plan/parallelize.h"
 #include "vescale/random/random.h"
 
@@ -195,6 +198,12 @@ int env_int(const char* name, int fallback) {
 
 int main() {
   at::set_num_threads(1);
+#ifdef __GLIBC__
+  // As vescale-train runs (train/trainer.cpp), for every variant: freed host memory stays in
+  // the heap, so steps don't page their activations in again.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, -1);
+#endif
   dist::init({.device = "cpu"});
   const int warmup = env_int("TP_STEP_WARMUP", 3), rounds = env_int("TP_STEP_ROUNDS", 5),
             per_round = env_int("TP_STEP_PER_ROUND", 4);
@@ -215,20 +224,27 @@ int main() {
     return m;
   };
   models::Llama eager_model = make_model(), static_model = make_model();
-  auto adamw = [](std::vector<at::Tensor> params) {
-    return std::make_shared<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(kWeightDecay));
+  // Every variant steps with vescale's AdamW (libtorch's fused kernel; DTensors on their shards),
+  // what vescale-train runs, so the variants differ only in forward and backward.
+  auto adamw = [](optim::NamedParams params) {
+    return std::make_shared<optim::AdamW>(std::vector<optim::ParamGroup>{{std::move(params), kWeightDecay}},
+                                          optim::AdamWOptions{.lr = kLr, .eps = kEps});
   };
-  auto eager_opt = adamw(eager_model->parameters()), static_opt = adamw(static_model->parameters());
+  auto named = [](models::Llama& m) {
+    optim::NamedParams out;
+    for (auto& kv : m->named_parameters()) out.emplace_back(kv.key(), kv.value());
+    return out;
+  };
+  auto eager_opt = adamw(named(eager_model)), static_opt = adamw(named(static_model));
 
   // The baseline starts from the DTensor model's local shards.
   LocalTpLlama base{o, tp, mesh.coordinate("tp"), {}, {}, {}};
-  std::vector<at::Tensor> base_params;
+  optim::NamedParams base_params;
   for (auto& kv : eager_model->named_parameters()) {
     const at::Tensor& t = kv.value();
     auto local = (dtensor::is_dtensor(t) ? dtensor::to_local(t.detach()) : t.detach()).clone().requires_grad_(true);
     base.p[kv.key()] = local;
-    base_params.push_back(local);
+    base_params.emplace_back(kv.key(), local);
   }
   std::tie(base.cos, base.sin) = models::rope_tables(o, at::TensorOptions().dtype(at::kFloat));
   auto base_opt = adamw(base_params);
@@ -236,7 +252,7 @@ int main() {
   auto replicated = [&](const at::Tensor& t) {
     return dtensor::from_local(t.contiguous(), mesh, {dtensor::Replicate()}, t.sizes().vec());
   };
-  auto dtensor_step = [&](models::Llama& model, torch::optim::AdamW& opt, int64_t s) {
+  auto dtensor_step = [&](models::Llama& model, optim::AdamW& opt, int64_t s) {
     dtensor::static_eager_step();
     auto full = batch(s, o.vocab_size);
     auto x = replicated(full.slice(1, 0, kSeq)), y = replicated(full.slice(1, 1, kSeq + 1));

@@ -135,8 +135,8 @@ def main():
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
     torch.manual_seed(1234)
     model = parallelize_module(Llama(), mesh, tp_plan())
-    # Per-parameter AdamW (foreach=False), as torch::optim::AdamW on the C++ side.
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=ADAM_EPS, weight_decay=WD, foreach=False)
+    # Fused AdamW, as vescale::optim::AdamW on the C++ side.
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=ADAM_EPS, weight_decay=WD, fused=True)
     warmup = int(os.environ.get("TP_STEP_WARMUP", 3))
     steps = int(os.environ.get("TP_STEP_ROUNDS", 5)) * int(os.environ.get("TP_STEP_PER_ROUND", 4))
     times, cpu_times, first_loss = [], [], None

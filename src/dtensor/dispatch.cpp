@@ -49,6 +49,7 @@ struct Plan {
   // the cache and the static-eager tape). Plans are per thread, like the caches holding them.
   mutable std::vector<std::vector<std::shared_ptr<const DTensorSpec>>> outputs;
   std::function<void(torch::jit::Stack&)> local_fn;
+  std::vector<int64_t> dims_from;  // Strategy::dims_from
 };
 
 struct KeyHash {
@@ -255,9 +256,11 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
   VESCALE_CHECK(!random || rule, "DTensor: ", name, " draws random numbers, and the consistent RNG "
                                  "(vescale/random) has no rule for it yet; use vescale::random functions");
   // view must go through its rule even when replicated: the shard may be a transposed view
-  // that only a reshape can handle (see rules/view.cpp). The fused attention ops have no CPU
-  // kernel of their own: their rule's local_fn is the computation (rules/attention.cpp).
-  const bool always_rule = name == "aten::view" || name == "aten::_unsafe_view" ||
+  // that only a reshape can handle (see rules/view.cpp). Permutations too: their rule gives the
+  // output's strides (Strategy::dims_from). The fused attention ops have no CPU kernel of their
+  // own: their rule's local_fn is the computation (rules/attention.cpp).
+  const bool always_rule = name == "aten::view" || name == "aten::_unsafe_view" || name == "aten::t" ||
+                           name == "aten::transpose.int" || name == "aten::permute" ||
                            name.rfind("aten::_scaled_dot_product_fused_attention_overrideable", 0) == 0;
   Strategy strategy;
   if (all_replicated && !always_rule && !random) {
@@ -291,6 +294,7 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
   plan->inputs = std::move(strategy.inputs);
   plan->output_placements = strategy.outputs;
   plan->local_fn = std::move(strategy.local_fn);
+  plan->dims_from = std::move(strategy.dims_from);
   if (n_out == 0) return plan;
   if (!strategy.element_outputs.empty()) {
     std::vector<std::shared_ptr<const DTensorSpec>> elems;
@@ -580,7 +584,15 @@ run_plan:
         }
       }
     } else if (v.isTensor() && v.toTensor().defined()) {
-      v = make_dtensor(v.toTensor(), output_spec(*plan, *mesh, out_i, 0, v.toTensor()));
+      auto spec = output_spec(*plan, *mesh, out_i, 0, v.toTensor());
+      if (plan->dims_from.empty() || !inputs[0].spec) {
+        v = make_dtensor(v.toTensor(), std::move(spec));
+      } else {
+        const auto in_strides = inputs[0].tensor.strides();
+        c10::SmallVector<int64_t, 6> strides;
+        for (int64_t d : plan->dims_from) strides.push_back(in_strides[d]);
+        v = make_dtensor(v.toTensor(), std::move(spec), strides);
+      }
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> out;
       auto l = v.toTensorList();

@@ -52,6 +52,12 @@ at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spe
   return t;
 }
 
+at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spec, c10::IntArrayRef strides) {
+  at::Tensor t = make_dtensor(std::move(local), std::move(spec));
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), strides);
+  return t;
+}
+
 at::Tensor make_dtensor(at::Tensor local, DTensorSpec spec) {
   return make_dtensor(std::move(local), std::make_shared<const DTensorSpec>(std::move(spec)));
 }

@@ -42,6 +42,8 @@ void ensure_backend_registered();
 // Wraps a local shard without any autograd link (inside the dispatcher, or for grads).
 at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spec);
 at::Tensor make_dtensor(at::Tensor local, DTensorSpec spec);
+// The same with global strides other than contiguous (a permuted view's: Strategy::dims_from).
+at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spec, c10::IntArrayRef strides);
 
 // Unchecked accessor for code that already knows `t` is a DTensor.
 DTensorMeta* dtensor_impl(const at::Tensor& t);

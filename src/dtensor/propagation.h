@@ -46,6 +46,11 @@ struct Strategy {
   // When set, runs instead of the op on the local tensors (e.g. a mean over a sharded dim is a
   // local sum divided by the global count). Gets the stack with local tensors; leaves the returns.
   std::function<void(torch::jit::Stack&)> local_fn;
+  // Dimension permutations (t, transpose, permute): output dim i is input dim dims_from[i]. The
+  // output's global strides are then the input's, permuted, as for a plain tensor: autograd's
+  // layout-aware formulas read them (mm's backward gives a transposed weight's gradient in the
+  // weight's own layout). Global strides only, so every rank takes the same formula.
+  std::vector<int64_t> dims_from;
 };
 
 using Rule = std::function<Strategy(const OpCall&)>;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "vescale/common/check.h"
+#include "vescale/dtensor/dtensor.h"
 
 namespace vescale::optim {
 
@@ -41,9 +42,23 @@ void adamw_update(at::Tensor& p, const at::Tensor& grad, at::Tensor& exp_avg, at
 }
 
 namespace {
-// Where at::_fused_adamw_ has kernels; DTensors (PrivateUse1) take the per-op loop, whose
-// aten ops their dispatcher shards.
-bool fusable(const at::Tensor& p) { return p.device().is_cpu() || p.device().is_cuda(); }
+// What at::_fused_adamw_ updates for `t`: a plain CPU/CUDA tensor itself; a DTensor its local
+// shard (AdamW is elementwise, and the gradient and the moments share the parameter's
+// placements, so the shards line up). Undefined where the kernel can't take it.
+at::Tensor fused_view(const at::Tensor& t) {
+  const at::Tensor local = dtensor::is_dtensor(t) ? dtensor::to_local(t) : t;
+  return local.device().is_cpu() || local.device().is_cuda() ? local : at::Tensor();
+}
+
+// A gradient the fused kernel can take with its parameter: same dtype, and for a DTensor the
+// same placements (a Partial or differently sharded gradient takes the op loop, whose
+// dispatcher redistributes it).
+bool fusable_grad(const at::Tensor& p, const at::Tensor& grad) {
+  if (grad.scalar_type() != p.scalar_type() || dtensor::is_dtensor(p) != dtensor::is_dtensor(grad)) return false;
+  if (!dtensor::is_dtensor(p)) return grad.device() == p.device();
+  const auto &ps = dtensor::spec_of(p), &gs = dtensor::spec_of(grad);
+  return ps.mesh == gs.mesh && ps.placements == gs.placements;
+}
 }  // namespace
 
 void AdamW::step() {
@@ -59,12 +74,14 @@ void AdamW::step() {
         s.exp_avg_sq = at::zeros_like(p, at::MemoryFormat::Preserve);
       }
       s.step += 1;
-      if (options_.fused && fusable(p) && grad.device() == p.device() && grad.scalar_type() == p.scalar_type()) {
-        // The kernel reads the step from a float tensor; kept in step with the host count.
-        if (!s.step_t.defined()) s.step_t = at::zeros({}, p.options().dtype(at::kFloat));
-        ps.push_back(p), gs.push_back(grad), ms.push_back(s.exp_avg), vs.push_back(s.exp_avg_sq);
-        steps.push_back(s.step_t);
-        continue;
+      if (options_.fused && fusable_grad(p, grad)) {
+        if (at::Tensor local = fused_view(p); local.defined()) {
+          // The kernel reads the step from a float tensor; kept in step with the host count.
+          if (!s.step_t.defined()) s.step_t = at::full({}, static_cast<double>(s.step - 1), local.options().dtype(at::kFloat));
+          ps.push_back(local), gs.push_back(fused_view(grad)), ms.push_back(fused_view(s.exp_avg));
+          vs.push_back(fused_view(s.exp_avg_sq)), steps.push_back(s.step_t);
+          continue;
+        }
       }
       adamw_update(p, grad, s.exp_avg, s.exp_avg_sq, s.step, options_, g.weight_decay);
     }
@@ -114,8 +131,7 @@ void AdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
       s.step = it->second.item<int64_t>();  // host-side counter, read once at load
       s.exp_avg = at::empty_like(p).copy_(m->second);
       s.exp_avg_sq = at::empty_like(p).copy_(v->second);
-      s.step_t = at::Tensor();  // the fused step's float copy of the count, remade below
-      if (options_.fused && fusable(p)) s.step_t = at::full({}, static_cast<double>(s.step), p.options().dtype(at::kFloat));
+      s.step_t = at::Tensor();  // the fused step's float copy of the count: remade at the next step
       used += 3;
     }
   }

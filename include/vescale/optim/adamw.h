@@ -1,9 +1,10 @@
-// AdamW with decoupled weight decay, the arithmetic of torch::optim::AdamW. Plain CPU/CUDA
-// parameters are updated by libtorch's fused kernel (at::_fused_adamw_, one call per group;
-// equal to torch::optim::AdamW up to rounding order, 1 ulp). DTensor parameters (and all with
-// fused=false) take a loop of aten ops (adamw_update), bitwise torch::optim::AdamW's, which
-// the dispatcher shards: the state tensors take the parameters' placements (zeros_like), and
-// no value is read back to the host.
+// AdamW with decoupled weight decay, the arithmetic of torch::optim::AdamW. Parameters are
+// updated by libtorch's fused kernel (at::_fused_adamw_, one call per group; equal to
+// torch::optim::AdamW up to rounding order, 1 ulp): plain CPU/CUDA tensors directly, DTensors
+// on their local shards, since the update is elementwise and the state tensors take the
+// parameters' placements (zeros_like). A DTensor whose gradient is placed otherwise (and
+// every parameter with fused=false) takes a loop of aten ops (adamw_update), bitwise
+// torch::optim::AdamW's, which the dispatcher shards. No value is read back to the host.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -30,7 +31,7 @@ struct AdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  // Plain CPU/CUDA parameters through at::_fused_adamw_ (within 1 ulp of the loop); false:
+  // Parameters (DTensors by their shards) through at::_fused_adamw_ (within 1 ulp of the loop); false:
   // the op-by-op loop for every parameter, bitwise torch::optim::AdamW.
   bool fused = true;
 };
@@ -64,7 +65,7 @@ class AdamW {
   struct State {
     int64_t step = 0;
     at::Tensor exp_avg, exp_avg_sq;
-    at::Tensor step_t;  // float copy of `step` for the fused kernel (plain parameters)
+    at::Tensor step_t;  // float copy of `step` for the fused kernel (on the local shard's device)
   };
   std::vector<ParamGroup> groups_;
   AdamWOptions options_;

@@ -42,7 +42,9 @@ Strategy transpose(const OpCall& call, int64_t a, int64_t b) {
   const int64_t nd = call.specs[0].ndim();
   auto map = identity(nd);
   if (nd >= 2) std::swap(map[rules::wrap_dim(a, nd)], map[rules::wrap_dim(b, nd)]);
-  return remap(call, map);
+  Strategy st = remap(call, map);
+  st.dims_from = map;  // a swap is its own inverse
+  return st;
 }
 
 Strategy permute(const OpCall& call) {
@@ -50,7 +52,9 @@ Strategy permute(const OpCall& call) {
   auto dims = call.arg("dims").toIntVector();
   std::vector<int64_t> map(nd);
   for (int64_t i = 0; i < nd; ++i) map[rules::wrap_dim(dims[i], nd)] = i;
-  return remap(call, map);
+  Strategy st = remap(call, map);
+  for (int64_t i = 0; i < nd; ++i) st.dims_from.push_back(rules::wrap_dim(dims[i], nd));
+  return st;
 }
 
 Strategy unsqueeze(const OpCall& call) {
