@@ -135,8 +135,10 @@ def main():
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
     torch.manual_seed(1234)
     model = parallelize_module(Llama(), mesh, tp_plan())
-    # Fused AdamW, as vescale::optim::AdamW on the C++ side.
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=ADAM_EPS, weight_decay=WD, fused=True)
+    # Per-parameter AdamW (foreach=False): fused=True rejects DTensor parameters with plain step
+    # counters, and foreach=True the mix of DTensor and plain parameters that parallelize_module
+    # leaves (torch 2.12). The C++ side runs vescale::optim::AdamW's fused kernel.
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=ADAM_EPS, weight_decay=WD, foreach=False)
     warmup = int(os.environ.get("TP_STEP_WARMUP", 3))
     steps = int(os.environ.get("TP_STEP_ROUNDS", 5)) * int(os.environ.get("TP_STEP_PER_ROUND", 4))
     times, cpu_times, first_loss = [], [], None

@@ -33,7 +33,7 @@ lines = [
     f"{sys.argv[3]} after); {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; "
     "Gloo on CPU, 1 thread per rank, launched by vescale-run.",
     f"Model: llama_tiny's shapes (vocab 256, dim 128, 4 layers, ffn 384) with 8 query / 4 kv heads (head_dim 16) so that "
-    f"TP=4 splits whole kv heads; batch {r0['batch']} x seq {r0['seq']}, fp32, AdamW (fused kernel; DTensors on their local shards). "
+    f"TP=4 splits whole kv heads; batch {r0['batch']} x seq {r0['seq']}, fp32, AdamW (C++: fused kernel, DTensors on their local shards; PyTorch: per parameter). "
     "One step = zero_grad, forward, cross-entropy, backward, (grad reduce), optimizer step, loss to host.",
     f"Step time in ms: median over {r0['steps']} timed steps after {os.environ.get('TP_STEP_WARMUP', 3)} warm-up steps "
     "(each step starts after a barrier); the three C++ variants run in interleaved rounds in one process.",
