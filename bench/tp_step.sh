@@ -84,7 +84,10 @@ lines += ["(`redistribute` is the plan's module-boundary hooks, the loss's `full
           "4 ranks on 2 shared cores are heavily oversubscribed: every collective waits until all 4 processes are scheduled, so TP=4",
           "wall times are noisy and mostly measure the number of collectives and the scheduler.",
           "",
-          "Before: 2026-11-30 17:58 (same machine, before the fused cross-entropy and the dispatch-path trims): 22 collectives per "
+          "Before: 2026-11-30 21:10 (same machine, load 4.5-5.7; before AdamW stepped DTensors on their shards and before "
+          "permuted DTensor views carried permuted strides; the variants then used torch::optim::AdamW, per parameter, and each "
+          "step made 1250 DTensor op calls): eager 1.26x / 1.09x the baseline's wall time at TP=2 / 4 (CPU 1.23x / 1.09x), "
+          "static 1.23x / 1.08x (CPU 1.21x / 1.07x). 2026-11-30 17:58 (same machine, before the fused cross-entropy and the dispatch-path trims): 22 collectives per "
           "step, eager 1.14x / 1.19x the baseline's wall time at TP=2 / 4 (CPU 1.11x / 1.15x), static 1.13x / 1.06x (CPU 1.10x / "
           "1.11x). 2026-11-30 15:29 (llama_tp.json without `forward` entries and sdpa on its math path): 162 in-op "
           "redistributions and 166 collectives per step at TP=2, eager 4.46x / 6.49x the baseline's wall time at TP=2 / 4 "
