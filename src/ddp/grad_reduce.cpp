@@ -12,11 +12,13 @@ int64_t reduce_gradients(torch::nn::Module& model) {
   for (auto& p : model.parameters(/*recurse=*/true)) {
     at::Tensor& g = p.mutable_grad();
     if (!g.defined() || !dtensor::is_dtensor(g) || !dtensor::is_dtensor(p)) continue;
-    // libtorch's AccumulateGrad copies a plain tensor's strided gradient (a weight's comes out
-    // of mm's backward as a transposed view) to the parameter's layout. A DTensor reports
-    // contiguous global strides, so its shard is kept as the view and every optimizer op then
-    // walks it strided: copy it to a contiguous shard once here, as libtorch does for plain ones.
-    const at::Tensor local = dtensor::to_local(g.detach());
+    // libtorch's AccumulateGrad copies a plain tensor's strided gradient to the parameter's
+    // layout. It reads a DTensor's global strides, not its shard's: a shard that is still a
+    // strided view would be walked strided by every optimizer op, so copy it contiguous once
+    // here. (Weight gradients already come out of mm's backward in the weight's layout, since
+    // permuted DTensor views carry permuted strides; this catches what else a model does.)
+    // A gradient has no history: to_local needs no detach (a DTensor op of its own).
+    const at::Tensor local = dtensor::to_local(g);
     if (!local.is_contiguous()) {
       const auto& s = dtensor::spec_of(g);
       g = dtensor::from_local(local.contiguous(), s.mesh, s.placements, s.shape);

@@ -51,6 +51,18 @@ struct DTensorHooks final : at::PrivateUse1HooksInterface {
 C10_REGISTER_GUARD_IMPL(PrivateUse1, DTensorGuardImpl);
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&dtensor_fallback>()); }
+
+namespace {
+// detach runs on every gradient AccumulateGrad stores and wherever a model or the framework
+// drops history: the same shard (detached) under the same spec and strides, without the
+// boxed fallback's propagation and wrapping.
+at::Tensor detach(const at::Tensor& self) {
+  const DTensorMeta* m = dtensor_impl(self);
+  return make_dtensor(m->local().detach(), m->spec_ptr(), self.strides());
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("detach", TORCH_FN(detach)); }
 // libtorch has no autograd fallback for the private-use keys; ops without a derivative formula
 // then fail in backward with a clear message instead of silently dropping the gradient.
 TORCH_LIBRARY_IMPL(_, AutogradPrivateUse1, m) { m.fallback(torch::autograd::basicAutogradNotImplementedFallback()); }
