@@ -50,14 +50,14 @@ at::Tensor fused_view(const at::Tensor& t) {
   return local.device().is_cpu() || local.device().is_cuda() ? local : at::Tensor();
 }
 
-// A gradient the fused kernel can take with its parameter: same dtype, and for a DTensor the
-// same placements (a Partial or differently sharded gradient takes the op loop, whose
-// dispatcher redistributes it).
-bool fusable_grad(const at::Tensor& p, const at::Tensor& grad) {
-  if (grad.scalar_type() != p.scalar_type() || dtensor::is_dtensor(p) != dtensor::is_dtensor(grad)) return false;
-  if (!dtensor::is_dtensor(p)) return grad.device() == p.device();
-  const auto &ps = dtensor::spec_of(p), &gs = dtensor::spec_of(grad);
-  return ps.mesh == gs.mesh && ps.placements == gs.placements;
+// Whether the fused kernel can take `t` (a gradient or a moment) with its parameter: the same
+// dtype, and for a DTensor the same placements, so that the shards line up (a Partial or
+// differently sharded gradient takes the op loop, whose dispatcher redistributes it).
+bool same_layout(const at::Tensor& p, const at::Tensor& t) {
+  if (t.scalar_type() != p.scalar_type() || dtensor::is_dtensor(p) != dtensor::is_dtensor(t)) return false;
+  if (!dtensor::is_dtensor(p)) return t.device() == p.device();
+  const auto &ps = dtensor::spec_of(p), &ts = dtensor::spec_of(t);
+  return ps.mesh == ts.mesh && ps.placements == ts.placements;
 }
 }  // namespace
 
@@ -74,7 +74,7 @@ void AdamW::step() {
         s.exp_avg_sq = at::zeros_like(p, at::MemoryFormat::Preserve);
       }
       s.step += 1;
-      if (options_.fused && fusable_grad(p, grad)) {
+      if (options_.fused && same_layout(p, grad) && same_layout(p, s.exp_avg) && same_layout(p, s.exp_avg_sq)) {
         if (at::Tensor local = fused_view(p); local.defined()) {
           // The kernel reads the step from a float tensor; kept in step with the host count.
           if (!s.step_t.defined()) s.step_t = at::full({}, static_cast<double>(s.step - 1), local.options().dtype(at::kFloat));
