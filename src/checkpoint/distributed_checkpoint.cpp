@@ -28,36 +28,20 @@ using json = nlohmann::json;
 constexpr const char* kFormat = "vescale-checkpoint";
 constexpr int kVersion = 1;
 
-// CRC-32 (IEEE, as zlib and gzip), table-driven.
-uint32_t crc32_update(uint32_t crc, const char* data, size_t n) {
-  static const auto table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ static_cast<uint8_t>(data[i])) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
-
-uint32_t file_crc32(const std::string& path, uint64_t* bytes) {
+// A file's size and CRC-32 by reading it whole: only for the error path of load, where a file
+// failed to parse (the normal paths take the digest from the bytes they write or read).
+FileDigest file_digest(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   VESCALE_CHECK(in, "checkpoint: cannot read ", path);
   std::vector<char> buf(1 << 20);
-  uint32_t crc = 0;
-  uint64_t total = 0;
+  FileDigest d;
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     const auto n = static_cast<size_t>(in.gcount());
-    crc = crc32_update(crc, buf.data(), n);
-    total += n;
+    d.crc32 = crc32_update(d.crc32, buf.data(), n);
+    d.bytes += n;
   }
-  if (bytes) *bytes = total;
-  return crc;
+  return d;
 }
 
 int world_rank() { return dist::is_initialized() ? dist::rank() : 0; }
@@ -263,9 +247,10 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
   j->writer = std::thread([j, rank] {
     try {
       const auto path = (j->tmp_dir / rank_file(rank)).string();
-      save_safetensors(path, j->staged);
+      const FileDigest d = save_safetensors(path, j->staged);
       j->staged.clear();
-      j->crc = file_crc32(path, &j->bytes);
+      j->crc = d.crc32;
+      j->bytes = d.bytes;
     } catch (const std::exception& e) {
       j->error = e.what();
     }
@@ -392,13 +377,22 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
     if (it != opened.end()) return it->second;
     const auto path = (fs::path(folder) / file).string();
     VESCALE_CHECK(files.contains(file), "checkpoint: ", folder, "/index.json lists no file ", file);
-    uint64_t bytes = 0;
-    const uint32_t crc = file_crc32(path, &bytes);
     const auto& f = files[file];
-    VESCALE_CHECK(bytes == f.at("bytes").get<uint64_t>() && crc == f.at("crc32").get<uint32_t>(), "checkpoint: ",
-                  path, " is corrupt: ", bytes, " bytes with CRC-32 ", crc, ", the index says ",
-                  f.at("bytes").get<uint64_t>(), " bytes with CRC-32 ", f.at("crc32").get<uint32_t>());
-    return opened.emplace(file, load_safetensors(path)).first->second;
+    auto check = [&](const FileDigest& d) {
+      VESCALE_CHECK(d.bytes == f.at("bytes").get<uint64_t>() && d.crc32 == f.at("crc32").get<uint32_t>(),
+                    "checkpoint: ", path, " is corrupt: ", d.bytes, " bytes with CRC-32 ", d.crc32, ", the index says ",
+                    f.at("bytes").get<uint64_t>(), " bytes with CRC-32 ", f.at("crc32").get<uint32_t>());
+    };
+    FileDigest d;
+    std::map<std::string, at::Tensor> chunks;
+    try {
+      chunks = read_safetensors(path, &d).tensors;  // one pass: the digest comes with the bytes
+    } catch (const std::exception&) {
+      if (fs::exists(path)) check(file_digest(path));  // a damaged file: say so, not just "bad header"
+      throw;
+    }
+    check(d);
+    return opened.emplace(file, std::move(chunks)).first->second;
   };
 
   // Fills dst, the box of tensor `key` at `want_offsets`, from the chunks that overlap it.

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <cstdio>
@@ -93,7 +94,23 @@ at::ScalarType safetensors_dtype(const std::string& name, const std::string& whe
   VESCALE_FAIL(where, ": unknown dtype '", name, "' (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
 }
 
-Safetensors read_safetensors(const std::string& path) {
+uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  const auto* p = static_cast<const uint8_t*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+Safetensors read_safetensors(const std::string& path, FileDigest* digest) {
   std::ifstream in(path, std::ios::binary);
   VESCALE_CHECK(in, "safetensors: cannot open ", path, ": no such file or not readable");
   in.seekg(0, std::ios::end);
@@ -153,13 +170,18 @@ Safetensors read_safetensors(const std::string& path) {
   VESCALE_CHECK(pos == data_size, "safetensors: ", path, ": ", data_size - pos,
                 " bytes after the last tensor belong to no tensor; the file is corrupt");
 
-  for (const auto& e : entries) {
-    auto t = at::empty(e.shape, at::TensorOptions().dtype(e.type));
-    in.seekg(static_cast<std::streamoff>(8 + n + e.begin));
-    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
-    VESCALE_CHECK(in, "safetensors: ", path, ": reading tensor '", e.name, "' failed");
-    out.tensors.emplace(e.name, std::move(t));
+  // In file order, which covers the data exactly (checked above): the digest sees every byte once.
+  FileDigest d{8 + n, crc32_update(crc32_update(0, &n, 8), text.data(), text.size())};
+  for (const Entry* e : sorted) {
+    auto t = at::empty(e->shape, at::TensorOptions().dtype(e->type));
+    in.seekg(static_cast<std::streamoff>(8 + n + e->begin));
+    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e->end - e->begin));
+    VESCALE_CHECK(in, "safetensors: ", path, ": reading tensor '", e->name, "' failed");
+    if (digest) d.crc32 = crc32_update(d.crc32, t.data_ptr(), e->end - e->begin);
+    d.bytes += e->end - e->begin;
+    out.tensors.emplace(e->name, std::move(t));
   }
+  if (digest) *digest = d;
   return out;
 }
 
@@ -167,8 +189,8 @@ std::map<std::string, at::Tensor> load_safetensors(const std::string& path) {
   return read_safetensors(path).tensors;
 }
 
-void save_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+FileDigest save_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+                            const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   std::vector<at::Tensor> data;
   uint64_t offset = 0;
@@ -188,19 +210,26 @@ void save_safetensors(const std::string& path, const std::map<std::string, at::T
   text.append((8 - text.size() % 8) % 8, ' ');
 
   const std::string tmp = path + ".tmp";
+  FileDigest digest;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     VESCALE_CHECK(out, "safetensors: cannot create ", tmp, ": check that the folder exists and is writable");
     const uint64_t n = text.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(text.data(), static_cast<std::streamsize>(n));
-    for (const auto& c : data) out.write(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+    auto write = [&](const void* p, uint64_t bytes) {
+      out.write(static_cast<const char*>(p), static_cast<std::streamsize>(bytes));
+      digest.crc32 = crc32_update(digest.crc32, p, bytes);
+      digest.bytes += bytes;
+    };
+    write(&n, 8);
+    write(text.data(), n);
+    for (const auto& c : data) write(c.data_ptr(), c.numel() * c.element_size());
     out.flush();
     VESCALE_CHECK(out, "safetensors: writing ", tmp, " failed (disk full?)");
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   VESCALE_CHECK(!ec, "safetensors: cannot rename ", tmp, " to ", path, ": ", ec.message());
+  return digest;
 }
 
 }  // namespace vescale::checkpoint

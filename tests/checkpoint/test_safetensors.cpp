@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/common/check.h"
@@ -44,8 +45,21 @@ TEST_CASE("safetensors round trip: every dtype, scalars, empty tensors, metadata
       {"scalar", at::scalar_tensor(2.5)}, {"empty", at::zeros({0, 3})},
       {"strided", at::arange(12, at::kFloat).view({3, 4}).t()}};
   auto path = temp_path("round.safetensors");
-  ckpt::save_safetensors(path, t, {{"format", "pt"}, {"step", "7"}});
-  auto back = ckpt::read_safetensors(path);
+  const ckpt::FileDigest written = ckpt::save_safetensors(path, t, {{"format", "pt"}, {"step", "7"}});
+  ckpt::FileDigest read;
+  auto back = ckpt::read_safetensors(path, &read);
+  // The digests taken while writing and while reading are the file's: its size, and the CRC-32
+  // of its raw bytes (the check value of "123456789" pins the CRC-32 variant: IEEE, as zlib).
+  CHECK(ckpt::crc32_update(0, "123456789", 9) == 0xCBF43926u);
+  {
+    std::ifstream raw(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(raw)), std::istreambuf_iterator<char>());
+    CHECK(written.bytes == bytes.size());
+    CHECK(written.crc32 == ckpt::crc32_update(0, bytes.data(), bytes.size()));
+    CHECK(ckpt::crc32_update(ckpt::crc32_update(0, bytes.data(), 5), bytes.data() + 5, bytes.size() - 5) == written.crc32);
+  }
+  CHECK(read.bytes == written.bytes);
+  CHECK(read.crc32 == written.crc32);
   CHECK(back.metadata == std::map<std::string, std::string>{{"format", "pt"}, {"step", "7"}});
   REQUIRE(back.tensors.size() == t.size());
   for (const auto& [name, x] : t) {
