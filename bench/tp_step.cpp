@@ -19,9 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <functional>
 #include <map>
 #include <mutex>
@@ -40,6 +37,7 @@
 #include "vescale/optim/adamw.h"
 #include "vescale/plan/parallelize.h"
 #include "vescale/random/random.h"
+#include "vescale/train/memory_stats.h"
 
 using namespace vescale;
 using torch::autograd::AutogradContext;
@@ -198,12 +196,7 @@ int env_int(const char* name, int fallback) {
 
 int main() {
   at::set_num_threads(1);
-#ifdef __GLIBC__
-  // As vescale-train runs (train/trainer.cpp), for every variant: freed host memory stays in
-  // the heap, so steps don't page their activations in again.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, -1);
-#endif
+  train::keep_freed_host_memory();  // as vescale-train runs, for every variant
   dist::init({.device = "cpu"});
   const int warmup = env_int("TP_STEP_WARMUP", 3), rounds = env_int("TP_STEP_ROUNDS", 5),
             per_round = env_int("TP_STEP_PER_ROUND", 4);

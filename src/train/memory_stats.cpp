@@ -7,6 +7,10 @@
 #include <atomic>
 #include <mutex>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #if VESCALE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -82,6 +86,13 @@ void reset_peak_memory(bool cuda) {
   if (cuda) return c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
 #endif
   if (counting && !cuda) counting->reset_peak();
+}
+
+void keep_freed_host_memory() {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's cap
+  mallopt(M_TRIM_THRESHOLD, -1);
+#endif
 }
 
 }  // namespace vescale::train

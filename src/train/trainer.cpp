@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <glob.h>
-#include <malloc.h>
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 #include <unistd.h>
@@ -35,6 +34,7 @@
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
 #include "vescale/train/cross_entropy.h"
+#include "vescale/train/memory_stats.h"
 #include "module_hooks.h"
 
 namespace vescale::train {
@@ -83,17 +83,6 @@ at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh
 }
 // ===================================================================================
 
-// Each CPU step frees and reallocates the same activations. By default glibc maps blocks
-// above its (adaptive) mmap threshold fresh and returns the heap's free top to the OS, so a
-// step page-faults much of its memory in again (~5K faults per nanogpt_tiny step, several %
-// of its time). Blocks up to 32 MiB (glibc's cap) from the heap and no trimming: the next
-// step reuses the same pages. The process keeps its peak footprint, as a caching allocator would.
-void keep_freed_host_memory() {
-#ifdef __GLIBC__
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, -1);
-#endif
-}
 
 std::string exe_dir() {
   char buf[4096];
