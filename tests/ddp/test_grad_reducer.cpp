@@ -9,6 +9,8 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -397,10 +399,17 @@ TEST_CASE("peak memory per rank falls from ZeRO 0 to 1 to 2 to 3", "[ddp][zero][
   CHECK(peak[1] < peak[0] - param_bytes / 8);
   CHECK(peak[2] < peak[1] - param_bytes / 8);
   CHECK(peak[3] < peak[2] - param_bytes / 8);
-  // ZeRO-3's blocks are slices before the first step: its first step (init included) stays
-  // below ZeRO-2's steady state.
-  if (dist::rank() == 0) std::printf("ZeRO-3 peak up to the end of step 1: %.2f MiB\n", first[3] / 1048576.0);
-  CHECK(first[3] < peak[2] - param_bytes / 8);
+  // ZeRO-3's blocks are slices before the first step: its first step holds less than ZeRO-2's
+  // (both include building the full model, P, on every rank), and no more than the larger of
+  // that construction and its own steady state, plus P/8. (This used to compare with ZeRO-2's
+  // steady state minus P/8, which held while weight gradients were copied out of transposed
+  // views; without those copies ZeRO-2's steady state at DP=4 is 1.16 P, and that bound sat
+  // within 0.02 MiB of the construction floor that both stages share.)
+  if (dist::rank() == 0)
+    std::printf("peak up to the end of step 1 (construction and init included): ZeRO-2 %.2f MiB, ZeRO-3 %.2f MiB\n",
+                first[2] / 1048576.0, first[3] / 1048576.0);
+  CHECK(first[3] < first[2]);
+  CHECK(first[3] < std::max(param_bytes, peak[3]) + param_bytes / 8);
 }
 
 TEST_CASE("bf16 reduction sends half the bytes and stays close to fp32", "[ddp][zero][world2]") {
