@@ -45,7 +45,13 @@ using torch::autograd::variable_list;
 
 namespace {
 
-constexpr int64_t kBatch = 4, kSeq = 64;
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+// configs/llama_tiny.json's training step (batch 16 x seq 128) unless TP_STEP_BATCH / TP_STEP_SEQ say otherwise.
+const int64_t kBatch = env_int("TP_STEP_BATCH", 16), kSeq = env_int("TP_STEP_SEQ", 128);
 constexpr double kLr = 1e-3, kEps = 1e-6, kWeightDecay = 0.1;
 
 // configs/llama_tiny.json's shapes, with 8 query / 4 kv heads (head_dim 16) instead of 4 / 2 so
@@ -176,21 +182,21 @@ struct Variant {
   std::function<double(int64_t step)> step;  // one training step; returns the loss
   std::function<void()> enter, leave;        // set up / tear down global modes around its steps
   std::vector<double> ms, cpu_ms;  // wall and process CPU time per timed step
+  std::vector<double> thread_cpu_ms;  // the stepping thread's CPU time (backward runs on it too)
+  std::vector<double> round_ms;       // per round: the median wall time of its steps
   int64_t dispatch_calls = 0, redistributions = 0;  // DTensor dispatcher counters over the timed steps
   int64_t collectives = 0, all_reduces = 0;          // issued on any group over the timed steps
   double first_loss = 0;
 };
 
-double process_cpu_ms() {
+double cpu_ms(clockid_t clock) {
   timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  clock_gettime(clock, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
+double process_cpu_ms() { return cpu_ms(CLOCK_PROCESS_CPUTIME_ID); }
+double thread_cpu_ms() { return cpu_ms(CLOCK_THREAD_CPUTIME_ID); }
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
 
 }  // namespace
 
@@ -251,7 +257,10 @@ int main() {
     auto x = replicated(full.slice(1, 0, kSeq)), y = replicated(full.slice(1, 1, kSeq + 1));
     opt.zero_grad();
     at::Tensor loss = at::cross_entropy_loss(models::call(model, x).flatten(0, 1), y.flatten(0, 1));
-    loss.backward();
+    {
+      dtensor::BackwardOnCallerThread same_thread;  // as the trainer
+      loss.backward();
+    }
     ddp::reduce_gradients(*model);
     opt.step();
     // The loss may be Partial (the vocab-parallel nll with Replicate norm outputs gives one):
@@ -297,11 +306,11 @@ int main() {
       mesh.group("tp").barrier().wait();
       const auto ds0 = dtensor::dispatch_stats();
       const auto cs0 = dist::collective_stats();
-      const double cpu0 = process_cpu_ms();
+      const double cpu0 = process_cpu_ms(), tcpu0 = thread_cpu_ms();
       auto t0 = std::chrono::steady_clock::now();
       const double loss = v.step(next_step[vi]);
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      const double cpu = process_cpu_ms() - cpu0;
+      const double cpu = process_cpu_ms() - cpu0, tcpu = thread_cpu_ms() - tcpu0;
       const auto ds1 = dtensor::dispatch_stats();
       const auto cs1 = dist::collective_stats();
       if (next_step[vi] == 0) v.first_loss = loss;
@@ -309,6 +318,7 @@ int main() {
       if (timed) {
         v.ms.push_back(ms);
         v.cpu_ms.push_back(cpu);
+        v.thread_cpu_ms.push_back(tcpu);
         v.dispatch_calls += ds1.calls - ds0.calls;
         v.redistributions += ds1.redistributions - ds0.redistributions;
         v.collectives += cs1.total() - cs0.total();
@@ -316,6 +326,7 @@ int main() {
       }
     }
     if (v.leave) v.leave();
+    if (timed) v.round_ms.push_back(median(std::vector<double>(v.ms.end() - n, v.ms.end())));
   };
   for (size_t vi = 0; vi < variants.size(); ++vi) run(vi, warmup, false);
   // TP_STEP_OP_COUNTS=1: count every dispatcher call (DTensor ops count twice: the DTensor call
@@ -354,15 +365,19 @@ int main() {
                   " variant's first loss ", v.first_loss, " differs from eager's ", ref,
                   ": the variants no longer compute the same step, so their times are not comparable");
   if (dist::rank() == 0) {
-    for (auto& v : variants)
+    for (auto& v : variants) {
+      std::string rounds_json;
+      for (double r : v.round_ms) rounds_json += (rounds_json.empty() ? "" : ", ") + std::to_string(r);
       std::printf(
-          "{\"impl\": \"%s\", \"tp\": %lld, \"median_ms\": %.3f, \"min_ms\": %.3f, \"max_ms\": %.3f, \"cpu_ms\": %.3f, \"steps\": %zu, "
+          "{\"impl\": \"%s\", \"tp\": %lld, \"median_ms\": %.3f, \"min_ms\": %.3f, \"max_ms\": %.3f, \"cpu_ms\": %.3f, "
+          "\"thread_cpu_ms\": %.3f, \"round_ms\": [%s], \"steps\": %zu, "
           "\"dispatch_calls_per_step\": %lld, \"redistributions_per_step\": %lld, \"collectives_per_step\": %lld, "
           "\"all_reduces_per_step\": %lld, "
           "\"first_loss\": %.8f, \"first_loss_rel_diff_vs_eager\": %.3e, \"batch\": %lld, \"seq\": %lld, "
           "\"static_replayed\": %lld, \"static_recorded\": %lld, \"static_diverged\": %lld}\n",
           v.name.c_str(), static_cast<long long>(tp), median(v.ms), *std::min_element(v.ms.begin(), v.ms.end()),
-          *std::max_element(v.ms.begin(), v.ms.end()), median(v.cpu_ms), v.ms.size(),
+          *std::max_element(v.ms.begin(), v.ms.end()), median(v.cpu_ms), median(v.thread_cpu_ms), rounds_json.c_str(),
+          v.ms.size(),
           static_cast<long long>(v.dispatch_calls / static_cast<int64_t>(v.ms.size())),
           static_cast<long long>(v.redistributions / static_cast<int64_t>(v.ms.size())),
           static_cast<long long>(v.collectives / static_cast<int64_t>(v.ms.size())),
@@ -370,6 +385,7 @@ int main() {
           std::abs(v.first_loss - ref) / std::abs(ref), static_cast<long long>(kBatch), static_cast<long long>(kSeq),
           static_cast<long long>(se.replayed), static_cast<long long>(se.recorded),
           static_cast<long long>(se.diverged));
+    }
     std::string log;
     for (auto& [what, n] : moves) log += (log.empty() ? "" : ", ") + ("\"" + what + "\": " + std::to_string(n));
     std::printf("{\"impl\": \"%s_redistributions\", \"tp\": %lld, \"moves\": {%s}}\n", variants[0].name.c_str(),

@@ -18,7 +18,8 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, loss_parallel, parallelize_module
 
 VOCAB, DIM, LAYERS, HEADS, KV_HEADS, FFN, EPS, THETA, MAX_SEQ = 256, 128, 4, 8, 4, 384, 1e-5, 10000.0, 128
-BATCH, SEQ = 4, 64
+# configs/llama_tiny.json's training step unless TP_STEP_BATCH / TP_STEP_SEQ say otherwise (as bench/tp_step.cpp).
+BATCH, SEQ = int(os.environ.get("TP_STEP_BATCH", 16)), int(os.environ.get("TP_STEP_SEQ", 128))
 LR, ADAM_EPS, WD = 1e-3, 1e-6, 0.1
 HEAD_DIM = DIM // HEADS
 

@@ -1,5 +1,6 @@
 // The public DTensor conversions, each differentiable through a small autograd node.
 #include <ATen/ATen.h>
+#include <c10/core/AutogradState.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -173,6 +174,15 @@ at::Tensor distribute_tensor(const at::Tensor& full, const mesh::DeviceMesh& mes
   }
   if (full.requires_grad()) out.set_requires_grad(true);
   return out;
+}
+
+BackwardOnCallerThread::BackwardOnCallerThread()
+    : previous_(c10::AutogradState::get_tls_state().get_multithreading_enabled()) {
+  c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+}
+
+BackwardOnCallerThread::~BackwardOnCallerThread() {
+  c10::AutogradState::get_tls_state().set_multithreading_enabled(previous_);
 }
 
 }  // namespace vescale::dtensor

@@ -466,6 +466,7 @@ StepMetrics Trainer::step(int64_t step) {
   zero_ ? zero_->set_lr(lr) : optimizer_->set_lr(lr);
   model_.module->train();
   at::Tensor loss_sum;
+  dtensor::BackwardOnCallerThread same_thread;  // no hand-offs to autograd's "dtensor" device thread
   for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
     // Only the last micro-batch's backward reduces; the others accumulate Partial grads.
     if (reducer_) reducer_->set_sync(micro + 1 == t.grad_accum);

@@ -4,9 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
+#include <c10/core/AutogradState.h>
 
 #include <cmath>
 #include <functional>
+#include <thread>
 
 #include "dtensor/dtensor_test_util.h"
 #include "vescale/dist/world.h"
@@ -311,4 +313,34 @@ TEST_CASE("fused attention keeps batch and head shards with no collectives", "[w
       CHECK(at::allclose(full_tensor(xs[i].grad()), ref[i].grad(), 1e-5, 1e-6));
     }
   }
+}
+
+TEST_CASE("BackwardOnCallerThread runs DTensor backward on the caller's thread", "[any]") {
+  auto mesh = mesh::DeviceMesh::init({{"x", -1}});
+  const auto full = full_randn({4 * mesh.size(), 3}, 80);
+  auto grad_thread = [&](bool same_thread, at::Tensor& grad) {
+    auto x = distribute_tensor(full, mesh, {Shard(0)}).requires_grad_(true);
+    std::thread::id seen;
+    x.register_hook([&](const at::Tensor& g) {
+      seen = std::this_thread::get_id();
+      return g;
+    });
+    auto loss = at::mul(x, 3.0).sum();
+    if (same_thread) {
+      BackwardOnCallerThread guard;
+      loss.backward();
+    } else {
+      loss.backward();
+    }
+    grad = full_tensor(x.grad());
+    return seen;
+  };
+  at::Tensor g_default, g_same;
+  // libtorch's default: a non-CPU device's nodes run on that device's worker thread.
+  CHECK(grad_thread(false, g_default) != std::this_thread::get_id());
+  CHECK(grad_thread(true, g_same) == std::this_thread::get_id());
+  CHECK(at::equal(g_same, at::full_like(full, 3.0)));
+  CHECK(at::equal(g_default, g_same));
+  // The guard restores the setting it found.
+  CHECK(c10::AutogradState::get_tls_state().get_multithreading_enabled());
 }

@@ -44,8 +44,17 @@ TEST_CASE("fused cross_entropy equals at::cross_entropy in value and gradient", 
   auto ref = run([](auto& x, auto& t) { return at::cross_entropy_loss(x, t); }, logits, targets, upstream);
   CHECK(ours.loss == Approx(ref.loss).epsilon(1e-6));
   REQUIRE(ours.grad.sizes() == ref.grad.sizes());
-  const double max_grad = ref.grad.abs().max().item<double>();
-  CHECK((ours.grad - ref.grad).abs().max().item<double>() <= 1e-6 * max_grad);
+  // Gradients against ATen in float64. Both fp32 results sum v exponentials per row, in
+  // different orders (ATen's depends on the CPU's vector width): allow the usual fp32 error of
+  // such a sum, ~sqrt(v) roundings of 2^-24 relative, on the largest gradient.
+  auto ref64 = run([](auto& x, auto& t) { return at::cross_entropy_loss(x, t); }, logits.to(at::kDouble), targets,
+                   upstream);
+  const double max_grad = ref64.grad.abs().max().item<double>();
+  const double bound = max_grad * (8 + std::sqrt(static_cast<double>(v))) * std::ldexp(1.0, -24);
+  const double err = (ours.grad.to(at::kDouble) - ref64.grad).abs().max().item<double>();
+  const double aten_err = (ref.grad.to(at::kDouble) - ref64.grad).abs().max().item<double>();
+  CAPTURE(err, aten_err, bound);
+  CHECK(err <= bound);
 }
 
 TEST_CASE("fused cross_entropy on a hand-computed example", "[train][loss]") {

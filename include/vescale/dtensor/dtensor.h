@@ -80,6 +80,22 @@ struct StaticEagerStats {
 };
 StaticEagerStats static_eager_stats();
 
+// While one lives, autograd runs backward on the thread that calls it (RAII; it restores the
+// previous setting). libtorch runs the backward of every non-CPU device on that device's worker
+// thread while the caller waits; DTensors report the "dtensor" device, so without this each
+// backward hands its nodes to that thread and back, which only adds thread switches (the
+// local kernels run on the CPU or enqueue CUDA work either way). The trainer holds one.
+class BackwardOnCallerThread {
+ public:
+  BackwardOnCallerThread();
+  ~BackwardOnCallerThread();
+  BackwardOnCallerThread(const BackwardOnCallerThread&) = delete;
+  BackwardOnCallerThread& operator=(const BackwardOnCallerThread&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Counters of the dispatcher fallback, for tests and benchmarks.
 struct DispatchStats {
   int64_t calls = 0;
