@@ -549,6 +549,7 @@ std::vector<StepMetrics> Trainer::run() {
   std::vector<StepMetrics> all;
   double window_ms = 0;
   int64_t window = 0;
+  bool warned_mfu = false;
   const auto start = std::chrono::steady_clock::now();
   if (resumed_step_ >= t.steps) {
     if (rank_ == 0) log::info("nothing to do: the checkpoint is at step " + std::to_string(resumed_step_) +
@@ -572,9 +573,18 @@ std::vector<StepMetrics> Trainer::run() {
       int n = std::snprintf(line, sizeof(line), "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s",
                             static_cast<int>(std::to_string(t.steps).size()), static_cast<long long>(m.step),
                             static_cast<long long>(t.steps), m.loss, m.lr, m.grad_norm, human(tok_s, "").c_str());
-      if (t.peak_flops > 0)
-        n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.2f%%",
-                           100.0 * flops_per_token_ * tok_s / (t.peak_flops * static_cast<double>(world_size_)));
+      const double mfu =
+          t.peak_flops > 0 ? flops_per_token_ * tok_s / (t.peak_flops * static_cast<double>(world_size_)) : 0.0;
+      if (t.peak_flops > 0) n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.2f%%", 100.0 * mfu);
+      if (t.peak_flops > 0 && mfu > 1.0 && !warned_mfu) {
+        warned_mfu = true;
+        char msg[256];
+        std::snprintf(msg, sizeof(msg),
+                      "MFU above 100%%: each device reaches %.3g FLOP/s, above train.peak_flops = %.3g; set "
+                      "train.peak_flops to the device's peak (e.g. cores x per-core peak on a CPU)",
+                      flops_per_token_ * tok_s / static_cast<double>(world_size_), t.peak_flops);
+        log::warn(msg);
+      }
       n += std::snprintf(line + n, sizeof(line) - n, " | %.0f ms/step | ETA %s", ms,
                          hms(ms / 1000.0 * static_cast<double>(t.steps - m.step)).c_str());
       if (m.val_loss) std::snprintf(line + n, sizeof(line) - n, " | val loss %.4f", *m.val_loss);

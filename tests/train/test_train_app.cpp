@@ -65,6 +65,28 @@ TEST_CASE("vescale-train trains nanogpt_tiny: loss falls, metrics JSONL per step
   std::remove(jsonl.c_str());
 }
 
+TEST_CASE("vescale-train warns once when MFU exceeds 100% (peak_flops set too low)", "[train_app]") {
+  const std::string base = TRAIN + " --config " + CONFIGS + "nanogpt_tiny.json --set train.steps=3 --set train.batch_size=2 " +
+                           "--set train.log_every=1 --set log.metrics_jsonl=";
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t i = s.find(what); i != std::string::npos; i = s.find(what, i + 1)) ++n;
+    return n;
+  };
+  // 1 kFLOP/s: any device beats it, on every logged step; the warning comes once.
+  auto low = run(base + " --set train.peak_flops=1e3");
+  INFO(low.out);
+  REQUIRE(low.code == 0);
+  CHECK(count(low.out, "MFU above 100%: each device reaches") == 1);
+  CHECK_THAT(low.out, Contains("above train.peak_flops = 1e+03"));
+  // 1 EFLOP/s: no CPU reaches it.
+  auto high = run(base + " --set train.peak_flops=1e18");
+  INFO(high.out);
+  REQUIRE(high.code == 0);
+  CHECK(count(high.out, "MFU above 100%") == 0);
+  CHECK_THAT(high.out, Contains("| MFU 0.00%"));
+}
+
 TEST_CASE("vescale-train --dry-run reports LLaMA-3 70B without memory", "[train_app]") {
   auto r = run(TRAIN + " --dry-run --config " + CONFIGS + "llama3_70b.json");
   INFO(r.out);
