@@ -197,7 +197,6 @@ double cpu_ms(clockid_t clock) {
 double process_cpu_ms() { return cpu_ms(CLOCK_PROCESS_CPUTIME_ID); }
 double thread_cpu_ms() { return cpu_ms(CLOCK_THREAD_CPUTIME_ID); }
 
-
 }  // namespace
 
 int main() {

@@ -573,17 +573,18 @@ std::vector<StepMetrics> Trainer::run() {
       int n = std::snprintf(line, sizeof(line), "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s",
                             static_cast<int>(std::to_string(t.steps).size()), static_cast<long long>(m.step),
                             static_cast<long long>(t.steps), m.loss, m.lr, m.grad_norm, human(tok_s, "").c_str());
-      const double mfu =
-          t.peak_flops > 0 ? flops_per_token_ * tok_s / (t.peak_flops * static_cast<double>(world_size_)) : 0.0;
-      if (t.peak_flops > 0) n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.2f%%", 100.0 * mfu);
-      if (t.peak_flops > 0 && mfu > 1.0 && !warned_mfu) {
-        warned_mfu = true;
-        char msg[256];
-        std::snprintf(msg, sizeof(msg),
-                      "MFU above 100%%: each device reaches %.3g FLOP/s, above train.peak_flops = %.3g; set "
-                      "train.peak_flops to the device's peak (e.g. cores x per-core peak on a CPU)",
-                      flops_per_token_ * tok_s / static_cast<double>(world_size_), t.peak_flops);
-        log::warn(msg);
+      if (t.peak_flops > 0) {
+        const double device_flops = flops_per_token_ * tok_s / static_cast<double>(world_size_);
+        n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.2f%%", 100.0 * device_flops / t.peak_flops);
+        if (device_flops > t.peak_flops && !warned_mfu) {
+          warned_mfu = true;
+          char msg[256];
+          std::snprintf(msg, sizeof(msg),
+                        "MFU above 100%%: each device reaches %.3g FLOP/s, above train.peak_flops = %.3g; set "
+                        "train.peak_flops to the device's peak (e.g. cores x per-core peak on a CPU)",
+                        device_flops, t.peak_flops);
+          log::warn(msg);
+        }
       }
       n += std::snprintf(line + n, sizeof(line) - n, " | %.0f ms/step | ETA %s", ms,
                          hms(ms / 1000.0 * static_cast<double>(t.steps - m.step)).c_str());

@@ -10,7 +10,6 @@
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
-
 #include <cmath>
 #include <cstdio>
 #include <map>
