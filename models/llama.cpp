@@ -1,5 +1,6 @@
 #include "llama.h"
 
+#include "causal_attention.h"
 #include "module_hooks.h"
 
 #include <ATen/ATen.h>
@@ -105,7 +106,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
     k = repeat_kv(k);
     v = repeat_kv(v);
   }
-  auto y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  auto y = causal_attention(q, k, v);
   return call(wo, y.transpose(1, 2).reshape({B, T, -1}));
 }
 

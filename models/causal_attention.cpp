@@ -1,0 +1,229 @@
+#include "causal_attention.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MODELS_ATTENTION_AVX2 1
+#include <immintrin.h>
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+extern "C" __m256 Sleef_expf8_u10(__m256);  // libtorch_cpu's SLEEF, as ATen's softmax uses
+#pragma GCC pop_options
+#endif
+
+// The Fortran BLAS entry libtorch_cpu carries (MKL or OpenBLAS) and ATen's own GEMMs call. Weak:
+// a libtorch without it sends every call to at::scaled_dot_product_attention.
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                       const float* beta, float* c, const int* ldc) __attribute__((weak));
+
+namespace models {
+namespace {
+
+// Rows of queries per block: each block's scores reach only the keys up to its last row, so the
+// GEMMs skip the upper triangle in steps of this many columns.
+constexpr int64_t kRows = 32;
+// Above this many bytes of probabilities per call, flash attention's O(T) memory wins.
+constexpr int64_t kMaxProbBytes = int64_t{64} << 20;
+
+// Row-major C[m, n] = alpha op(A) op(B) + beta C, op(A) being [m, k]. Column-major BLAS reads
+// each row-major matrix as its transpose, so it is asked for C^T = op(B)^T op(A)^T.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
+  const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+  const int LDA = static_cast<int>(lda), LDB = static_cast<int>(ldb), LDC = static_cast<int>(ldc);
+  sgemm_(&tb, &ta, &N, &M, &K, &alpha, b, &LDB, a, &LDA, &beta, c, &LDC);
+}
+
+bool use_avx2() {
+#ifdef MODELS_ATTENTION_AVX2
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+#else
+  return false;
+#endif
+}
+
+// s[0, len) <- softmax(s[0, len)); s[len, ncols) <- 0 (the masked keys of this block).
+void softmax_scalar(float* s, int64_t len, int64_t ncols) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < len; ++j) mx = std::max(mx, s[j]);
+  float sum = 0;
+  for (int64_t j = 0; j < len; ++j) sum += (s[j] = std::exp(s[j] - mx));
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < len; ++j) s[j] *= inv;
+  std::fill(s + len, s + ncols, 0.0f);
+}
+
+#ifdef MODELS_ATTENTION_AVX2
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+float hsum(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+void softmax_avx2(float* s, int64_t len, int64_t ncols) {
+  float mx = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+  if (len >= 8) {
+    __m256 m8 = _mm256_loadu_ps(s);
+    for (j = 8; j + 8 <= len; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(s + j));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  }
+  for (; j < len; ++j) mx = std::max(mx, s[j]);
+  const __m256 mx8 = _mm256_set1_ps(mx);
+  __m256 sum8 = _mm256_setzero_ps();
+  for (j = 0; j + 8 <= len; j += 8) {
+    const __m256 e = Sleef_expf8_u10(_mm256_sub_ps(_mm256_loadu_ps(s + j), mx8));
+    _mm256_storeu_ps(s + j, e);
+    sum8 = _mm256_add_ps(sum8, e);
+  }
+  float sum = hsum(sum8);
+  for (; j < len; ++j) sum += (s[j] = std::exp(s[j] - mx));
+  const float inv = 1.0f / sum;
+  const __m256 inv8 = _mm256_set1_ps(inv);
+  for (j = 0; j + 8 <= len; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv8));
+  for (; j < len; ++j) s[j] *= inv;
+  std::fill(s + len, s + ncols, 0.0f);
+}
+#pragma GCC pop_options
+#endif
+
+void softmax_row(float* s, int64_t len, int64_t ncols) {
+#ifdef MODELS_ATTENTION_AVX2
+  if (use_avx2()) return softmax_avx2(s, len, ncols);
+#endif
+  softmax_scalar(s, len, ncols);
+}
+
+// One head's [T, D] matrix inside a [B, H, T, D] tensor with unit stride in D.
+struct HeadView {
+  const at::Tensor& t;
+  float* at(int64_t b, int64_t h) const {
+    return const_cast<float*>(t.const_data_ptr<float>()) + b * t.stride(0) + h * t.stride(1);
+  }
+  int64_t ld() const { return t.stride(2); }
+};
+
+// [B, H, T, D] laid out as [B, T, H, D]: heads interleaved per token, which is the layout the
+// model's next step (transpose back and merge the heads) reads without a copy.
+at::Tensor empty_heads_interleaved(const at::Tensor& like) {
+  const int64_t B = like.size(0), H = like.size(1), T = like.size(2), D = like.size(3);
+  return at::empty_strided({B, H, T, D}, {T * H * D, D, H * D, 1}, like.options());
+}
+
+at::Tensor unit_last_stride(const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); }
+
+void forward_head(const float* q, int64_t lq, const float* k, int64_t lk, const float* v, int64_t lv, float* o,
+                  int64_t lo, float* p, int64_t T, int64_t D, float scale) {
+  for (int64_t r0 = 0; r0 < T; r0 += kRows) {
+    const int64_t rows = std::min(kRows, T - r0), ncols = r0 + rows;
+    float* s = p + r0 * T;
+    gemm(false, true, rows, ncols, D, scale, q + r0 * lq, lq, k, lk, 0.0f, s, T);  // S = scale Q K^T
+    for (int64_t i = 0; i < rows; ++i) softmax_row(s + i * T, r0 + i + 1, ncols);
+    gemm(false, false, rows, D, ncols, 1.0f, s, T, v, lv, 0.0f, o + r0 * lo, lo);  // O = P V
+  }
+}
+
+// dV += P^T dO; dS = P * (dO V^T - rowsum(dO * O)); dQ = scale dS K; dK += scale dS^T Q.
+void backward_head(const float* q, int64_t lq, const float* k, int64_t lk, const float* v, int64_t lv,
+                   const float* o, int64_t lo, const float* go, int64_t lgo, const float* p, float* dq, int64_t ldq,
+                   float* dk, int64_t ldk, float* dv, int64_t ldv, float* ds, int64_t T, int64_t D, float scale) {
+  for (int64_t r0 = 0; r0 < T; r0 += kRows) {
+    const int64_t rows = std::min(kRows, T - r0), ncols = r0 + rows;
+    const float* pr = p + r0 * T;
+    gemm(true, false, ncols, D, rows, 1.0f, pr, T, go + r0 * lgo, lgo, 1.0f, dv, ldv);
+    gemm(false, true, rows, ncols, D, 1.0f, go + r0 * lgo, lgo, v, lv, 0.0f, ds, ncols);
+    for (int64_t i = 0; i < rows; ++i) {
+      const float *gi = go + (r0 + i) * lgo, *oi = o + (r0 + i) * lo, *pi = pr + i * T;
+      float delta = 0;
+      for (int64_t d = 0; d < D; ++d) delta += gi[d] * oi[d];
+      float* si = ds + i * ncols;
+      const int64_t len = r0 + i + 1;
+      for (int64_t j = 0; j < len; ++j) si[j] = pi[j] * (si[j] - delta);
+      std::fill(si + len, si + ncols, 0.0f);
+    }
+    gemm(false, false, rows, D, ncols, scale, ds, ncols, k, lk, 0.0f, dq + r0 * ldq, ldq);
+    gemm(true, false, ncols, D, rows, scale, ds, ncols, q + r0 * lq, lq, 1.0f, dk, ldk);
+  }
+}
+
+struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& query, const at::Tensor& key,
+                            const at::Tensor& value) {
+    const at::Tensor q = unit_last_stride(query), k = unit_last_stride(key), v = unit_last_stride(value);
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    at::Tensor out = empty_heads_interleaved(q), probs = at::empty({B, H, T, T}, q.options());
+    const HeadView Q{q}, K{k}, V{v}, O{out};
+    float* P = probs.mutable_data_ptr<float>();
+    at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t bh = begin; bh < end; ++bh) {
+        const int64_t b = bh / H, h = bh % H;
+        forward_head(Q.at(b, h), Q.ld(), K.at(b, h), K.ld(), V.at(b, h), V.ld(), O.at(b, h), O.ld(), P + bh * T * T,
+                     T, D, scale);
+      }
+    });
+    ctx->save_for_backward({q, k, v, out, probs});
+    return out;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &probs = saved[4];
+    const at::Tensor go = unit_last_stride(grads[0]);
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    at::Tensor dq = empty_heads_interleaved(q), dk = empty_heads_interleaved(q).zero_(),
+               dv = empty_heads_interleaved(q).zero_();
+    const HeadView Q{q}, K{k}, V{v}, O{out}, GO{go}, DQ{dq}, DK{dk}, DV{dv};
+    const float* P = probs.const_data_ptr<float>();
+    at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> ds(static_cast<size_t>(kRows * T));
+      for (int64_t bh = begin; bh < end; ++bh) {
+        const int64_t b = bh / H, h = bh % H;
+        backward_head(Q.at(b, h), Q.ld(), K.at(b, h), K.ld(), V.at(b, h), V.ld(), O.at(b, h), O.ld(), GO.at(b, h),
+                      GO.ld(), P + bh * T * T, DQ.at(b, h), DQ.ld(), DK.at(b, h), DK.ld(), DV.at(b, h), DV.ld(),
+                      ds.data(), T, D, scale);
+      }
+    });
+    return {dq, dk, dv};
+  }
+};
+
+bool use_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
+  if (sgemm_ == nullptr || dropout_p > 0.0) return false;
+  for (const at::Tensor* t : {&q, &k, &v})
+    if (!t->device().is_cpu() || t->scalar_type() != at::kFloat || t->layout() != at::kStrided || t->dim() != 4 ||
+        t->sizes() != q.sizes())
+      return false;
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const int64_t limit = std::numeric_limits<int>::max();
+  return B * H * T > 0 && D > 0 && B * H * T * T * 4 <= kMaxProbBytes && T * H * D < limit;
+}
+
+}  // namespace
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
+  if (!use_kernel(q, k, v, dropout_p))
+    return at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true);
+  RECORD_FUNCTION("models::causal_attention", std::vector<c10::IValue>{});  // for op profiles
+  return CausalAttentionFunction::apply(q, k, v);
+}
+
+}  // namespace models
