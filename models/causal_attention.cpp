@@ -139,26 +139,58 @@ void forward_head(const float* q, int64_t lq, const float* k, int64_t lk, const 
   }
 }
 
-// dV += P^T dO; dS = P * (dO V^T - rowsum(dO * O)); dQ = scale dS K; dK += scale dS^T Q.
+// Row i of dS: ds[j] = p[j] (ds[j] - delta) for the keys j < len, 0 for the masked rest of the
+// block, with delta = dO_i . O_i (= rowsum(dP * P)).
+void ds_row_scalar(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols) {
+  float delta = 0;
+  for (int64_t d = 0; d < D; ++d) delta += go[d] * o[d];
+  for (int64_t j = 0; j < len; ++j) ds[j] = p[j] * (ds[j] - delta);
+  std::fill(ds + len, ds + ncols, 0.0f);
+}
+
+#ifdef MODELS_ATTENTION_AVX2
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+void ds_row_avx2(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 8 <= D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(go + d), _mm256_loadu_ps(o + d), acc);
+  float delta = hsum(acc);
+  for (; d < D; ++d) delta += go[d] * o[d];
+  const __m256 delta8 = _mm256_set1_ps(delta);
+  int64_t j = 0;
+  for (; j + 8 <= len; j += 8)
+    _mm256_storeu_ps(ds + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_sub_ps(_mm256_loadu_ps(ds + j), delta8)));
+  for (; j < len; ++j) ds[j] = p[j] * (ds[j] - delta);
+  std::fill(ds + len, ds + ncols, 0.0f);
+}
+#pragma GCC pop_options
+#endif
+
+void ds_row(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols) {
+#ifdef MODELS_ATTENTION_AVX2
+  if (use_avx2()) return ds_row_avx2(go, o, D, p, ds, len, ncols);
+#endif
+  ds_row_scalar(go, o, D, p, ds, len, ncols);
+}
+
+// dV += P^T dO; dS = P * (dO V^T - rowsum(dO * O)); dQ = scale dS K; dK += scale dS^T Q. The
+// blocks run last to first: the last one reaches every key, so it writes dK and dV (beta 0)
+// and the others add to them, with no zero fill.
 void backward_head(const float* q, int64_t lq, const float* k, int64_t lk, const float* v, int64_t lv,
                    const float* o, int64_t lo, const float* go, int64_t lgo, const float* p, float* dq, int64_t ldq,
                    float* dk, int64_t ldk, float* dv, int64_t ldv, float* ds, int64_t T, int64_t D, float scale) {
-  for (int64_t r0 = 0; r0 < T; r0 += kRows) {
+  const int64_t last = (T - 1) / kRows * kRows;
+  for (int64_t r0 = last; r0 >= 0; r0 -= kRows) {
     const int64_t rows = std::min(kRows, T - r0), ncols = r0 + rows;
     const float* pr = p + r0 * T;
-    gemm(true, false, ncols, D, rows, 1.0f, pr, T, go + r0 * lgo, lgo, 1.0f, dv, ldv);
+    const float accumulate = r0 == last ? 0.0f : 1.0f;
+    gemm(true, false, ncols, D, rows, 1.0f, pr, T, go + r0 * lgo, lgo, accumulate, dv, ldv);
     gemm(false, true, rows, ncols, D, 1.0f, go + r0 * lgo, lgo, v, lv, 0.0f, ds, ncols);
-    for (int64_t i = 0; i < rows; ++i) {
-      const float *gi = go + (r0 + i) * lgo, *oi = o + (r0 + i) * lo, *pi = pr + i * T;
-      float delta = 0;
-      for (int64_t d = 0; d < D; ++d) delta += gi[d] * oi[d];
-      float* si = ds + i * ncols;
-      const int64_t len = r0 + i + 1;
-      for (int64_t j = 0; j < len; ++j) si[j] = pi[j] * (si[j] - delta);
-      std::fill(si + len, si + ncols, 0.0f);
-    }
+    for (int64_t i = 0; i < rows; ++i)
+      ds_row(go + (r0 + i) * lgo, o + (r0 + i) * lo, D, pr + i * T, ds + i * ncols, r0 + i + 1, ncols);
     gemm(false, false, rows, D, ncols, scale, ds, ncols, k, lk, 0.0f, dq + r0 * ldq, ldq);
-    gemm(true, false, ncols, D, rows, scale, ds, ncols, q + r0 * lq, lq, 1.0f, dk, ldk);
+    gemm(true, false, ncols, D, rows, scale, ds, ncols, q + r0 * lq, lq, accumulate, dk, ldk);
   }
 }
 
@@ -189,8 +221,7 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
     const at::Tensor go = unit_last_stride(grads[0]);
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    at::Tensor dq = empty_heads_interleaved(q), dk = empty_heads_interleaved(q).zero_(),
-               dv = empty_heads_interleaved(q).zero_();
+    at::Tensor dq = empty_heads_interleaved(q), dk = empty_heads_interleaved(q), dv = empty_heads_interleaved(q);
     const HeadView Q{q}, K{k}, V{v}, O{out}, GO{go}, DQ{dq}, DK{dk}, DV{dv};
     const float* P = probs.const_data_ptr<float>();
     at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
