@@ -10,14 +10,7 @@
 #include <limits>
 #include <vector>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MODELS_ATTENTION_AVX2 1
-#include <immintrin.h>
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-extern "C" __m256 Sleef_expf8_u10(__m256);  // libtorch_cpu's SLEEF, as ATen's softmax uses
-#pragma GCC pop_options
-#endif
+#include "cpu_simd.h"
 
 // The Fortran BLAS entry libtorch_cpu carries (MKL or OpenBLAS) and ATen's own GEMMs call. Weak:
 // a libtorch without it sends every call to at::scaled_dot_product_attention.
@@ -45,14 +38,6 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   sgemm_(&tb, &ta, &N, &M, &K, &alpha, b, &LDB, a, &LDA, &beta, c, &LDC);
 }
 
-bool use_avx2() {
-#ifdef MODELS_ATTENTION_AVX2
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-#else
-  return false;
-#endif
-}
 
 // s[0, len) <- softmax(s[0, len)); s[len, ncols) <- 0 (the masked keys of this block).
 void softmax_scalar(float* s, int64_t len, int64_t ncols) {
@@ -65,7 +50,7 @@ void softmax_scalar(float* s, int64_t len, int64_t ncols) {
   std::fill(s + len, s + ncols, 0.0f);
 }
 
-#ifdef MODELS_ATTENTION_AVX2
+#ifdef MODELS_X86_SIMD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 float hsum(__m256 v) {
@@ -104,8 +89,8 @@ void softmax_avx2(float* s, int64_t len, int64_t ncols) {
 #endif
 
 void softmax_row(float* s, int64_t len, int64_t ncols) {
-#ifdef MODELS_ATTENTION_AVX2
-  if (use_avx2()) return softmax_avx2(s, len, ncols);
+#ifdef MODELS_X86_SIMD
+  if (simd::level() != simd::Level::scalar) return softmax_avx2(s, len, ncols);
 #endif
   softmax_scalar(s, len, ncols);
 }
@@ -148,7 +133,7 @@ void ds_row_scalar(const float* go, const float* o, int64_t D, const float* p, f
   std::fill(ds + len, ds + ncols, 0.0f);
 }
 
-#ifdef MODELS_ATTENTION_AVX2
+#ifdef MODELS_X86_SIMD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 void ds_row_avx2(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols) {
@@ -168,8 +153,8 @@ void ds_row_avx2(const float* go, const float* o, int64_t D, const float* p, flo
 #endif
 
 void ds_row(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols) {
-#ifdef MODELS_ATTENTION_AVX2
-  if (use_avx2()) return ds_row_avx2(go, o, D, p, ds, len, ncols);
+#ifdef MODELS_X86_SIMD
+  if (simd::level() != simd::Level::scalar) return ds_row_avx2(go, o, D, p, ds, len, ncols);
 #endif
   ds_row_scalar(go, o, D, p, ds, len, ncols);
 }

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "causal_attention.h"
+#include "cpu_simd.h"
 
 namespace {
 struct Result {
@@ -49,7 +50,10 @@ TEST_CASE("causal_attention and its gradients equal a float64 reference and ATen
   // T = 1, T inside one 64-row block, T past a block edge, several blocks; head dims 8 to 64.
   auto [B, H, T, D] = GENERATE(std::make_tuple(2, 3, 1, 8), std::make_tuple(2, 3, 37, 16),
                                std::make_tuple(1, 2, 130, 32), std::make_tuple(2, 4, 128, 64));
-  CAPTURE(B, H, T, D);
+  // Every vector width this CPU has for the softmax and dS rows (scalar, AVX2).
+  const auto level = GENERATE(models::simd::Level::scalar, models::simd::Level::avx2);
+  models::simd::force_level(level);
+  CAPTURE(B, H, T, D, static_cast<int>(models::simd::level()));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
   at::Tensor qkv = at::randn({B, T, 3 * H * D}, gen) * 2;  // scores spread enough to saturate rows
   at::Tensor g = at::randn({B, H, T, D}, gen);
@@ -74,6 +78,7 @@ TEST_CASE("causal_attention and its gradients equal a float64 reference and ATen
   CHECK(ours.y.select(2, 0).equal(qkv.narrow(2, 2 * H * D, H * D).select(1, 0).view({B, H, D})));
   // Heads come out interleaved per token, so merging them back is a view.
   CHECK(ours.y.transpose(1, 2).is_contiguous());
+  models::simd::reset_level();
 }
 
 TEST_CASE("causal_attention without grad gives the same values", "[models][attention]") {

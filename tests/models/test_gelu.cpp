@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "cpu_simd.h"
 #include "gelu.h"
 
 namespace {
@@ -31,7 +32,10 @@ double max_rel(const at::Tensor& a, const at::Tensor& b) {
 TEST_CASE("gelu_tanh equals at::gelu(tanh) and its gradient equals ATen's gelu_backward", "[models][gelu]") {
   // Sizes with a tail past the last 8-wide block, and one split over several parallel chunks.
   const int64_t n = GENERATE(7, 1000, 100003);
-  CAPTURE(n);
+  // Every vector width this CPU has (the scalar loop, AVX2, AVX-512).
+  const auto level = GENERATE(models::simd::Level::scalar, models::simd::Level::avx2, models::simd::Level::avx512);
+  models::simd::force_level(level);
+  CAPTURE(n, static_cast<int>(level), static_cast<int>(models::simd::level()));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
   at::Tensor x = at::randn({n}, gen) * 3;  // |x| up to ~12: tanh saturates at both ends
   x[0] = 0.0;
@@ -41,6 +45,7 @@ TEST_CASE("gelu_tanh equals at::gelu(tanh) and its gradient equals ATen's gelu_b
   CHECK(max_rel(ours.y, ref.y) <= 1e-6);
   CHECK(max_rel(ours.grad, ref.grad) <= 1e-6);
   CHECK(ours.y[0].item<float>() == 0.0f);
+  models::simd::reset_level();
 }
 
 TEST_CASE("gelu_tanh on a [B, T, C] activation, by hand at three points", "[models][gelu]") {
