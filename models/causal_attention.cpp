@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
 #include <ATen/record_function.h>
 #include <torch/autograd.h>
 
@@ -12,12 +13,6 @@
 
 #include "cpu_simd.h"
 
-// The Fortran BLAS entry libtorch_cpu carries (MKL or OpenBLAS) and ATen's own GEMMs call. Weak:
-// a libtorch without it sends every call to at::scaled_dot_product_attention.
-extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
-                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
-                       const float* beta, float* c, const int* ldc) __attribute__((weak));
-
 namespace models {
 namespace {
 
@@ -27,24 +22,12 @@ constexpr int64_t kRows = 32;
 // Above this many bytes of probabilities per call, flash attention's O(T) memory wins.
 constexpr int64_t kMaxProbBytes = int64_t{64} << 20;
 
-// Row-major C[m, n] = alpha op(A) op(B) + beta C, op(A) being [m, k]. Column-major BLAS reads
-// each row-major matrix as its transpose, so it is asked for C^T = op(B)^T op(A)^T.
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
-  const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
-  const int LDA = static_cast<int>(lda), LDB = static_cast<int>(ldb), LDC = static_cast<int>(ldc);
-  sgemm_(&tb, &ta, &N, &M, &K, &alpha, b, &LDB, a, &LDA, &beta, c, &LDC);
-}
-
-
-// s[0, len) <- softmax(s[0, len)); s[len, ncols) <- 0 (the masked keys of this block).
-void softmax_scalar(float* s, int64_t len, int64_t ncols) {
+// s[0, len) <- softmax(scale * s[0, len)); s[len, ncols) <- 0 (the masked keys of this block).
+void softmax_scalar(float* s, int64_t len, int64_t ncols, float scale) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < len; ++j) mx = std::max(mx, s[j]);
   float sum = 0;
-  for (int64_t j = 0; j < len; ++j) sum += (s[j] = std::exp(s[j] - mx));
+  for (int64_t j = 0; j < len; ++j) sum += (s[j] = std::exp((s[j] - mx) * scale));
   const float inv = 1.0f / sum;
   for (int64_t j = 0; j < len; ++j) s[j] *= inv;
   std::fill(s + len, s + ncols, 0.0f);
@@ -59,7 +42,7 @@ float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
 }
 
-void softmax_avx2(float* s, int64_t len, int64_t ncols) {
+void softmax_avx2(float* s, int64_t len, int64_t ncols, float scale) {
   float mx = -std::numeric_limits<float>::infinity();
   int64_t j = 0;
   if (len >= 8) {
@@ -70,15 +53,15 @@ void softmax_avx2(float* s, int64_t len, int64_t ncols) {
     mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
   }
   for (; j < len; ++j) mx = std::max(mx, s[j]);
-  const __m256 mx8 = _mm256_set1_ps(mx);
+  const __m256 mx8 = _mm256_set1_ps(mx), scale8 = _mm256_set1_ps(scale);
   __m256 sum8 = _mm256_setzero_ps();
   for (j = 0; j + 8 <= len; j += 8) {
-    const __m256 e = Sleef_expf8_u10(_mm256_sub_ps(_mm256_loadu_ps(s + j), mx8));
+    const __m256 e = Sleef_expf8_u10(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mx8), scale8));
     _mm256_storeu_ps(s + j, e);
     sum8 = _mm256_add_ps(sum8, e);
   }
   float sum = hsum(sum8);
-  for (; j < len; ++j) sum += (s[j] = std::exp(s[j] - mx));
+  for (; j < len; ++j) sum += (s[j] = std::exp((s[j] - mx) * scale));
   const float inv = 1.0f / sum;
   const __m256 inv8 = _mm256_set1_ps(inv);
   for (j = 0; j + 8 <= len; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv8));
@@ -88,11 +71,63 @@ void softmax_avx2(float* s, int64_t len, int64_t ncols) {
 #pragma GCC pop_options
 #endif
 
-void softmax_row(float* s, int64_t len, int64_t ncols) {
+void softmax_row(float* s, int64_t len, int64_t ncols, float scale) {
 #ifdef MODELS_X86_SIMD
-  if (simd::level() != simd::Level::scalar) return softmax_avx2(s, len, ncols);
+  if (simd::level() != simd::Level::scalar) return softmax_avx2(s, len, ncols, scale);
 #endif
-  softmax_scalar(s, len, ncols);
+  softmax_scalar(s, len, ncols, scale);
+}
+
+// dst[c, r] = src[r, c] for r < rows, c < cols (row-major, leading dims given).
+void transpose_scalar(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
+}
+
+#ifdef MODELS_X86_SIMD
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+void transpose8x8(const float* src, int64_t ld_src, float* dst, int64_t ld_dst) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld_src);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ld_dst, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ld_dst, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+void transpose_avx2(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
+  const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+  for (int64_t r = 0; r < rows8; r += 8)
+    for (int64_t c = 0; c < cols8; c += 8) transpose8x8(src + r * ld_src + c, ld_src, dst + c * ld_dst + r, ld_dst);
+  transpose_scalar(src + cols8, ld_src, dst + cols8 * ld_dst, ld_dst, rows, cols - cols8);
+  transpose_scalar(src + rows8 * ld_src, ld_src, dst + rows8, ld_dst, rows - rows8, cols8);
+}
+#pragma GCC pop_options
+#endif
+
+void transpose(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
+#ifdef MODELS_X86_SIMD
+  if (simd::level() != simd::Level::scalar) return transpose_avx2(src, ld_src, dst, ld_dst, rows, cols);
+#endif
+  transpose_scalar(src, ld_src, dst, ld_dst, rows, cols);
+}
+
+// Row-major C[m, n] = A[m, k] B[k, n] (+ C): ATen's batch-reduce GEMM, oneDNN's small-matrix
+// kernel where the CPU has it (no packing, no separate zeroing of C), else BLAS.
+void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                bool add, float* c, int64_t ldc) {
+  if (m > 0 && n > 0) at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, add, a, b, c, /*is_vnni=*/false);
 }
 
 // One head's [T, D] matrix inside a [B, H, T, D] tensor with unit stride in D.
@@ -113,70 +148,92 @@ at::Tensor empty_heads_interleaved(const at::Tensor& like) {
 
 at::Tensor unit_last_stride(const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); }
 
+// kt: [D, T] scratch for K^T.
 void forward_head(const float* q, int64_t lq, const float* k, int64_t lk, const float* v, int64_t lv, float* o,
-                  int64_t lo, float* p, int64_t T, int64_t D, float scale) {
+                  int64_t lo, float* p, float* kt, int64_t T, int64_t D, float scale) {
+  transpose(k, lk, kt, T, T, D);
   for (int64_t r0 = 0; r0 < T; r0 += kRows) {
     const int64_t rows = std::min(kRows, T - r0), ncols = r0 + rows;
     float* s = p + r0 * T;
-    gemm(false, true, rows, ncols, D, scale, q + r0 * lq, lq, k, lk, 0.0f, s, T);  // S = scale Q K^T
-    for (int64_t i = 0; i < rows; ++i) softmax_row(s + i * T, r0 + i + 1, ncols);
-    gemm(false, false, rows, D, ncols, 1.0f, s, T, v, lv, 0.0f, o + r0 * lo, lo);  // O = P V
+    small_gemm(rows, ncols, D, q + r0 * lq, lq, kt, T, false, s, T);  // S = Q K^T, scaled in the softmax
+    for (int64_t i = 0; i < rows; ++i) softmax_row(s + i * T, r0 + i + 1, ncols, scale);
+    small_gemm(rows, D, ncols, s, T, v, lv, false, o + r0 * lo, lo);  // O = P V
   }
 }
 
-// Row i of dS: ds[j] = p[j] (ds[j] - delta) for the keys j < len, 0 for the masked rest of the
-// block, with delta = dO_i . O_i (= rowsum(dP * P)).
-void ds_row_scalar(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols) {
+// Row i of dS, scaled: ds[j] = scale p[j] (ds[j] - delta) for the keys j < len, 0 for the
+// masked rest of the block, with delta = dO_i . O_i (= rowsum(dP * P)).
+void ds_row_scalar(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols,
+                   float scale) {
   float delta = 0;
   for (int64_t d = 0; d < D; ++d) delta += go[d] * o[d];
-  for (int64_t j = 0; j < len; ++j) ds[j] = p[j] * (ds[j] - delta);
+  for (int64_t j = 0; j < len; ++j) ds[j] = scale * p[j] * (ds[j] - delta);
   std::fill(ds + len, ds + ncols, 0.0f);
 }
 
 #ifdef MODELS_X86_SIMD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-void ds_row_avx2(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols) {
+void ds_row_avx2(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols,
+                 float scale) {
   __m256 acc = _mm256_setzero_ps();
   int64_t d = 0;
   for (; d + 8 <= D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(go + d), _mm256_loadu_ps(o + d), acc);
   float delta = hsum(acc);
   for (; d < D; ++d) delta += go[d] * o[d];
-  const __m256 delta8 = _mm256_set1_ps(delta);
+  const __m256 delta8 = _mm256_set1_ps(delta), scale8 = _mm256_set1_ps(scale);
   int64_t j = 0;
   for (; j + 8 <= len; j += 8)
-    _mm256_storeu_ps(ds + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_sub_ps(_mm256_loadu_ps(ds + j), delta8)));
-  for (; j < len; ++j) ds[j] = p[j] * (ds[j] - delta);
+    _mm256_storeu_ps(ds + j, _mm256_mul_ps(_mm256_mul_ps(scale8, _mm256_loadu_ps(p + j)),
+                                           _mm256_sub_ps(_mm256_loadu_ps(ds + j), delta8)));
+  for (; j < len; ++j) ds[j] = scale * p[j] * (ds[j] - delta);
   std::fill(ds + len, ds + ncols, 0.0f);
 }
 #pragma GCC pop_options
 #endif
 
-void ds_row(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols) {
+void ds_row(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols,
+            float scale) {
 #ifdef MODELS_X86_SIMD
-  if (simd::level() != simd::Level::scalar) return ds_row_avx2(go, o, D, p, ds, len, ncols);
+  if (simd::level() != simd::Level::scalar) return ds_row_avx2(go, o, D, p, ds, len, ncols, scale);
 #endif
-  ds_row_scalar(go, o, D, p, ds, len, ncols);
+  ds_row_scalar(go, o, D, p, ds, len, ncols, scale);
 }
 
-// dV += P^T dO; dS = P * (dO V^T - rowsum(dO * O)); dQ = scale dS K; dK += scale dS^T Q. The
-// blocks run last to first: the last one reaches every key, so it writes dK and dV (beta 0)
-// and the others add to them, with no zero fill.
+// Scratch for one head's backward, [D, T] each unless noted.
+struct BackwardScratch {
+  explicit BackwardScratch(int64_t T, int64_t D)
+      : ds(static_cast<size_t>(kRows * T)), vt(D * T), got(D * T), qt(D * T), dvt(D * T), dkt(D * T) {}
+  std::vector<float> ds;  // [kRows, T]
+  std::vector<float> vt, got, qt, dvt, dkt;
+};
+
+// dV^T += dO^T P; dS = s P * (dO V^T - rowsum(dO * O)); dQ = dS K; dK^T += Q^T dS (s the softmax
+// scale). The transposed forms keep every GEMM free of transposed operands (V, dO and Q are
+// transposed once per head, dV and dK once at the end). The blocks run last to first: the last
+// one reaches every key, so it writes dK^T and dV^T and the others add to them, with no zero fill.
 void backward_head(const float* q, int64_t lq, const float* k, int64_t lk, const float* v, int64_t lv,
                    const float* o, int64_t lo, const float* go, int64_t lgo, const float* p, float* dq, int64_t ldq,
-                   float* dk, int64_t ldk, float* dv, int64_t ldv, float* ds, int64_t T, int64_t D, float scale) {
+                   float* dk, int64_t ldk, float* dv, int64_t ldv, BackwardScratch& w, int64_t T, int64_t D,
+                   float scale) {
+  transpose(v, lv, w.vt.data(), T, T, D);
+  transpose(go, lgo, w.got.data(), T, T, D);
+  transpose(q, lq, w.qt.data(), T, T, D);
+  float* ds = w.ds.data();
   const int64_t last = (T - 1) / kRows * kRows;
   for (int64_t r0 = last; r0 >= 0; r0 -= kRows) {
     const int64_t rows = std::min(kRows, T - r0), ncols = r0 + rows;
     const float* pr = p + r0 * T;
-    const float accumulate = r0 == last ? 0.0f : 1.0f;
-    gemm(true, false, ncols, D, rows, 1.0f, pr, T, go + r0 * lgo, lgo, accumulate, dv, ldv);
-    gemm(false, true, rows, ncols, D, 1.0f, go + r0 * lgo, lgo, v, lv, 0.0f, ds, ncols);
+    const bool accumulate = r0 != last;
+    small_gemm(D, ncols, rows, w.got.data() + r0, T, pr, T, accumulate, w.dvt.data(), T);  // dV^T += dO^T P
+    small_gemm(rows, ncols, D, go + r0 * lgo, lgo, w.vt.data(), T, false, ds, ncols);     // dP = dO V^T
     for (int64_t i = 0; i < rows; ++i)
-      ds_row(go + (r0 + i) * lgo, o + (r0 + i) * lo, D, pr + i * T, ds + i * ncols, r0 + i + 1, ncols);
-    gemm(false, false, rows, D, ncols, scale, ds, ncols, k, lk, 0.0f, dq + r0 * ldq, ldq);
-    gemm(true, false, ncols, D, rows, scale, ds, ncols, q + r0 * lq, lq, accumulate, dk, ldk);
+      ds_row(go + (r0 + i) * lgo, o + (r0 + i) * lo, D, pr + i * T, ds + i * ncols, r0 + i + 1, ncols, scale);
+    small_gemm(rows, D, ncols, ds, ncols, k, lk, false, dq + r0 * ldq, ldq);                  // dQ = dS K
+    small_gemm(D, ncols, rows, w.qt.data() + r0, T, ds, ncols, accumulate, w.dkt.data(), T);  // dK^T += Q^T dS
   }
+  transpose(w.dvt.data(), T, dv, ldv, D, T);
+  transpose(w.dkt.data(), T, dk, ldk, D, T);
 }
 
 struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFunction> {
@@ -189,11 +246,13 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
     const HeadView Q{q}, K{k}, V{v}, O{out};
     float* P = probs.mutable_data_ptr<float>();
     at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> kt(static_cast<size_t>(D * T));
       for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t b = bh / H, h = bh % H;
         forward_head(Q.at(b, h), Q.ld(), K.at(b, h), K.ld(), V.at(b, h), V.ld(), O.at(b, h), O.ld(), P + bh * T * T,
-                     T, D, scale);
+                     kt.data(), T, D, scale);
       }
+      at::native::cpublas::brgemm_release(/*is_vnni=*/false);
     });
     ctx->save_for_backward({q, k, v, out, probs});
     return out;
@@ -210,20 +269,21 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
     const HeadView Q{q}, K{k}, V{v}, O{out}, GO{go}, DQ{dq}, DK{dk}, DV{dv};
     const float* P = probs.const_data_ptr<float>();
     at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> ds(static_cast<size_t>(kRows * T));
+      BackwardScratch scratch(T, D);
       for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t b = bh / H, h = bh % H;
         backward_head(Q.at(b, h), Q.ld(), K.at(b, h), K.ld(), V.at(b, h), V.ld(), O.at(b, h), O.ld(), GO.at(b, h),
                       GO.ld(), P + bh * T * T, DQ.at(b, h), DQ.ld(), DK.at(b, h), DK.ld(), DV.at(b, h), DV.ld(),
-                      ds.data(), T, D, scale);
+                      scratch, T, D, scale);
       }
+      at::native::cpublas::brgemm_release(/*is_vnni=*/false);
     });
     return {dq, dk, dv};
   }
 };
 
 bool use_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
-  if (sgemm_ == nullptr || dropout_p > 0.0) return false;
+  if (dropout_p > 0.0) return false;
   for (const at::Tensor* t : {&q, &k, &v})
     if (!t->device().is_cpu() || t->scalar_type() != at::kFloat || t->layout() != at::kStrided || t->dim() != 4 ||
         t->sizes() != q.sizes())

@@ -2,8 +2,8 @@
 // at::scaled_dot_product_attention(q, k, v, {}, 0, /*is_causal=*/true).
 //
 // On CPU in fp32, for short sequences (the [B, H, T, T] probabilities fit in 64 MB), it runs its
-// own kernel: per head, row blocks of the lower triangle as BLAS GEMMs, the probabilities kept
-// for backward (4 GEMMs, no recomputation). ATen's CPU flash kernel works in small tiles and
+// own kernel: per head, row blocks of the lower triangle as small GEMMs (ATen's brgemm), the
+// probabilities kept for backward (4 GEMMs per block, no recomputation). ATen's CPU flash kernel works in small tiles and
 // recomputes the scores in backward, which at head dims of 16-64 runs well below the GEMMs'
 // rate (docs/models.md, "Causal attention"). Anything else (CUDA, DTensors, other dtypes,
 // dropout, long sequences) goes to at::scaled_dot_product_attention.
