@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <torch/autograd.h>
 
 #include <cmath>
@@ -154,6 +155,7 @@ at::Tensor gelu_tanh(const at::Tensor& x) {
   const bool fused = x.device().is_cpu() && x.scalar_type() == at::kFloat && x.requires_grad() &&
                      at::GradMode::is_enabled() && x.layout() == at::kStrided;
   if (!fused) return at::gelu(x, "tanh");
+  RECORD_FUNCTION("models::gelu_tanh", std::vector<c10::IValue>{});  // for op profiles
   return GeluTanhFunction::apply(x);
 }
 
