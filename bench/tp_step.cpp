@@ -7,6 +7,7 @@
 // must equal eager's (checked, printed). Variants run in interleaved rounds so that drift and
 // the load of other processes on the machine hit all alike. Run under vescale-run; rank 0
 // prints one JSON line per variant, bench/tp_step.sh turns them into bench/results/tp_step.md.
+// VESCALE_PROFILE=1 (or =shapes) also prints rank 0's op table per variant (bench_util.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -28,6 +29,7 @@
 
 #include "llama.h"
 #include "module_hooks.h"
+#include "bench_util.h"
 #include "vescale/common/check.h"
 #include "vescale/ddp/grad_reduce.h"
 #include "vescale/dist/process_group.h"
@@ -171,11 +173,7 @@ struct LocalTpLlama {
 
 // ---- timing ----------------------------------------------------------------------------------
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::median;
 
 struct Variant {
   std::string name;
@@ -188,14 +186,6 @@ struct Variant {
   int64_t collectives = 0, all_reduces = 0;          // issued on any group over the timed steps
   double first_loss = 0;
 };
-
-double cpu_ms(clockid_t clock) {
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-double process_cpu_ms() { return cpu_ms(CLOCK_PROCESS_CPUTIME_ID); }
-double thread_cpu_ms() { return cpu_ms(CLOCK_THREAD_CPUTIME_ID); }
 
 }  // namespace
 
@@ -305,11 +295,11 @@ int main() {
       mesh.group("tp").barrier().wait();
       const auto ds0 = dtensor::dispatch_stats();
       const auto cs0 = dist::collective_stats();
-      const double cpu0 = process_cpu_ms(), tcpu0 = thread_cpu_ms();
+      const double cpu0 = bench::process_cpu_ms(), tcpu0 = bench::thread_cpu_ms();
       auto t0 = std::chrono::steady_clock::now();
       const double loss = v.step(next_step[vi]);
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      const double cpu = process_cpu_ms() - cpu0, tcpu = thread_cpu_ms() - tcpu0;
+      const double cpu = bench::process_cpu_ms() - cpu0, tcpu = bench::thread_cpu_ms() - tcpu0;
       const auto ds1 = dtensor::dispatch_stats();
       const auto cs1 = dist::collective_stats();
       if (next_step[vi] == 0) v.first_loss = loss;
@@ -346,6 +336,17 @@ int main() {
         for (auto& [name, n] : counts) std::printf("opcount %s %s %lld\n", variants[vi].name.c_str(), name.c_str(), static_cast<long long>(n));
     }
     at::removeCallback(handle);
+  }
+  // VESCALE_PROFILE=1 (or =shapes): per variant, rank 0's op table over 2 more steps (self time per
+  // op; a DTensor op's own self time is the DTensor layer's overhead, its local op the kernel).
+  if (const char* profile = std::getenv("VESCALE_PROFILE")) {
+    for (size_t vi = 0; vi < variants.size(); ++vi) {
+      std::unique_ptr<bench::OpProfile> recording;
+      if (dist::rank() == 0)
+        recording = std::make_unique<bench::OpProfile>("op profile: " + variants[vi].name, 2,
+                                                       std::string(profile) == "shapes");
+      run(vi, 2, false);
+    }
   }
   for (int r = 0; r < rounds; ++r)
     for (size_t vi = 0; vi < variants.size(); ++vi) run(vi, per_round, true);

@@ -101,7 +101,8 @@ lines += ["(`redistribute` is the plan's module-boundary hooks, the loss's `full
           "wall times are noisy and mostly measure the number of collectives and the scheduler.",
           "",
           "Reproduce: `bench/tp_step.sh` (SHAPES, TPS, TP_STEP_PLAN, TP_STEP_VARIANTS, TP_STEP_WARMUP, TP_STEP_ROUNDS, TP_STEP_PER_ROUND); "
-          "`TP_STEP_OP_COUNTS=1 build/bench/tp_step` (under vescale-run) counts every dispatcher call per variant."]
+          "`TP_STEP_OP_COUNTS=1 build/bench/tp_step` (under vescale-run) counts every dispatcher call per variant; "
+          "`VESCALE_PROFILE=1` (or `shapes`) prints rank 0's per-op self time per variant."]
 history = "bench/results/tp_step_history.md"
 if os.path.exists(history):
     lines += ["", open(history).read().rstrip()]

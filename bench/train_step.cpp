@@ -9,83 +9,20 @@
 // VESCALE_PROFILE=1 prints torch.profiler's table for the same steps). VESCALE_PROFILE=shapes
 // splits each op by its input shapes.
 #include <ATen/Parallel.h>
-#include <torch/csrc/autograd/profiler_legacy.h>
 
-#include <time.h>
-
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "bench_util.h"
 
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
 #include "vescale/dist/world.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/train/trainer.h"
-
-namespace {
-
-namespace prof = torch::autograd::profiler;
-
-// Self time (an op's time minus the ops it called) and calls per op name, per step.
-void print_profile(const prof::thread_event_lists& threads, int steps, bool by_shape) {
-  struct Sum {
-    double self_us = 0;
-    int64_t calls = 0;
-  };
-  std::map<std::string, Sum> sums;
-  for (const auto& events : threads) {
-    struct Open {
-      const prof::LegacyEvent* push;
-      double child_us = 0;
-    };
-    std::vector<Open> stack;
-    for (const auto& e : events) {
-      if (e.kind() == prof::EventKind::PushRange) {
-        stack.push_back({&e});
-      } else if (e.kind() == prof::EventKind::PopRange && !stack.empty()) {
-        const Open o = stack.back();
-        stack.pop_back();
-        const double total = o.push->cpuElapsedUs(e);
-        std::string key = o.push->name();
-        if (by_shape) {
-          for (const auto& shape : o.push->shapes()) {
-            key += " [";
-            for (size_t i = 0; i < shape.size(); ++i) key += (i ? "," : "") + std::to_string(shape[i]);
-            key += "]";
-          }
-        }
-        auto& s = sums[key];
-        s.self_us += total - o.child_us;
-        s.calls += 1;
-        if (!stack.empty()) stack.back().child_us += total;
-      }
-    }
-  }
-  std::vector<std::pair<std::string, Sum>> rows(sums.begin(), sums.end());
-  std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.self_us > b.second.self_us; });
-  double total = 0;
-  for (auto& [n, s] : rows) total += s.self_us;
-  std::fprintf(stderr, "%-64s %10s %12s\n", "op", "calls/step", "self ms/step");
-  for (size_t i = 0; i < rows.size() && i < 40; ++i)
-    std::fprintf(stderr, "%-64s %10.1f %12.2f\n", rows[i].first.c_str(), rows[i].second.calls / double(steps),
-                 rows[i].second.self_us / 1000.0 / steps);
-  std::fprintf(stderr, "%-64s %10s %12.2f\n", "total", "", total / 1000.0 / steps);
-}
-
-// This thread's CPU time: unlike the wall time it leaves out the time other processes on this
-// shared machine take the core away (the step runs on this one thread).
-double thread_cpu_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -106,15 +43,13 @@ int main(int argc, char** argv) {
     const bool profile = profile_env != nullptr, by_shape = profile && std::string(profile_env) == "shapes";
     {
       vescale::train::Trainer trainer(cfg, mesh);
-      std::unique_ptr<prof::TLSLegacyProfilerGuard> recording;
+      std::unique_ptr<bench::OpProfile> recording;
       for (int s = 0; s < steps; ++s) {
         if (profile && s == 2)
-          recording = std::make_unique<prof::TLSLegacyProfilerGuard>(
-              torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU, by_shape),
-              [&](const prof::thread_event_lists& t) { print_profile(t, steps - 2, by_shape); });
-        const double cpu0 = thread_cpu_ms();
+          recording = std::make_unique<bench::OpProfile>("", steps - 2, by_shape);
+        const double cpu0 = bench::thread_cpu_ms();
         auto m = trainer.step(s);
-        const double cpu_ms = thread_cpu_ms() - cpu0;
+        const double cpu_ms = bench::thread_cpu_ms() - cpu0;
         std::printf("{\"impl\": \"vescale\", \"step\": %d, \"ms\": %.3f, \"cpu_ms\": %.3f, \"loss\": %.4f}\n", s,
                     m.step_ms, cpu_ms, m.loss);
         std::fflush(stdout);
