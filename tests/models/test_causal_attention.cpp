@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include <cmath>
@@ -99,4 +100,22 @@ TEST_CASE("causal_attention hands other inputs to at::scaled_dot_product_attenti
   at::Tensor ql = at::randn({1, 1, 4200, 4}, gen), kl = at::randn({1, 1, 4200, 4}, gen),
              vl = at::randn({1, 1, 4200, 4}, gen);
   CHECK(models::causal_attention(ql, kl, vl).equal(at::scaled_dot_product_attention(ql, kl, vl, {}, 0.0, true)));
+}
+
+TEST_CASE("causal_attention splits heads over threads with the same bits as one thread", "[models][attention]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
+  at::Tensor qkv = at::randn({3, 50, 3 * 5 * 16}, gen), g = at::randn({3, 5, 50, 16}, gen);
+  auto attend = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return models::causal_attention(q, k, v);
+  };
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  auto one = run(attend, qkv, 5, g);
+  at::set_num_threads(3);
+  auto three = run(attend, qkv, 5, g);
+  at::set_num_threads(threads);
+  CHECK(three.y.equal(one.y));
+  CHECK(three.dq.equal(one.dq));
+  CHECK(three.dk.equal(one.dk));
+  CHECK(three.dv.equal(one.dv));
 }
