@@ -146,7 +146,11 @@ at::Tensor empty_heads_interleaved(const at::Tensor& like) {
   return at::empty_strided({B, H, T, D}, {T * H * D, D, H * D, 1}, like.options());
 }
 
-at::Tensor unit_last_stride(const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); }
+// What the GEMMs read: unit stride along D and rows that do not overlap (an expanded T gives
+// stride 0); heads and batches may be anywhere, expanded included.
+at::Tensor gemm_ready(const at::Tensor& t) {
+  return t.stride(3) == 1 && t.stride(2) >= t.size(3) ? t : t.contiguous();
+}
 
 // kt: [D, T] scratch for K^T.
 void forward_head(const float* q, int64_t lq, const float* k, int64_t lk, const float* v, int64_t lv, float* o,
@@ -239,7 +243,7 @@ void backward_head(const float* q, int64_t lq, const float* k, int64_t lk, const
 struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& query, const at::Tensor& key,
                             const at::Tensor& value) {
-    const at::Tensor q = unit_last_stride(query), k = unit_last_stride(key), v = unit_last_stride(value);
+    const at::Tensor q = gemm_ready(query), k = gemm_ready(key), v = gemm_ready(value);
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     at::Tensor out = empty_heads_interleaved(q), probs = at::empty({B, H, T, T}, q.options());
@@ -262,7 +266,7 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &probs = saved[4];
-    const at::Tensor go = unit_last_stride(grads[0]);
+    const at::Tensor go = gemm_ready(grads[0]);
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     at::Tensor dq = empty_heads_interleaved(q), dk = empty_heads_interleaved(q), dv = empty_heads_interleaved(q);
@@ -289,8 +293,10 @@ bool use_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, d
         t->sizes() != q.sizes())
       return false;
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-  const int64_t limit = std::numeric_limits<int>::max();
-  return B * H * T > 0 && D > 0 && B * H * T * T * 4 <= kMaxProbBytes && T * H * D < limit;
+  const int64_t limit = std::numeric_limits<int>::max();  // oneDNN's dims and leading dims are ints
+  // T first, so that B * H * T * T cannot overflow.
+  return B * H * T > 0 && D > 0 && T * T * 4 <= kMaxProbBytes && B * H * T * T * 4 <= kMaxProbBytes &&
+         T * H * D < limit;
 }
 
 }  // namespace

@@ -90,6 +90,16 @@ TEST_CASE("causal_attention without grad gives the same values", "[models][atten
   CHECK(models::causal_attention(q, k, v).equal(with_grad));
 }
 
+TEST_CASE("causal_attention takes expanded and permuted inputs", "[models][attention]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
+  // k shared by every head (stride 0), v with one row repeated over T (stride 0), q with D not innermost.
+  at::Tensor q = at::randn({2, 3, 16, 24}, gen).transpose(2, 3), k = at::randn({2, 1, 24, 16}, gen).expand({2, 3, 24, 16}),
+             v = at::randn({2, 3, 1, 16}, gen).expand({2, 3, 24, 16});
+  at::Tensor ours = models::causal_attention(q, k, v);
+  at::Tensor ref = reference(q.to(at::kDouble), k.to(at::kDouble), v.to(at::kDouble));
+  CHECK(max_rel(ours, ref) <= 1e-5);
+}
+
 TEST_CASE("causal_attention hands other inputs to at::scaled_dot_product_attention", "[models][attention]") {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
   at::Tensor q = at::randn({1, 2, 20, 8}, gen, at::kDouble), k = at::randn({1, 2, 20, 8}, gen, at::kDouble),
