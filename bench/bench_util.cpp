@@ -1,5 +1,6 @@
 #include "bench_util.h"
 
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <time.h>
 
 #include <algorithm>

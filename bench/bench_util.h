@@ -1,9 +1,12 @@
 // Helpers the C++ benchmarks share: CPU clocks, the median, and an op-profile table.
 #pragma once
-#include <torch/csrc/autograd/profiler_legacy.h>
-
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace torch::autograd::profiler {
+struct TLSLegacyProfilerGuard;
+}
 
 namespace bench {
 

@@ -42,15 +42,19 @@ float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
 }
 
+float hmax(__m256 v) {
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
+}
+
 void softmax_avx2(float* s, int64_t len, int64_t ncols, float scale) {
   float mx = -std::numeric_limits<float>::infinity();
   int64_t j = 0;
   if (len >= 8) {
     __m256 m8 = _mm256_loadu_ps(s);
     for (j = 8; j + 8 <= len; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(s + j));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    mx = hmax(m8);
   }
   for (; j < len; ++j) mx = std::max(mx, s[j]);
   const __m256 mx8 = _mm256_set1_ps(mx), scale8 = _mm256_set1_ps(scale);
@@ -293,7 +297,8 @@ bool use_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, d
         t->sizes() != q.sizes())
       return false;
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-  const int64_t limit = std::numeric_limits<int>::max();  // oneDNN's dims and leading dims are ints
+  // Leading dims within int, as the BLAS behind brgemm's fallback takes them.
+  const int64_t limit = std::numeric_limits<int>::max();
   // T first, so that B * H * T * T cannot overflow.
   return B * H * T > 0 && D > 0 && T * T * 4 <= kMaxProbBytes && B * H * T * T * 4 <= kMaxProbBytes &&
          T * H * D < limit;

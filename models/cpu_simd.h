@@ -17,7 +17,6 @@ extern "C" __m256 Sleef_expf8_u10(__m256);
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 extern "C" __m512 Sleef_tanhf16_u10(__m512);
-extern "C" __m512 Sleef_expf16_u10(__m512);
 #pragma GCC pop_options
 #endif
 
