@@ -11,12 +11,11 @@
 #include <immintrin.h>
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-extern "C" __m256 Sleef_tanhf8_u10(__m256);
 extern "C" __m256 Sleef_expf8_u10(__m256);
 #pragma GCC pop_options
 #pragma GCC push_options
 #pragma GCC target("avx512f")
-extern "C" __m512 Sleef_tanhf16_u10(__m512);
+extern "C" __m512 Sleef_expf16_u10(__m512);
 #pragma GCC pop_options
 #endif
 
