@@ -191,7 +191,7 @@ struct Variant {
 
 int main() {
   at::set_num_threads(1);
-  train::keep_freed_host_memory();  // as vescale-train runs, for every variant
+  train::cache_host_memory();  // as vescale-train runs, for every variant
   dist::init({.device = "cpu"});
   const int warmup = env_int("TP_STEP_WARMUP", 3), rounds = env_int("TP_STEP_ROUNDS", 5),
             per_round = env_int("TP_STEP_PER_ROUND", 4);

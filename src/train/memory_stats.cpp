@@ -2,10 +2,14 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -19,56 +23,115 @@
 namespace vescale::train {
 namespace {
 
-// Wraps the CPU allocator: each DataPtr it hands out carries a context that remembers its
-// size and the base allocation, so the count drops when the tensor's storage is freed.
-class CountingAllocator final : public c10::Allocator {
+// Replaces c10's CPU allocator (same c10::alloc_cpu underneath). Each block has a 64-byte
+// header with its size, so the live-byte count drops when the tensor's storage is freed, and
+// the DataPtr's context is its data (libtorch's raw_allocate requires that). With caching on, a
+// freed block of kMinCached bytes or more is kept under its size and handed to the next request
+// of that size, most recently freed first: a training step allocates the same sizes in the same
+// order each step, and the block freed last is the one still in cache and in the TLB.
+class HostAllocator final : public c10::Allocator {
  public:
-  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+  static constexpr size_t kMinCached = 256 << 10;
+  static constexpr size_t kHeader = 64;  // keeps the data at c10's 64-byte alignment
 
   c10::DataPtr allocate(size_t n) override {
-    auto* ctx = new Held{base_->allocate(n), static_cast<int64_t>(n), this};
-    const int64_t now = current_.fetch_add(ctx->bytes) + ctx->bytes;
-    int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    char* data = caching_.load(std::memory_order_relaxed) && n >= kMinCached ? take(n) : nullptr;
+    if (data == nullptr && n > 0) {
+      auto* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
+      std::memcpy(base, &n, sizeof n);
+      data = base + kHeader;
     }
-    void* data = ctx->inner.get();
-    const c10::Device device = ctx->inner.device();
-    return {data, ctx, &release, device};
+    const int64_t now = current_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
+    for (std::atomic<int64_t>* p : {&peak_, &max_held_}) {
+      int64_t seen = p->load();
+      while (now > seen && !p->compare_exchange_weak(seen, now)) {
+      }
+    }
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 
+  void set_caching(bool on) {
+    caching_.store(on);
+    if (!on) release_cached();
+  }
   MemoryStats stats() const { return {current_.load(), peak_.load()}; }
   void reset_peak() { peak_.store(current_.load()); }
-
- private:
-  struct Held {
-    c10::DataPtr inner;
-    int64_t bytes;
-    CountingAllocator* owner;
-  };
-  static void release(void* p) {
-    auto* ctx = static_cast<Held*>(p);
-    ctx->owner->current_.fetch_sub(ctx->bytes);
-    delete ctx;  // frees the base allocation with its own deleter
+  HostCacheStats cache_stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {cached_bytes_, hits_, misses_};
+  }
+  void release_cached() {
+    std::unordered_map<size_t, std::vector<char*>> idle;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      idle.swap(idle_);
+      cached_bytes_ = 0;
+    }
+    for (auto& [size, blocks] : idle)
+      for (char* data : blocks) c10::free_cpu(data - kHeader);
   }
 
-  c10::Allocator* base_;
-  std::atomic<int64_t> current_{0}, peak_{0};
+  static HostAllocator* instance;
+
+ private:
+  char* take(size_t n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = idle_.find(n);
+    if (it == idle_.end() || it->second.empty()) {
+      ++misses_;
+      return nullptr;
+    }
+    ++hits_;
+    char* data = it->second.back();
+    it->second.pop_back();
+    cached_bytes_ -= static_cast<int64_t>(n);
+    return data;
+  }
+
+  static void release(void* p) {
+    if (p == nullptr) return;
+    auto* data = static_cast<char*>(p);
+    size_t n;
+    std::memcpy(&n, data - kHeader, sizeof n);
+    HostAllocator& self = *instance;
+    self.current_.fetch_sub(static_cast<int64_t>(n));
+    if (n >= kMinCached && self.caching_.load(std::memory_order_relaxed)) {
+      std::lock_guard<std::mutex> lock(self.mutex_);
+      // Bounded by the most bytes ever held, so the cache at most doubles the peak footprint.
+      if (self.cached_bytes_ + static_cast<int64_t>(n) <= self.max_held_.load()) {
+        self.idle_[n].push_back(data);
+        self.cached_bytes_ += static_cast<int64_t>(n);
+        return;
+      }
+    }
+    c10::free_cpu(data - kHeader);
+  }
+
+  std::atomic<int64_t> current_{0}, peak_{0}, max_held_{0};  // max_held_: peak_ never reset
+  std::atomic<bool> caching_{false};
+  std::mutex mutex_;  // guards the idle blocks and the cache counters
+  std::unordered_map<size_t, std::vector<char*>> idle_;
+  int64_t cached_bytes_ = 0, hits_ = 0, misses_ = 0;
 };
 
-CountingAllocator* counting = nullptr;
+HostAllocator* HostAllocator::instance = nullptr;
+HostAllocator* host = nullptr;
 
-}  // namespace
-
-void track_memory() {
+HostAllocator& install() {
   static std::once_flag once;
   std::call_once(once, [] {
     // Never freed: storages allocated through it may outlive any owner.
-    counting = new CountingAllocator(c10::GetCPUAllocator());
-    c10::SetCPUAllocator(counting, /*priority=*/100);
+    host = HostAllocator::instance = new HostAllocator();
+    c10::SetCPUAllocator(host, /*priority=*/100);
   });
+  return *host;
 }
+
+}  // namespace
+
+void track_memory() { install(); }
 
 MemoryStats memory_stats(bool cuda) {
 #if VESCALE_WITH_CUDA
@@ -78,21 +141,32 @@ MemoryStats memory_stats(bool cuda) {
     return {all.current, all.peak};
   }
 #endif
-  return counting && !cuda ? counting->stats() : MemoryStats{};
+  return host && !cuda ? host->stats() : MemoryStats{};
 }
 
 void reset_peak_memory(bool cuda) {
 #if VESCALE_WITH_CUDA
   if (cuda) return c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
 #endif
-  if (counting && !cuda) counting->reset_peak();
+  if (host && !cuda) host->reset_peak();
 }
 
-void keep_freed_host_memory() {
+void cache_host_memory(bool on) {
+  if (on) {
 #ifdef __GLIBC__
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's cap
-  mallopt(M_TRIM_THRESHOLD, -1);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's cap
+    mallopt(M_TRIM_THRESHOLD, -1);
 #endif
+    install().set_caching(true);
+  } else if (host != nullptr) {
+    host->set_caching(false);
+  }
+}
+
+HostCacheStats host_cache_stats() { return host ? host->cache_stats() : HostCacheStats{}; }
+
+void release_cached_host_memory() {
+  if (host) host->release_cached();
 }
 
 }  // namespace vescale::train

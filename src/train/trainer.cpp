@@ -163,7 +163,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
   torch::manual_seed(t.seed);
   random::manual_seed(t.seed);
 
-  if (device_ == "cpu") keep_freed_host_memory();
+  if (device_ == "cpu") cache_host_memory();
   model_ = build_model(config_.model);
   if (device_ != "cpu") model_.module->to(at::Device(device_));
   int64_t zero = 0;
