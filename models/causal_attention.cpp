@@ -7,6 +7,7 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -244,24 +245,51 @@ void backward_head(const float* q, int64_t lq, const float* k, int64_t lk, const
   transpose(w.dkt.data(), T, dk, ldk, D, T);
 }
 
+// out (laid out by empty_heads_interleaved) and the probabilities [B, H, T, T] of q, k, v.
+at::Tensor forward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  at::Tensor probs = at::empty({B, H, T, T}, q.options());
+  const HeadView Q{q}, K{k}, V{v}, O{out};
+  float* P = probs.mutable_data_ptr<float>();
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> kt(static_cast<size_t>(D * T));
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      forward_head(Q.at(b, h), Q.ld(), K.at(b, h), K.ld(), V.at(b, h), V.ld(), O.at(b, h), O.ld(), P + bh * T * T,
+                   kt.data(), T, D, scale);
+    }
+    at::native::cpublas::brgemm_release(/*is_vnni=*/false);
+  });
+  return probs;
+}
+
+// dq, dk, dv (any [B, H, T, D] views with unit stride in D) from the saved forward and dO.
+void backward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                    const at::Tensor& probs, const at::Tensor& go, const at::Tensor& dq, const at::Tensor& dk,
+                    const at::Tensor& dv) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const HeadView Q{q}, K{k}, V{v}, O{out}, GO{go}, DQ{dq}, DK{dk}, DV{dv};
+  const float* P = probs.const_data_ptr<float>();
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    BackwardScratch scratch(T, D);
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      backward_head(Q.at(b, h), Q.ld(), K.at(b, h), K.ld(), V.at(b, h), V.ld(), O.at(b, h), O.ld(), GO.at(b, h),
+                    GO.ld(), P + bh * T * T, DQ.at(b, h), DQ.ld(), DK.at(b, h), DK.ld(), DV.at(b, h), DV.ld(), scratch,
+                    T, D, scale);
+    }
+    at::native::cpublas::brgemm_release(/*is_vnni=*/false);
+  });
+}
+
 struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& query, const at::Tensor& key,
                             const at::Tensor& value) {
     const at::Tensor q = gemm_ready(query), k = gemm_ready(key), v = gemm_ready(value);
-    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    at::Tensor out = empty_heads_interleaved(q), probs = at::empty({B, H, T, T}, q.options());
-    const HeadView Q{q}, K{k}, V{v}, O{out};
-    float* P = probs.mutable_data_ptr<float>();
-    at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> kt(static_cast<size_t>(D * T));
-      for (int64_t bh = begin; bh < end; ++bh) {
-        const int64_t b = bh / H, h = bh % H;
-        forward_head(Q.at(b, h), Q.ld(), K.at(b, h), K.ld(), V.at(b, h), V.ld(), O.at(b, h), O.ld(), P + bh * T * T,
-                     kt.data(), T, D, scale);
-      }
-      at::native::cpublas::brgemm_release(/*is_vnni=*/false);
-    });
+    at::Tensor out = empty_heads_interleaved(q);
+    const at::Tensor probs = forward_heads(q, k, v, out);
     ctx->save_for_backward({q, k, v, out, probs});
     return out;
   }
@@ -269,24 +297,42 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &probs = saved[4];
-    const at::Tensor go = gemm_ready(grads[0]);
-    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const at::Tensor& q = saved[0];
     at::Tensor dq = empty_heads_interleaved(q), dk = empty_heads_interleaved(q), dv = empty_heads_interleaved(q);
-    const HeadView Q{q}, K{k}, V{v}, O{out}, GO{go}, DQ{dq}, DK{dk}, DV{dv};
-    const float* P = probs.const_data_ptr<float>();
-    at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
-      BackwardScratch scratch(T, D);
-      for (int64_t bh = begin; bh < end; ++bh) {
-        const int64_t b = bh / H, h = bh % H;
-        backward_head(Q.at(b, h), Q.ld(), K.at(b, h), K.ld(), V.at(b, h), V.ld(), O.at(b, h), O.ld(), GO.at(b, h),
-                      GO.ld(), P + bh * T * T, DQ.at(b, h), DQ.ld(), DK.at(b, h), DK.ld(), DV.at(b, h), DV.ld(),
-                      scratch, T, D, scale);
-      }
-      at::native::cpublas::brgemm_release(/*is_vnni=*/false);
-    });
+    backward_heads(q, saved[1], saved[2], saved[3], saved[4], gemm_ready(grads[0]), dq, dk, dv);
     return {dq, dk, dv};
+  }
+};
+
+// q, k and v as [B, H, T, D] views of a packed [B, T, 3C] tensor.
+std::array<at::Tensor, 3> packed_heads(const at::Tensor& qkv, int64_t n_head) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  std::array<at::Tensor, 3> heads;
+  for (int64_t i = 0; i < 3; ++i) heads[i] = qkv.narrow(2, i * C, C).view({B, T, n_head, C / n_head}).transpose(1, 2);
+  return heads;
+}
+
+// The same kernel on a packed [B, T, 3C] input, whose gradient backward writes in one buffer.
+struct PackedCausalAttentionFunction : torch::autograd::Function<PackedCausalAttentionFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& packed, int64_t n_head) {
+    const at::Tensor qkv = packed.contiguous();
+    const auto [q, k, v] = packed_heads(qkv, n_head);
+    at::Tensor out = empty_heads_interleaved(q);
+    const at::Tensor probs = forward_heads(q, k, v, out);
+    ctx->save_for_backward({qkv, out, probs});
+    ctx->saved_data["n_head"] = n_head;
+    return out;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const int64_t n_head = ctx->saved_data["n_head"].toInt();
+    const auto [q, k, v] = packed_heads(saved[0], n_head);
+    at::Tensor dqkv = at::empty_like(saved[0]);
+    const auto [dq, dk, dv] = packed_heads(dqkv, n_head);
+    backward_heads(q, k, v, saved[1], saved[2], gemm_ready(grads[0]), dq, dk, dv);
+    return {dqkv, at::Tensor()};
   }
 };
 
@@ -311,6 +357,23 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
     return at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true);
   RECORD_FUNCTION("models::causal_attention", std::vector<c10::IValue>{});  // for op profiles
   return CausalAttentionFunction::apply(q, k, v);
+}
+
+at::Tensor causal_attention_packed(const at::Tensor& qkv, int64_t n_head, double dropout_p) {
+  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % (3 * n_head) == 0, "causal_attention_packed: qkv must be [B, T, 3C] with C divisible by n_head (",
+              n_head, "), got ", qkv.sizes());
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  auto parts = qkv.split(C, 2);
+  auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_head, C / n_head}).transpose(1, 2); };
+  const at::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  at::Tensor out;
+  if (!use_kernel(q, k, v, dropout_p)) {
+    out = at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true);
+  } else {
+    RECORD_FUNCTION("models::causal_attention", std::vector<c10::IValue>{});
+    out = PackedCausalAttentionFunction::apply(qkv, n_head);
+  }
+  return out.transpose(1, 2).reshape({B, T, C});
 }
 
 }  // namespace models

@@ -15,4 +15,10 @@ namespace models {
 // q, k, v: [B, H, T, D], same H, T and D (grouped-query heads repeated by the caller).
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p = 0.0);
 
+// GPT-2's packed form: qkv [B, T, 3C] (q, k, v side by side, n_head heads each) -> [B, T, C] with
+// the heads merged. The value of splitting qkv into heads, causal_attention, and merging; on the
+// kernel's path backward writes qkv's gradient as one buffer instead of three that autograd then
+// concatenates.
+at::Tensor causal_attention_packed(const at::Tensor& qkv, int64_t n_head, double dropout_p = 0.0);
+
 }  // namespace models

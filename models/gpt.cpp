@@ -20,11 +20,8 @@ GPTAttentionImpl::GPTAttentionImpl(const GPTOptions& o) : n_head(o.n_head), drop
 }
 
 torch::Tensor GPTAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_head;
-  auto qkv = call(c_attn, x).split(C, 2);
-  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head, hd}).transpose(1, 2); };
-  auto y = causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), is_training() ? dropout : 0.0);
-  return call(resid_dropout, call(c_proj, y.transpose(1, 2).reshape({B, T, C})));
+  auto y = causal_attention_packed(call(c_attn, x), n_head, is_training() ? dropout : 0.0);
+  return call(resid_dropout, call(c_proj, y));
 }
 
 GPTMLPImpl::GPTMLPImpl(const GPTOptions& o) {

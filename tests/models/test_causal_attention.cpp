@@ -129,3 +129,35 @@ TEST_CASE("causal_attention splits heads over threads with the same bits as one 
   CHECK(three.dk.equal(one.dk));
   CHECK(three.dv.equal(one.dv));
 }
+
+TEST_CASE("causal_attention_packed equals splitting the heads and causal_attention, bit for bit", "[models][attention]") {
+  // The kernel's path (fp32) and ATen's (float64); T across a block edge.
+  const auto dtype = GENERATE(at::kFloat, at::kDouble);
+  const int64_t B = 2, T = 45, H = 3, D = 16, C = H * D;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(21);
+  const at::Tensor qkv = at::randn({B, T, 3 * C}, gen).to(dtype), g = at::randn({B, T, C}, gen).to(dtype);
+
+  at::Tensor packed_leaf = qkv.clone().set_requires_grad(true);
+  at::Tensor y_packed = models::causal_attention_packed(packed_leaf, H);
+  y_packed.backward(g);
+
+  at::Tensor split_leaf = qkv.clone().set_requires_grad(true);
+  auto parts = split_leaf.split(C, 2);
+  auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+  at::Tensor y_split = models::causal_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]))
+                           .transpose(1, 2)
+                           .reshape({B, T, C});
+  y_split.backward(g);
+
+  CHECK(y_packed.sizes() == at::IntArrayRef{B, T, C});
+  CHECK(at::equal(y_packed, y_split));
+  CHECK(at::equal(packed_leaf.grad(), split_leaf.grad()));
+  // And both are attention: against the float64 definition.
+  at::Tensor want = reference(heads(qkv.split(C, 2)[0]).to(at::kDouble), heads(qkv.split(C, 2)[1]).to(at::kDouble),
+                              heads(qkv.split(C, 2)[2]).to(at::kDouble))
+                        .transpose(1, 2)
+                        .reshape({B, T, C});
+  CHECK((y_packed.to(at::kDouble) - want).abs().max().item<double>() <= 1e-5);
+  CHECK_THROWS_WITH(models::causal_attention_packed(at::zeros({B, T, 3 * C + 1}), H),
+                    Catch::Contains("qkv must be [B, T, 3C]"));
+}
