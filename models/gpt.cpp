@@ -35,7 +35,7 @@ torch::Tensor GPTMLPImpl::forward(const torch::Tensor& x) {
 }
 
 GPTBlockImpl::GPTBlockImpl(const GPTOptions& o) {
-  auto ln = [&] { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.n_embd}).eps(o.layer_norm_eps)); };
+  auto ln = [&] { return LayerNorm(torch::nn::LayerNormOptions({o.n_embd}).eps(o.layer_norm_eps)); };
   ln_1 = register_module("ln_1", ln());
   attn = register_module("attn", GPTAttention(o));
   ln_2 = register_module("ln_2", ln());
@@ -53,7 +53,7 @@ GPTImpl::GPTImpl(const GPTOptions& o) : options(o) {
   drop = register_module("drop", torch::nn::Dropout(o.dropout));
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.n_layer; ++i) h->push_back(GPTBlock(o));
-  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.n_embd}).eps(o.layer_norm_eps)));
+  ln_f = register_module("ln_f", LayerNorm(torch::nn::LayerNormOptions({o.n_embd}).eps(o.layer_norm_eps)));
   init_weights();
 }
 

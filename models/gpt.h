@@ -7,6 +7,7 @@
 // Linear weights are [out, in] (models::Linear); HF's Conv1D stores [in, out], so import
 // transposes them. The LM head is wte (tied), so it has no parameter of its own.
 #pragma once
+#include "layer_norm.h"
 #include "linear.h"
 
 #include <torch/nn/module.h>
@@ -50,7 +51,7 @@ TORCH_MODULE(GPTMLP);
 struct GPTBlockImpl : torch::nn::Module {
   explicit GPTBlockImpl(const GPTOptions& o);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  LayerNorm ln_1{nullptr}, ln_2{nullptr};
   GPTAttention attn{nullptr};
   GPTMLP mlp{nullptr};
 };
@@ -66,7 +67,7 @@ struct GPTImpl : torch::nn::Module {
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::Dropout drop{nullptr};
   torch::nn::ModuleList h;
-  torch::nn::LayerNorm ln_f{nullptr};
+  LayerNorm ln_f{nullptr};
 };
 TORCH_MODULE(GPT);
 
