@@ -304,11 +304,13 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
   }
 };
 
-// q, k and v as [B, H, T, D] views of a packed [B, T, 3C] tensor.
+// q, k and v as [B, H, T, D] views of a packed [B, T, 3C] tensor (the split is the op DTensors
+// have a rule for, so the fallback sees what the model used to do).
 std::array<at::Tensor, 3> packed_heads(const at::Tensor& qkv, int64_t n_head) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  const auto parts = qkv.split(C, 2);
   std::array<at::Tensor, 3> heads;
-  for (int64_t i = 0; i < 3; ++i) heads[i] = qkv.narrow(2, i * C, C).view({B, T, n_head, C / n_head}).transpose(1, 2);
+  for (size_t i = 0; i < 3; ++i) heads[i] = parts[i].view({B, T, n_head, C / n_head}).transpose(1, 2);
   return heads;
 }
 
@@ -339,9 +341,7 @@ struct PackedCausalAttentionFunction : torch::autograd::Function<PackedCausalAtt
 bool use_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
   if (dropout_p > 0.0) return false;
   for (const at::Tensor* t : {&q, &k, &v})
-    if (!t->device().is_cpu() || t->scalar_type() != at::kFloat || t->layout() != at::kStrided || t->dim() != 4 ||
-        t->sizes() != q.sizes())
-      return false;
+    if (!cpu_float(*t) || t->dim() != 4 || t->sizes() != q.sizes()) return false;
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   // Leading dims within int, as the BLAS behind brgemm's fallback takes them.
   const int64_t limit = std::numeric_limits<int>::max();
@@ -360,12 +360,11 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 }
 
 at::Tensor causal_attention_packed(const at::Tensor& qkv, int64_t n_head, double dropout_p) {
-  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % (3 * n_head) == 0, "causal_attention_packed: qkv must be [B, T, 3C] with C divisible by n_head (",
-              n_head, "), got ", qkv.sizes());
+  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % (3 * n_head) == 0,
+              "causal_attention_packed: qkv must be [B, T, 3C] with C divisible by n_head (", n_head, "), got ",
+              qkv.sizes());
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
-  auto parts = qkv.split(C, 2);
-  auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_head, C / n_head}).transpose(1, 2); };
-  const at::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  const auto [q, k, v] = packed_heads(qkv, n_head);
   at::Tensor out;
   if (!use_kernel(q, k, v, dropout_p)) {
     out = at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true);

@@ -1,7 +1,9 @@
 // The vector width the CPU kernels in models/ run at, chosen at run time (the library is built
-// for baseline x86-64), and the SLEEF functions libtorch_cpu exports: the ones ATen's own CPU
-// kernels call, so ours round the same way.
+// for baseline x86-64), which tensors they take, and the SLEEF functions libtorch_cpu exports:
+// the ones ATen's own CPU kernels call, so ours round the same way.
 #pragma once
+
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +20,16 @@ extern "C" __m256 Sleef_expf8_u10(__m256);
 extern "C" __m512 Sleef_expf16_u10(__m512);
 #pragma GCC pop_options
 #endif
+
+namespace models {
+
+// What the kernels in models/ read and write directly: a plain CPU fp32 strided tensor. DTensors
+// are not (their device is the "dtensor" backend), nor CUDA or other dtypes; those go to ATen.
+inline bool cpu_float(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
+}
+
+}  // namespace models
 
 namespace models::simd {
 

@@ -156,8 +156,7 @@ struct GeluTanhFunction : torch::autograd::Function<GeluTanhFunction> {
 at::Tensor gelu_tanh(const at::Tensor& x) {
   // With or without grad: a forward's value must not depend on the grad mode (activation
   // checkpointing runs forward without grad and again with it).
-  const bool fused = x.device().is_cpu() && x.scalar_type() == at::kFloat && x.layout() == at::kStrided;
-  if (!fused) return at::gelu(x, "tanh");
+  if (!cpu_float(x)) return at::gelu(x, "tanh");
   RECORD_FUNCTION("models::gelu_tanh", std::vector<c10::IValue>{});  // for op profiles
   return GeluTanhFunction::apply(x);
 }

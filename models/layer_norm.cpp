@@ -14,10 +14,10 @@
 namespace models {
 namespace {
 
-// One row of C values. Forward: mean, then the variance around it (two passes: no cancellation),
+// Forward on rows of C values: mean, then the variance around it (two passes: no cancellation),
 // y = (x - mean) rstd w + b. Backward, with xh = (x - mean) rstd and g = dy w:
 // dx = rstd (g - mean(g) - xh mean(g xh)); dw += dy xh and db += dy over the rows.
-struct Row {
+struct Row {  // forward's row length and epsilon
   int64_t C;
   float eps;
 };
@@ -79,9 +79,9 @@ template <class Vec>
 template <class Vec>
 [[gnu::always_inline]] inline void backward_rows(const float* dy, const float* x, const float* w, const float* mean,
                                                  const float* rstd, float* dx, float* dw, float* db, int64_t rows,
-                                                 Row r) {
+                                                 int64_t C) {
   constexpr int64_t L = sizeof(Vec) / sizeof(float);
-  const int64_t C = r.C, CL = C / L * L;
+  const int64_t CL = C / L * L;
   for (int64_t i = 0; i < rows; ++i) {
     const float *dyr = dy + i * C, *xr = x + i * C;
     float* dxr = dx + i * C;
@@ -123,8 +123,8 @@ void forward_scalar(const float* x, const float* w, const float* b, float* y, fl
   forward_rows<Scalar1>(x, w, b, y, mean, rstd, rows, r);
 }
 void backward_scalar(const float* dy, const float* x, const float* w, const float* mean, const float* rstd, float* dx,
-                     float* dw, float* db, int64_t rows, Row r) {
-  backward_rows<Scalar1>(dy, x, w, mean, rstd, dx, dw, db, rows, r);
+                     float* dw, float* db, int64_t rows, int64_t C) {
+  backward_rows<Scalar1>(dy, x, w, mean, rstd, dx, dw, db, rows, C);
 }
 
 #ifdef MODELS_X86_SIMD
@@ -135,8 +135,8 @@ void forward_avx2(const float* x, const float* w, const float* b, float* y, floa
   forward_rows<__m256>(x, w, b, y, mean, rstd, rows, r);
 }
 void backward_avx2(const float* dy, const float* x, const float* w, const float* mean, const float* rstd, float* dx,
-                   float* dw, float* db, int64_t rows, Row r) {
-  backward_rows<__m256>(dy, x, w, mean, rstd, dx, dw, db, rows, r);
+                   float* dw, float* db, int64_t rows, int64_t C) {
+  backward_rows<__m256>(dy, x, w, mean, rstd, dx, dw, db, rows, C);
 }
 #pragma GCC pop_options
 
@@ -147,8 +147,8 @@ void forward_avx512(const float* x, const float* w, const float* b, float* y, fl
   forward_rows<__m512>(x, w, b, y, mean, rstd, rows, r);
 }
 void backward_avx512(const float* dy, const float* x, const float* w, const float* mean, const float* rstd, float* dx,
-                     float* dw, float* db, int64_t rows, Row r) {
-  backward_rows<__m512>(dy, x, w, mean, rstd, dx, dw, db, rows, r);
+                     float* dw, float* db, int64_t rows, int64_t C) {
+  backward_rows<__m512>(dy, x, w, mean, rstd, dx, dw, db, rows, C);
 }
 #pragma GCC pop_options
 #endif
@@ -163,12 +163,12 @@ void forward_cpu(const float* x, const float* w, const float* b, float* y, float
 }
 
 void backward_cpu(const float* dy, const float* x, const float* w, const float* mean, const float* rstd, float* dx,
-                  float* dw, float* db, int64_t rows, Row r) {
+                  float* dw, float* db, int64_t rows, int64_t C) {
 #ifdef MODELS_X86_SIMD
-  if (simd::level() == simd::Level::avx512) return backward_avx512(dy, x, w, mean, rstd, dx, dw, db, rows, r);
-  if (simd::level() == simd::Level::avx2) return backward_avx2(dy, x, w, mean, rstd, dx, dw, db, rows, r);
+  if (simd::level() == simd::Level::avx512) return backward_avx512(dy, x, w, mean, rstd, dx, dw, db, rows, C);
+  if (simd::level() == simd::Level::avx2) return backward_avx2(dy, x, w, mean, rstd, dx, dw, db, rows, C);
 #endif
-  backward_scalar(dy, x, w, mean, rstd, dx, dw, db, rows, r);
+  backward_scalar(dy, x, w, mean, rstd, dx, dw, db, rows, C);
 }
 
 // Rows per parallel chunk. Each chunk sums its own dw and db; the chunks' sums are added in
@@ -200,7 +200,6 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
     const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
     at::Tensor dx = at::empty_like(x);
     at::Tensor partial = at::zeros({chunks, 2, C}, x.options());  // per chunk: dw, db
-    const Row r{C, 0.0f};
     const float *dyp = dy.const_data_ptr<float>(), *xp = x.const_data_ptr<float>(), *wp = w.const_data_ptr<float>(),
                 *mp = mean.const_data_ptr<float>(), *rp = rstd.const_data_ptr<float>();
     float *dxp = dx.mutable_data_ptr<float>(), *pp = partial.mutable_data_ptr<float>();
@@ -208,7 +207,7 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
       for (int64_t k = begin; k < end; ++k) {
         const int64_t r0 = k * kRowsPerChunk, n = std::min(kRowsPerChunk, rows - r0);
         backward_cpu(dyp + r0 * C, xp + r0 * C, wp, mp + r0, rp + r0, dxp + r0 * C, pp + k * 2 * C,
-                     pp + k * 2 * C + C, n, r);
+                     pp + k * 2 * C + C, n, C);
       }
     });
     const at::Tensor sums = partial.sum(0);  // [2, C]
@@ -218,8 +217,7 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
 
 bool use_kernel(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   for (const at::Tensor* t : {&x, &w, &b})
-    if (!t->defined() || !t->device().is_cpu() || t->scalar_type() != at::kFloat || t->layout() != at::kStrided)
-      return false;
+    if (!t->defined() || !cpu_float(*t)) return false;
   return x.dim() >= 1 && w.dim() == 1 && b.dim() == 1 && x.size(-1) == w.size(0) && b.size(0) == w.size(0) &&
          x.numel() > 0;
 }

@@ -5,8 +5,8 @@
 #include <c10/core/impl/alloc_cpu.h>
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -22,6 +22,9 @@
 
 namespace vescale::train {
 namespace {
+
+class HostAllocator;
+HostAllocator* host = nullptr;  // installed once, never freed
 
 // Replaces c10's CPU allocator (same c10::alloc_cpu underneath). Each block has a 64-byte
 // header with its size, so the live-byte count drops when the tensor's storage is freed, and
@@ -73,8 +76,6 @@ class HostAllocator final : public c10::Allocator {
       for (char* data : blocks) c10::free_cpu(data - kHeader);
   }
 
-  static HostAllocator* instance;
-
  private:
   char* take(size_t n) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -95,7 +96,7 @@ class HostAllocator final : public c10::Allocator {
     auto* data = static_cast<char*>(p);
     size_t n;
     std::memcpy(&n, data - kHeader, sizeof n);
-    HostAllocator& self = *instance;
+    HostAllocator& self = *host;
     self.current_.fetch_sub(static_cast<int64_t>(n));
     if (n >= kMinCached && self.caching_.load(std::memory_order_relaxed)) {
       std::lock_guard<std::mutex> lock(self.mutex_);
@@ -116,14 +117,11 @@ class HostAllocator final : public c10::Allocator {
   int64_t cached_bytes_ = 0, hits_ = 0, misses_ = 0;
 };
 
-HostAllocator* HostAllocator::instance = nullptr;
-HostAllocator* host = nullptr;
-
 HostAllocator& install() {
   static std::once_flag once;
   std::call_once(once, [] {
     // Never freed: storages allocated through it may outlive any owner.
-    host = HostAllocator::instance = new HostAllocator();
+    host = new HostAllocator();
     c10::SetCPUAllocator(host, /*priority=*/100);
   });
   return *host;
