@@ -25,7 +25,7 @@ namespace vescale::dtensor {
 
 namespace {
 
-std::atomic<int64_t> g_calls{0}, g_hits{0}, g_bypasses{0}, g_redistributions{0};
+std::atomic<int64_t> g_calls{0}, g_hits{0}, g_bypasses{0}, g_redistributions{0}, g_in_place_sums{0};
 std::atomic<int> g_replicate_fallback{-1};  // -1: read the env once
 
 bool replicate_fallback_on() {
@@ -369,7 +369,11 @@ void static_eager_step() { ++g_step; }
 
 StaticEagerStats static_eager_stats() { return {g_replayed.load(), g_recorded.load(), g_diverged.load()}; }
 
-DispatchStats dispatch_stats() { return {g_calls.load(), g_hits.load(), g_bypasses.load(), g_redistributions.load()}; }
+DispatchStats dispatch_stats() {
+  return {g_calls.load(), g_hits.load(), g_bypasses.load(), g_redistributions.load(), g_in_place_sums.load()};
+}
+
+void count_in_place_sum() { g_in_place_sums.fetch_add(1, std::memory_order_relaxed); }
 
 void clear_propagation_cache() { t_cache.clear(); }
 
@@ -378,6 +382,7 @@ void reset_dispatch_stats() {
   g_hits = 0;
   g_bypasses = 0;
   g_redistributions = 0;
+  g_in_place_sums = 0;
 }
 
 void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -548,7 +553,7 @@ run_plan:
       DTensorSpec spec = have;
       spec.placements = want;
       if (!moved.is_contiguous() || moved.data_ptr() == local.data_ptr()) moved = moved.clone();
-      dtensor_impl(t)->reset(moved, std::make_shared<const DTensorSpec>(std::move(spec)));
+      reset_dtensor(t, moved, std::make_shared<const DTensorSpec>(std::move(spec)));
     }
     return moved;
   });
@@ -584,19 +589,25 @@ run_plan:
         }
       }
     } else if (v.isTensor() && v.toTensor().defined()) {
-      auto spec = output_spec(*plan, *mesh, out_i, 0, v.toTensor());
+      // Moved out, not copied: make_dtensor tells a fresh shard from a shared one by its count.
+      at::Tensor local = std::move(v).toTensor();
+      auto spec = output_spec(*plan, *mesh, out_i, 0, local);
       if (plan->dims_from.empty() || !inputs[0].spec) {
-        v = make_dtensor(v.toTensor(), std::move(spec));
+        v = make_dtensor(std::move(local), std::move(spec));
       } else {
         const auto in_strides = inputs[0].tensor.strides();
         c10::SmallVector<int64_t, 6> strides;
         for (int64_t d : plan->dims_from) strides.push_back(in_strides[d]);
-        v = make_dtensor(v.toTensor(), std::move(spec), strides);
+        v = make_dtensor(std::move(local), std::move(spec), strides);
       }
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> out;
-      auto l = v.toTensorList();
-      for (size_t j = 0; j < l.size(); ++j) out.push_back(make_dtensor(l[j], output_spec(*plan, *mesh, out_i, j, l[j])));
+      c10::List<at::Tensor> locals = std::move(v).toTensorList();
+      for (size_t j = 0; j < locals.size(); ++j) {
+        at::Tensor local = locals.extract(j);
+        auto spec = output_spec(*plan, *mesh, out_i, j, local);
+        out.push_back(make_dtensor(std::move(local), std::move(spec)));
+      }
       v = out;
     }
     if (tensor_like) ++out_i;

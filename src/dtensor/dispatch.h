@@ -7,4 +7,7 @@ namespace vescale::dtensor {
 
 void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// accumulate.cpp's add_ summed two DTensors shard by shard (DispatchStats::in_place_sums).
+void count_in_place_sum();
+
 }  // namespace vescale::dtensor

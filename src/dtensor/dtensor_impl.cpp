@@ -13,31 +13,61 @@ namespace vescale::dtensor {
 namespace {
 const c10::Device kDTensorDevice(c10::DeviceType::PrivateUse1, 0);
 
-// Only construction needs a subclass: the storage-throw flag and the sizes are protected.
-// Everything after that is plain TensorImpl behaviour (copies keep the BackendMeta).
+// A subclass only for construction and for the borrowed storage below: everything else is plain
+// TensorImpl behaviour (copies keep the BackendMeta).
+//
+// The wrapper borrows its shard's storage (+0, no reference of its own): `storage().use_count()`
+// then counts who else holds the shard's memory (views, to_local results, other wrappers' shards).
+// libtorch's autograd engine adds a second gradient in place only into a tensor whose handle and
+// storage it holds alone; with the borrowed storage that test reads "nobody else sees this shard",
+// and the sum lands in the shard (accumulate.cpp) instead of a fresh buffer (docs/dtensor.md,
+// "In-place gradient accumulation"). The borrow is dropped before TensorImpl's own teardown,
+// which would otherwise release a reference the wrapper never took.
 class DTensorImplInit : public c10::TensorImpl {
  public:
   DTensorImplInit(const at::Tensor& local, const DTensorSpec& spec)
       : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), local.dtype(), kDTensorDevice) {
-    // No storage of its own: anything that reaches for it is a bug in a rule.
-    set_storage_access_should_throw();
+    borrow(local);
     // Global sizes with contiguous strides: autograd (AccumulateGrad, validate_outputs) reads them.
     sizes_and_strides_.set_sizes(spec.shape);
     sizes_and_strides_.set_strides(c10::contiguous_strides(spec.shape));
     refresh_numel();
     refresh_contiguous();
   }
+  ~DTensorImplInit() override { unborrow(); }
+  void release_resources() override {
+    unborrow();
+    c10::TensorImpl::release_resources();
+  }
+  // A new shard (an in-place op that changed placements): borrow its storage instead. An
+  // overlapping shard (an expanded view) lends none: the engine must not add into it.
+  void borrow(const at::Tensor& local) {
+    unborrow();
+    if (local.has_storage() && local.is_non_overlapping_and_dense())
+      storage_ = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim(local.storage().unsafeGetStorageImpl()));
+  }
 
  private:
+  void unborrow() {
+    if (storage_) storage_.unsafeReleaseStorageImpl();
+  }
   const char* tensorimpl_type_name() const override { return "DTensorImpl"; }
+};
+
+// The storage member of any TensorImpl (a parameter that became a DTensor is a plain one).
+struct StorageOf : c10::TensorImpl {
+  static c10::Storage& of(c10::TensorImpl* t) { return t->*(&StorageOf::storage_); }
 };
 }  // namespace
 
-void DTensorMeta::reset(at::Tensor local, std::shared_ptr<const DTensorSpec> spec) {
-  VESCALE_CHECK(spec->shape == spec_->shape && local.dtype() == local_.dtype(),
+void reset_dtensor(const at::Tensor& t, at::Tensor local, std::shared_ptr<const DTensorSpec> spec) {
+  DTensorMeta* m = dtensor_impl(t);
+  VESCALE_CHECK(spec->shape == m->spec_->shape && local.dtype() == m->local_.dtype(),
                 "DTensor: an in-place op may change placements, not the global shape or dtype");
-  local_ = std::move(local);
-  spec_ = std::move(spec);
+  if (local.use_count() > 1) local = local.variable_data();  // one shard per wrapper (make_dtensor)
+  if (auto* own = dynamic_cast<DTensorImplInit*>(t.unsafeGetTensorImpl())) own->borrow(local);
+  m->local_ = std::move(local);
+  m->spec_ = std::move(spec);
 }
 
 c10::intrusive_ptr<c10::BackendMeta> DTensorMeta::clone(const c10::intrusive_ptr<c10::BackendMeta>&) const {
@@ -47,6 +77,10 @@ c10::intrusive_ptr<c10::BackendMeta> DTensorMeta::clone(const c10::intrusive_ptr
 at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spec) {
   ensure_backend_registered();
   VESCALE_CHECK(!is_dtensor(local), "DTensor: the local shard is itself a DTensor");
+  // One shard handle per wrapper: two wrappers over one handle would each see a storage count
+  // of 1 and could take in-place gradient sums meant for the other. A handle someone else still
+  // holds (an op that returned its input, an alias) gets a shallow copy, which the storage counts.
+  if (local.use_count() > 1) local = local.variable_data();
   at::Tensor t = at::detail::make_tensor<DTensorImplInit>(local, *spec);
   t.unsafeGetTensorImpl()->set_backend_meta(c10::make_intrusive<DTensorMeta>(std::move(local), std::move(spec)));
   return t;
@@ -85,6 +119,9 @@ void become_dtensor(const at::Tensor& t, const at::Tensor& dtensor) {
   // What Tensor::set_data does, minus its check that both are dense CPU/CUDA tensors: the
   // impl takes the DTensor's keys, sizes, device and meta; every handle to it sees a DTensor.
   t.unsafeGetTensorImpl()->shallow_copy_from(dtensor.getIntrusivePtr());
+  // The copy took a real reference to the shard's storage; a parameter keeps none (it is never
+  // an in-flight gradient, and reset_dtensor could not move it to a new shard).
+  StorageOf::of(t.unsafeGetTensorImpl()) = c10::Storage();
 }
 
 void become_local(const at::Tensor& t) {
@@ -93,6 +130,8 @@ void become_local(const at::Tensor& t) {
                                      "before the first backward");
   const at::Tensor local = dtensor_impl(t)->local();
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  VESCALE_CHECK(!dynamic_cast<DTensorImplInit*>(impl), "become_local: only a tensor made a DTensor by become_dtensor "
+                                                      "can become local again");
   // Keys, sizes, strides, device and storage of the shard; the DTensor state goes with the
   // backend meta, which a plain source has none of to copy over.
   impl->shallow_copy_from(local.getIntrusivePtr());

@@ -1,5 +1,6 @@
 // Internal: how a DTensor is represented (docs/dtensor.md). The TensorImpl is an ordinary
-// storage-less TensorImpl on the PrivateUse1 key with the global sizes; the local shard and the
+// TensorImpl on the PrivateUse1 key with the global sizes that borrows its shard's storage (for
+// the autograd engine's in-place test, dtensor_impl.cpp); the local shard and the
 // spec ride in its BackendMeta (DTensorMeta), the slot libtorch gives private-use backends.
 // Because the state lives there and not in a TensorImpl subclass, an existing tensor can
 // *become* a DTensor in place (become_dtensor): that is how parallelize() turns a module's
@@ -22,18 +23,20 @@ class DTensorMeta final : public c10::BackendMeta {
   const at::Tensor& local() const { return local_; }
   const DTensorSpec& spec() const { return *spec_; }
   const std::shared_ptr<const DTensorSpec>& spec_ptr() const { return spec_; }
-  // In-place ops that re-point the local shard (a placement change of self) update both;
-  // the global shape stays.
-  void reset(at::Tensor local, std::shared_ptr<const DTensorSpec> spec);
 
   // detach() and autograd copy TensorImpls with their metadata; the copy gets its own meta
   // over the same local shard, as a detached plain tensor shares storage.
   c10::intrusive_ptr<c10::BackendMeta> clone(const c10::intrusive_ptr<c10::BackendMeta>& self) const override;
 
  private:
+  friend void reset_dtensor(const at::Tensor&, at::Tensor, std::shared_ptr<const DTensorSpec>);
   at::Tensor local_;
   std::shared_ptr<const DTensorSpec> spec_;
 };
+
+// An in-place op that re-points a DTensor's shard (a placement change of self): the new shard
+// and spec; the global shape and dtype stay.
+void reset_dtensor(const at::Tensor& t, at::Tensor local, std::shared_ptr<const DTensorSpec> spec);
 
 // Ensures the PrivateUse1 backend ("dtensor"), its device guard, hooks and the fallback
 // kernels are registered. Idempotent and cheap after the first call.

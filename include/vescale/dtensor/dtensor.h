@@ -102,6 +102,8 @@ struct DispatchStats {
   int64_t cache_hits = 0;   // propagation results reused
   int64_t bypasses = 0;     // all-Replicate calls that needed no rule
   int64_t redistributions = 0;  // inputs moved to other placements inside ops
+  int64_t in_place_sums = 0;    // add_ of two DTensors laid out alike, on the shards directly
+                                // (the autograd engine's in-place gradient sums among them)
 };
 DispatchStats dispatch_stats();
 void reset_dispatch_stats();
