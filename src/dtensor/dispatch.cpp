@@ -559,7 +559,7 @@ run_plan:
   });
 
   // 4. Run on the local shards, below autograd (it already ran on the DTensors).
-  for (auto& a : args) stack->push_back(a);
+  for (auto& a : args) stack->push_back(std::move(a));
   {
     at::AutoDispatchBelowADInplaceOrView guard;
     if (plan->local_fn) plan->local_fn(*stack);
