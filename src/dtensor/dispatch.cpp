@@ -68,8 +68,10 @@ thread_local std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan
 // same input specs (pointer-equal in the steady state) and the same other arguments, then uses
 // the recorded plan: no key of the tensor specs, no hashing, no lookup. Any difference falls
 // back to eager from that position on and records anew.
+struct OpFacts;
 struct TapeEntry {
   const c10::FunctionSchema* schema;
+  const OpFacts* facts;
   std::vector<std::shared_ptr<const DTensorSpec>> specs;  // per input; null for a plain tensor
   std::vector<int64_t> arg_key;                           // the non-tensor arguments
   std::shared_ptr<const Plan> plan;
@@ -145,13 +147,42 @@ bool sharding_neutral(const c10::Argument& a) {
   return kind == c10::TypeKind::NumberType || kind == c10::TypeKind::FloatType;
 }
 
-// Per schema, which arguments are sharding-neutral: computed once per op and thread.
-const std::vector<uint8_t>& neutral_args(const c10::FunctionSchema& schema) {
-  thread_local std::unordered_map<const c10::FunctionSchema*, std::vector<uint8_t>> masks;
-  auto [it, fresh] = masks.try_emplace(&schema);
-  if (fresh)
-    for (const auto& a : schema.arguments()) it->second.push_back(sharding_neutral(a));
-  return it->second;
+// What dispatch reads from an op's schema, once per op and thread: walking the arguments' and
+// returns' types on every call costs cache misses between the kernels.
+struct OpFacts {
+  std::vector<uint8_t> neutral;  // per argument: sharding_neutral
+  struct Return {
+    bool tensor_like = false;  // Tensor or Tensor[]
+    bool written = false;      // aliases an input the op writes into
+    int written_arg = -1;      // that input
+  };
+  std::vector<Return> returns;
+  bool returns_written = false;
+};
+
+const OpFacts& op_facts(const c10::FunctionSchema& schema) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, OpFacts> facts;
+  auto [it, fresh] = facts.try_emplace(&schema);
+  if (!fresh) return it->second;
+  OpFacts& f = it->second;
+  const auto& args = schema.arguments();
+  for (const auto& a : args) f.neutral.push_back(sharding_neutral(a));
+  for (const auto& r : schema.returns()) {
+    OpFacts::Return fr;
+    const auto kind = r.type()->kind();
+    fr.tensor_like = kind == c10::TypeKind::TensorType ||
+                     (kind == c10::TypeKind::ListType && r.type()->containedType(0)->kind() == c10::TypeKind::TensorType);
+    if (const auto* ra = r.alias_info(); ra && ra->isWrite()) {
+      fr.written = true;
+      f.returns_written = true;
+      for (size_t a = 0; a < args.size() && fr.written_arg < 0; ++a) {
+        const auto* aa = args[a].alias_info();
+        if (aa && aa->isWrite() && aa->beforeSets() == ra->beforeSets()) fr.written_arg = static_cast<int>(a);
+      }
+    }
+    f.returns.push_back(fr);
+  }
+  return f;
 }
 
 void key_of(const DTensorSpec& s, std::vector<int64_t>& key) {
@@ -414,13 +445,14 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   };
   // What a replayed call must match besides the specs: the other arguments, and the dtype and
   // shape of plain-tensor inputs.
-  const std::vector<uint8_t>& neutral = neutral_args(schema);
-  auto replay_key = [&neutral](c10::ArrayRef<c10::IValue> call_args, const std::vector<Input>& ins,
-                               std::vector<int64_t>& out) {
+  // On replay the facts come with the tape entry; else from the per-thread table.
+  const OpFacts* facts = nullptr;
+  auto replay_key = [](const OpFacts& f, c10::ArrayRef<c10::IValue> call_args, const std::vector<Input>& ins,
+                       std::vector<int64_t>& out) {
     out.clear();
     for (size_t i = 0; i < call_args.size(); ++i) {
       const auto& v = call_args[i];
-      if (!ins.empty() && neutral[i]) continue;
+      if (!ins.empty() && f.neutral[i]) continue;
       const bool tensors = v.isTensor() || v.isTensorList() ||
                            (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType);
       if (tensors) continue;
@@ -452,10 +484,11 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       for (size_t i = 0; same && i < inputs.size(); ++i) same = same_spec(e.specs[i], inputs[i].spec);
       if (same) {
         thread_local std::vector<int64_t> arg_key;
-        same = replay_key(args, inputs, arg_key) && arg_key == e.arg_key;
+        same = replay_key(*e.facts, args, inputs, arg_key) && arg_key == e.arg_key;
       }
       if (same) {
         plan = e.plan;
+        facts = e.facts;
         ++tape.cursor;
         ++g_replayed;
         goto run_plan;
@@ -467,6 +500,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   {
+  facts = &op_facts(schema);
   // 2. Propagation, cached by (op, mesh, input specs, other arguments). The mesh is part of the
   //    key: factory calls have no input spec that would name it.
   thread_local std::vector<int64_t> key;
@@ -490,7 +524,7 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const bool tensors = v.isTensor() || v.isTensorList() ||
                          (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType);
     if (tensors) continue;  // keyed through their specs
-    if (!inputs.empty() && neutral[i]) continue;
+    if (!inputs.empty() && facts->neutral[i]) continue;
     cacheable = key_of(v, key);
   }
   if (cacheable) {
@@ -515,9 +549,9 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (cacheable) t_cache.emplace(key, plan);
   }
   if (record) {
-    TapeEntry e{&schema, {}, {}, plan};
+    TapeEntry e{&schema, facts, {}, {}, plan};
     for (auto& in : inputs) e.specs.push_back(in.spec ? dtensor_impl(in.tensor)->spec_ptr() : nullptr);
-    replay_key(args, inputs, e.arg_key);
+    replay_key(*facts, args, inputs, e.arg_key);
     tape.entries.push_back(std::move(e));
     ++tape.cursor;
     ++g_recorded;
@@ -528,10 +562,7 @@ run_plan:
   // 3. Local inputs, redistributed where the plan says so.
   // `inputs` holds the caller's tensors (the stack no longer does) while their specs are in
   // use; returns that alias a written input give back the caller's tensor, kept here.
-  const auto& returns = schema.returns();
-  bool returns_written = false;
-  for (const auto& r : returns) returns_written |= r.alias_info() && r.alias_info()->isWrite();
-  const std::vector<c10::IValue> caller_args = returns_written ? args : std::vector<c10::IValue>{};
+  const std::vector<c10::IValue> caller_args = facts->returns_written ? args : std::vector<c10::IValue>{};
   static const c10::Device device = [] { return c10::Device(dist::device_string()); }();
   size_t k = 0;
   map_args(args, device, [&](size_t i, int64_t, const at::Tensor& t) -> at::Tensor {
@@ -568,25 +599,19 @@ run_plan:
 
   // 5. Wrap: a return that aliases a mutated input is that input (the caller's DTensor, whose
   //    shard was updated in place); the other tensor returns become new DTensors.
-  std::vector<c10::IValue> results(std::make_move_iterator(stack->end() - static_cast<long>(returns.size())),
+  const size_t n_returns = facts->returns.size();
+  std::vector<c10::IValue> results(std::make_move_iterator(stack->end() - static_cast<long>(n_returns)),
                                    std::make_move_iterator(stack->end()));
-  torch::jit::drop(*stack, returns.size());
+  torch::jit::drop(*stack, n_returns);
   size_t out_i = 0;
-  for (size_t r = 0; r < returns.size(); ++r) {
-    const auto kind = returns[r].type()->kind();
-    const bool tensor_like = kind == c10::TypeKind::TensorType ||
-                             (kind == c10::TypeKind::ListType &&
-                              returns[r].type()->containedType(0)->kind() == c10::TypeKind::TensorType);
+  for (size_t r = 0; r < n_returns; ++r) {
+    const OpFacts::Return& fr = facts->returns[r];
     c10::IValue v = std::move(results[r]);
-    if (const auto* ra = returns[r].alias_info(); ra && ra->isWrite()) {
-      for (size_t a = 0; a < nargs; ++a) {
-        const auto* aa = schema.arguments()[a].alias_info();
-        if (aa && aa->isWrite() && aa->beforeSets() == ra->beforeSets()) {
-          VESCALE_CHECK(!caller_args[a].isTensor() || is_dtensor(caller_args[a].toTensor()), "DTensor: ", op_name(),
-                        " writes into a plain tensor with DTensor inputs; make it a DTensor first");
-          v = caller_args[a];
-          break;
-        }
+    if (fr.written) {
+      if (const int a = fr.written_arg; a >= 0) {
+        VESCALE_CHECK(!caller_args[a].isTensor() || is_dtensor(caller_args[a].toTensor()), "DTensor: ", op_name(),
+                      " writes into a plain tensor with DTensor inputs; make it a DTensor first");
+        v = caller_args[a];
       }
     } else if (v.isTensor() && v.toTensor().defined()) {
       // Moved out, not copied: make_dtensor tells a fresh shard from a shared one by its count.
@@ -610,7 +635,7 @@ run_plan:
       }
       v = out;
     }
-    if (tensor_like) ++out_i;
+    if (fr.tensor_like) ++out_i;
     stack->push_back(std::move(v));
   }
 }

@@ -103,9 +103,12 @@ DTensorMeta* dtensor_impl(const at::Tensor& t) {
 bool is_dtensor(const at::Tensor& t) {
   if (!t.defined() || !t.key_set().has(c10::DispatchKey::PrivateUse1)) return false;
   // An exact type test, cheaper than a dynamic_cast on every input of every op (nothing
-  // derives from DTensorMeta).
+  // derives from DTensorMeta). The type_info objects are compared by address first: every
+  // DTensorMeta is made in this library, and libstdc++'s `==` may compare the names.
   const c10::BackendMeta* meta = t.unsafeGetTensorImpl()->get_backend_meta();
-  return meta != nullptr && typeid(*meta) == typeid(DTensorMeta);
+  if (meta == nullptr) return false;
+  const std::type_info& type = typeid(*meta);
+  return &type == &typeid(DTensorMeta) || type == typeid(DTensorMeta);
 }
 
 void become_dtensor(const at::Tensor& t, const at::Tensor& dtensor) {

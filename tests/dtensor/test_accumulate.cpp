@@ -52,6 +52,13 @@ TEST_CASE("a DTensor borrows its shard storage: the count leaves the wrapper out
     CHECK(x.storage().use_count() == 2);
   }
   CHECK(x.storage().use_count() == 1);
+  // A no-op redistribute under autograd returns a second wrapper over the same shard: it gets
+  // its own shard handle, so both count the other (one shared handle would count 1 in each).
+  auto y = distribute_tensor(full_randn({4 * mesh.size(), 3}, 89), mesh, {Shard(0)}).requires_grad_(true);
+  CHECK(y.storage().use_count() == 1);
+  auto same = redistribute(y, {Shard(0)});
+  CHECK(same.storage().use_count() == 2);
+  CHECK(y.storage().use_count() == 2);
 }
 
 TEST_CASE("the autograd engine sums DTensor gradients in the first one's shard", "[any]") {
