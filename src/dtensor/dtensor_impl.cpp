@@ -45,6 +45,8 @@ class DTensorImplInit : public c10::TensorImpl {
     unborrow();
     if (local.has_storage() && local.is_non_overlapping_and_dense())
       storage_ = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim(local.storage().unsafeGetStorageImpl()));
+    // Without one, reaching for the storage is a bug in a rule, as for any storage-less impl.
+    storage_access_should_throw_ = !storage_;
   }
 
  private:
@@ -54,9 +56,13 @@ class DTensorImplInit : public c10::TensorImpl {
   const char* tensorimpl_type_name() const override { return "DTensorImpl"; }
 };
 
-// The storage member of any TensorImpl (a parameter that became a DTensor is a plain one).
+// Drops the storage of any TensorImpl (a parameter that became a DTensor is a plain one) and
+// makes reaching for it throw, as it did before the DTensor state arrived.
 struct StorageOf : c10::TensorImpl {
-  static c10::Storage& of(c10::TensorImpl* t) { return t->*(&StorageOf::storage_); }
+  static void drop(c10::TensorImpl* t) {
+    t->*(&StorageOf::storage_) = c10::Storage();
+    (t->*(&StorageOf::set_storage_access_should_throw))();
+  }
 };
 }  // namespace
 
@@ -124,7 +130,7 @@ void become_dtensor(const at::Tensor& t, const at::Tensor& dtensor) {
   t.unsafeGetTensorImpl()->shallow_copy_from(dtensor.getIntrusivePtr());
   // The copy took a real reference to the shard's storage; a parameter keeps none (it is never
   // an in-flight gradient, and reset_dtensor could not move it to a new shard).
-  StorageOf::of(t.unsafeGetTensorImpl()) = c10::Storage();
+  StorageOf::drop(t.unsafeGetTensorImpl());
 }
 
 void become_local(const at::Tensor& t) {

@@ -59,6 +59,16 @@ TEST_CASE("a DTensor borrows its shard storage: the count leaves the wrapper out
   auto same = redistribute(y, {Shard(0)});
   CHECK(same.storage().use_count() == 2);
   CHECK(y.storage().use_count() == 2);
+  // A shard that overlaps itself (an expanded view) lends none: no in-place sum may target it.
+  auto row = distribute_tensor(full_randn({1, 3}, 88), mesh, {Replicate()});
+  auto expanded = row.expand({4, 3});
+  CHECK_FALSE(expanded.has_storage());
+  CHECK_THROWS(expanded.storage());
+  // A tensor made a DTensor in place (a parameter) keeps none either.
+  at::Tensor param = at::zeros({4 * mesh.size(), 3});
+  become_dtensor(param, distribute_tensor(full_randn({4 * mesh.size(), 3}, 87), mesh, {Shard(0)}));
+  CHECK_FALSE(param.has_storage());
+  CHECK_THROWS(param.storage());
 }
 
 TEST_CASE("the autograd engine sums DTensor gradients in the first one's shard", "[any]") {
