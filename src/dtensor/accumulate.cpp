@@ -22,8 +22,7 @@ namespace {
 // Summing shard by shard is the global sum: same mesh, placements, shape and dtype, and no
 // Partial but a sum (a Partial(max) is not linear).
 bool same_layout(const DTensorSpec& a, const DTensorSpec& b) {
-  if (&a != &b && !(a.mesh == b.mesh && a.placements == b.placements && a.shape == b.shape && a.dtype == b.dtype))
-    return false;
+  if (&a != &b && !(a == b)) return false;
   for (const auto& p : a.placements)
     if (p.is_partial() && p.reduce != dist::ReduceOp::Sum) return false;
   return true;

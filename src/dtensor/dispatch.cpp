@@ -88,9 +88,7 @@ thread_local Tape t_tape;
 
 bool same_spec(const std::shared_ptr<const DTensorSpec>& recorded, const DTensorSpec* now) {
   if (!recorded || !now) return !recorded && !now;
-  if (recorded.get() == now) return true;
-  return recorded->mesh == now->mesh && recorded->placements == now->placements && recorded->shape == now->shape &&
-         recorded->dtype == now->dtype;
+  return recorded.get() == now || *recorded == *now;
 }
 
 // Appends a value-identity of a non-tensor argument to the key; false if it can't.

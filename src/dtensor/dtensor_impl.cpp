@@ -56,6 +56,14 @@ class DTensorImplInit : public c10::TensorImpl {
   const char* tensorimpl_type_name() const override { return "DTensorImpl"; }
 };
 
+// One shard handle per wrapper: two wrappers over one handle would each see a storage count of
+// 1 and could take in-place gradient sums meant for the other. A handle someone else still holds
+// (an op that returned its input, an alias) gets a shallow copy, which the storage counts.
+at::Tensor sole_handle(at::Tensor local) {
+  if (local.use_count() > 1) return local.variable_data();
+  return local;
+}
+
 // Drops the storage of any TensorImpl (a parameter that became a DTensor is a plain one) and
 // makes reaching for it throw, as it did before the DTensor state arrived.
 struct StorageOf : c10::TensorImpl {
@@ -70,7 +78,7 @@ void reset_dtensor(const at::Tensor& t, at::Tensor local, std::shared_ptr<const 
   DTensorMeta* m = dtensor_impl(t);
   VESCALE_CHECK(spec->shape == m->spec_->shape && local.dtype() == m->local_.dtype(),
                 "DTensor: an in-place op may change placements, not the global shape or dtype");
-  if (local.use_count() > 1) local = local.variable_data();  // one shard per wrapper (make_dtensor)
+  local = sole_handle(std::move(local));
   if (auto* own = dynamic_cast<DTensorImplInit*>(t.unsafeGetTensorImpl())) own->borrow(local);
   m->local_ = std::move(local);
   m->spec_ = std::move(spec);
@@ -83,10 +91,7 @@ c10::intrusive_ptr<c10::BackendMeta> DTensorMeta::clone(const c10::intrusive_ptr
 at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spec) {
   ensure_backend_registered();
   VESCALE_CHECK(!is_dtensor(local), "DTensor: the local shard is itself a DTensor");
-  // One shard handle per wrapper: two wrappers over one handle would each see a storage count
-  // of 1 and could take in-place gradient sums meant for the other. A handle someone else still
-  // holds (an op that returned its input, an alias) gets a shallow copy, which the storage counts.
-  if (local.use_count() > 1) local = local.variable_data();
+  local = sole_handle(std::move(local));
   at::Tensor t = at::detail::make_tensor<DTensorImplInit>(local, *spec);
   t.unsafeGetTensorImpl()->set_backend_meta(c10::make_intrusive<DTensorMeta>(std::move(local), std::move(spec)));
   return t;
