@@ -3,6 +3,9 @@
 // With --nproc-per-node (or --nnodes) it starts its own ranks through the built-in launcher.
 // --dry-run prints the parameter count and per-rank memory under the plan without building
 // the model (one process: for the configured mesh; launched ranks: for the real one).
+#include <c10/util/Exception.h>
+
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
@@ -12,6 +15,7 @@
 #include "vescale/dist/world.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/train/config.h"
+#include "vescale/train/stop_signal.h"
 #include "vescale/train/trainer.h"
 
 int main(int argc, char** argv) {
@@ -57,13 +61,25 @@ int main(int argc, char** argv) {
       vescale::dist::shutdown();
       return 0;
     }
+    // SIGTERM / SIGINT: finish the step, save, exit 0 / 130 (stop_signal.h).
+    vescale::train::install_stop_handlers();
+    int stopped_by = 0;
     {
       vescale::train::Trainer trainer(cfg, mesh);
       trainer.run();
+      stopped_by = trainer.stopped_by();
     }
     vescale::dist::shutdown();
-    return 0;
+    return stopped_by == SIGINT ? 130 : 0;
   } catch (const vescale::Error& e) {
+    std::fprintf(stderr, "vescale-train: %s\n", e.what());
+    return 1;
+  } catch (const c10::Error& e) {
+    // libtorch's stack only when asked for: it names no file or field of ours.
+    const bool debug = log_level == "debug" || log_level == "trace";
+    std::fprintf(stderr, "vescale-train: %s\n", debug ? e.what() : e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "vescale-train: %s\n", e.what());
     return 1;
   }

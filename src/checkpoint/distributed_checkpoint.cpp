@@ -2,6 +2,7 @@
 
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/common/check.h"
+#include "vescale/dist/object_collectives.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 
@@ -112,41 +113,11 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
   VESCALE_CHECK(!ec, "checkpoint: cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message());
 }
 
-// Every rank's `mine` (the same count on each), concatenated in rank order.
-std::vector<int64_t> all_gather_int64(const std::vector<int64_t>& mine) {
-  if (world_size() == 1) return mine;
-  const at::Device dev(dist::device_string());
-  const auto n = static_cast<int64_t>(mine.size());
-  auto local = at::tensor(mine, at::TensorOptions().dtype(at::kLong)).to(dev);
-  auto all = at::empty({world_size() * n}, local.options());
-  dist::world().all_gather(all, local).wait();
-  const auto host = all.cpu();
-  return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + world_size() * n);
-}
+json read_index(const std::string& folder);
 
-void barrier() {
-  if (world_size() > 1) dist::world().barrier().wait();
-}
-
-// Every rank's text, on every rank: the lengths, then the bytes padded to the longest.
-std::vector<std::string> all_gather_text(const std::string& mine) {
-  const int w = world_size();
-  if (w == 1) return {mine};
-  const auto lengths = all_gather_int64({static_cast<int64_t>(mine.size())});
-  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  std::vector<std::string> out(w);
-  if (longest == 0) return out;
-  const at::Device dev(dist::device_string());
-  auto bytes = at::zeros({longest}, at::kByte);
-  std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
-  auto all = at::empty({w * longest}, bytes.options().device(dev));
-  dist::world().all_gather(all, bytes.to(dev)).wait();
-  const auto host = all.cpu();
-  for (int r = 0; r < w; ++r) {
-    out[r].assign(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()) + r * longest, static_cast<size_t>(lengths[r]));
-  }
-  return out;
-}
+using dist::all_gather_int64;
+using dist::all_gather_text;
+using dist::barrier;
 
 }  // namespace
 
@@ -258,10 +229,25 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
   job_ = std::move(job);
 }
 
-std::string AsyncSave::commit(int64_t keep) {
+void AsyncSave::wait() {
+  if (job_ && job_->writer.joinable()) job_->writer.join();
+}
+
+void AsyncSave::abort() {
+  if (!job_) return;
+  auto job = std::move(job_);
+  if (job->writer.joinable()) job->writer.join();
+  // Other ranks may still be writing theirs: what is left is removed as stale at a later start.
+  if (world_rank() == 0) {
+    std::error_code ec;
+    fs::remove_all(job->tmp_dir, ec);
+  }
+}
+
+std::string AsyncSave::commit(int64_t keep, const std::string& run_id) {
   if (!job_) return "";
   auto job = std::move(job_);
-  job->writer.join();
+  if (job->writer.joinable()) job->writer.join();
   // Every rank's [ok, crc, bytes].
   const auto status = all_gather_int64({job->error.empty() ? 1 : 0, job->crc, static_cast<int64_t>(job->bytes)});
   const int w = world_size();
@@ -280,6 +266,7 @@ std::string AsyncSave::commit(int64_t keep) {
     json files = json::object();  // every rank wrote a file, if only an empty one
     for (int r = 0; r < w; ++r) files[rank_file(r)] = {{"bytes", status[3 * r + 2]}, {"crc32", status[3 * r + 1]}};
     job->index["files"] = std::move(files);
+    if (!run_id.empty()) job->index["run_id"] = run_id;
     write_text_atomically(job->tmp_dir / "index.json", job->index.dump(1));
     std::error_code ec;
     // Replacing a checkpoint of the same name (a rerun): the old one goes only once the new is whole.
@@ -295,9 +282,10 @@ std::string AsyncSave::commit(int64_t keep) {
     write_text_atomically(job->root / "latest", job->final_dir.filename().string() + "\n");
     fs::remove_all(old, ec);
     if (keep > 0) {
-      std::vector<fs::path> done;
+      std::vector<fs::path> done;  // this run's: another run's checkpoints in the folder are not ours to drop
       for (const auto& e : fs::directory_iterator(job->root)) {
-        if (e.is_directory() && fs::exists(e.path() / "index.json") && e.path().extension() != ".tmp") {
+        if (e.is_directory() && fs::exists(e.path() / "index.json") && e.path().extension() != ".tmp" &&
+            read_index(e.path().string()).value("run_id", std::string()) == run_id) {
           done.push_back(e.path());
         }
       }
@@ -306,6 +294,7 @@ std::string AsyncSave::commit(int64_t keep) {
         if (done[i] != job->final_dir) fs::remove_all(done[i], ec);
       }
     }
+    remove_stale_saves(job->root.string());
   }
   barrier();
   return job->final_dir.string();
@@ -329,6 +318,37 @@ std::optional<std::string> latest(const std::string& root) {
   VESCALE_CHECK(fs::exists(folder / "index.json"), "checkpoint: ", (fs::path(root) / "latest").string(),
                 " points at ", folder.string(), ", which has no index.json");
   return folder.string();
+}
+
+bool has_checkpoints(const std::string& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return false;
+  if (fs::exists(fs::path(root) / "latest", ec)) return true;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.is_directory() && fs::exists(e.path() / "index.json")) return true;
+  return false;
+}
+
+std::vector<std::string> remove_stale_saves(const std::string& root) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  fs::file_time_type newest = fs::file_time_type::min();
+  bool any = false;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    if (!e.is_directory() || e.path().extension() == ".tmp" || !fs::exists(e.path() / "index.json")) continue;
+    newest = std::max(newest, fs::last_write_time(e.path() / "index.json", ec));
+    any = true;
+  }
+  if (!any) return removed;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const auto ext = e.path().extension();
+    if (!e.is_directory() || (ext != ".tmp" && ext != ".old")) continue;
+    if (fs::last_write_time(e.path(), ec) >= newest) continue;  // maybe a save still being written
+    fs::remove_all(e.path(), ec);
+    if (!ec) removed.push_back(e.path().string());
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 namespace {
@@ -364,6 +384,7 @@ CheckpointInfo read_info(const std::string& folder) {
                                    safetensors_dtype(e.at("dtype").get<std::string>(), "checkpoint: tensor '" + key + "'")};
   }
   info.metadata = index.value("metadata", json::object()).dump();
+  info.run_id = index.value("run_id", std::string());
   return info;
 }
 

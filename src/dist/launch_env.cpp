@@ -92,7 +92,8 @@ void fill_master(const Env& env, LaunchEnv& e, const std::string& job_id_key) {
 
 LaunchEnv from_torchrun(const Env& env) {
   LaunchEnv e;
-  e.source = "torchrun";
+  // Our launcher sets the same variables as torchrun, and says so.
+  e.source = find(env, "VESCALE_LAUNCHED") ? "vescale-run" : "torchrun";
   VESCALE_CHECK(find(env, "RANK") && find(env, "WORLD_SIZE"), "launch env (torchrun): ",
                 find(env, "RANK") ? "RANK is set but WORLD_SIZE is not" : "WORLD_SIZE is set but RANK is not",
                 "; set both, or neither for a single process");

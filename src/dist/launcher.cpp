@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,8 +23,11 @@ namespace vescale::dist {
 
 namespace {
 
-volatile sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+volatile sig_atomic_t g_signal = 0, g_signals = 0;
+void on_signal(int sig) {
+  g_signal = sig;
+  g_signals = g_signals + 1;
+}
 
 struct Rank {
   int rank = 0;
@@ -87,18 +91,20 @@ void signal_all(std::vector<Rank>& ranks, int sig) {
     if (r.running) ::kill(-r.pid, sig);  // each rank leads its own process group
 }
 
+// The pipes are close-on-exec (dup2 onto stdout/stderr clears the flag for those two), so a
+// rank holds no other rank's pipe ends. A rank dies with the launcher (SIGKILL, not SIGTERM: a
+// SIGTERM would make vescale-train save and move `latest` with nobody watching).
 pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
-            int out_w, int err_w, int out_r, int err_r) {
+            int out_w, int err_w) {
+  const pid_t launcher = ::getpid();
   pid_t pid = ::fork();
   VESCALE_CHECK(pid >= 0, "launcher: fork failed: ", std::strerror(errno));
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher) ::_exit(128 + SIGKILL);  // it died before prctl took effect
     ::setpgid(0, 0);
     ::dup2(out_w, STDOUT_FILENO);
     ::dup2(err_w, STDERR_FILENO);
-    ::close(out_r);
-    ::close(err_r);
-    ::close(out_w);
-    ::close(err_w);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     for (auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
@@ -159,13 +165,15 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   g_signal = 0;
+  g_signals = 0;
 
   std::vector<Rank> ranks(o.nproc_per_node);
   for (int local = 0; local < o.nproc_per_node; ++local) {
     Rank& r = ranks[local];
     r.rank = o.node_rank * o.nproc_per_node + local;
     int out_p[2], err_p[2];
-    VESCALE_CHECK(::pipe(out_p) == 0 && ::pipe(err_p) == 0, "launcher: pipe failed: ", std::strerror(errno));
+    VESCALE_CHECK(::pipe2(out_p, O_CLOEXEC) == 0 && ::pipe2(err_p, O_CLOEXEC) == 0, "launcher: pipe failed: ",
+                  std::strerror(errno));
     std::vector<std::pair<std::string, std::string>> env = {
         {"RANK", std::to_string(r.rank)},
         {"WORLD_SIZE", std::to_string(world)},
@@ -177,7 +185,7 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
         {"VESCALE_RANK_PREFIXED", "1"},
         {"VESCALE_LAUNCHED", "1"},  // apps that launch themselves (vescale-train) know they're a rank
     };
-    r.pid = spawn(argv, env, out_p[1], err_p[1], out_p[0], err_p[0]);
+    r.pid = spawn(argv, env, out_p[1], err_p[1]);
     ::close(out_p[1]);
     ::close(err_p[1]);
     r.out_fd = out_p[0];
@@ -196,12 +204,16 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
   };
 
   for (;;) {
-    // Forward a signal we received to every rank, once per signal.
-    if (g_signal && g_signal != forwarded) {
-      forwarded = g_signal;
-      if (!exit_code) exit_code = 128 + forwarded;
-      stop_others(std::string("received ") + strsignal(forwarded));
-      signal_all(ranks, forwarded);
+    // A signal we received goes to every rank, which may take its time to stop cleanly
+    // (vescale-train finishes its step and saves): no SIGKILL timer. A second signal is
+    // forwarded too (such ranks then stop at once); a third kills them.
+    if (g_signals > forwarded) {
+      ++forwarded;
+      const int sig = g_signal;
+      std::fprintf(stderr, "vescale-run: received %s; %s\n", strsignal(sig),
+                   forwarded == 1 ? "passing it to every rank (send it again to stop them at once)"
+                   : forwarded == 2 ? "passing it on again" : "killing every rank");
+      signal_all(ranks, forwarded >= 3 ? SIGKILL : sig);
     }
     // Output.
     std::vector<pollfd> fds;
@@ -231,7 +243,10 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
         r.status = status;
         if (exit_code_of(status) != 0 && !exit_code) {
           exit_code = exit_code_of(status);
-          stop_others("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") failed with " +
+          // After a forwarded signal every rank is stopping already; a SIGTERM now would be
+          // their second signal and cut their last checkpoint short.
+          if (forwarded == 0)
+            stop_others("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") failed with " +
                       describe_status(status));
         }
       } else {

@@ -39,6 +39,9 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
   auto params = model.named_parameters(/*recurse=*/true);
   for (const auto& p : params) shapes.emplace_back(p.key(), p.value().sizes().vec());
   auto placements = plan.resolve(mesh.dim_names(), shapes);
+  std::vector<std::string> module_names;
+  for (const auto& m : model.named_modules(/*name_prefix=*/"", /*include_self=*/true)) module_names.push_back(m.key());
+  plan.check_modules(module_names);
 
   // 2. Parameters become DTensors in place: each rank keeps its slice of the current values.
   {

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 
 #include "vescale/common/check.h"
+#include "vescale/common/suggest.h"
 
 namespace vescale::plan {
 
@@ -160,6 +162,38 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return "[" + s + "]";
 }
 
+// A name with its numeric path parts as '*' ("layers.3.wq" -> "layers.*.wq"): what a pattern
+// for it usually looks like, so the nearest one makes a good "did you mean".
+std::string generalized(const std::string& name) {
+  std::string out, part;
+  std::stringstream ss(name);
+  while (std::getline(ss, part, '.')) {
+    const bool number = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+    out += (out.empty() ? "" : ".") + (number ? std::string("*") : part);
+  }
+  return out;
+}
+
+// Every pattern of `patterns` must match one of `names`, unless the plan lists it as optional.
+void check_all_match(const std::string& source, const std::string& section, const char* what,
+                     const std::vector<std::string>& patterns, const std::set<std::string>& optional,
+                     const std::vector<std::string>& names) {
+  for (const auto& pattern : patterns) {
+    if (optional.count(pattern)) continue;
+    const bool any = std::any_of(names.begin(), names.end(), [&](const std::string& n) { return fqn_match(pattern, n); });
+    if (any) continue;
+    std::vector<std::string> candidates;
+    for (const auto& n : names) {
+      candidates.push_back(n);
+      candidates.push_back(generalized(n));
+    }
+    const std::string guess = closest_match(pattern, candidates);
+    VESCALE_FAIL("plan '", source, "': ", section, "['", pattern, "'] matches no ", what, " of the model",
+                 guess.empty() ? std::string() : "; did you mean '" + guess + "'?",
+                 " Fix the pattern, or list it under \"optional\" if the plan is meant for models without it");
+  }
+}
+
 }  // namespace
 
 Plan Plan::from_json(const std::string& text, const std::string& source) {
@@ -170,10 +204,15 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
     VESCALE_FAIL("plan '", source, "': not valid JSON: ", e.what());
   }
   VESCALE_CHECK(j.is_object(), "plan '", source, "': the top level must be an object with \"mesh\" and \"params\"");
-  static const std::set<std::string> known = {"mesh", "params", "forward", "phase", "grad_reduce", "zero", "comment"};
-  for (auto& [k, v] : j.items())
-    VESCALE_CHECK(known.count(k), where(source, "key '" + k + "'"),
-                  " is unknown; the keys are mesh, params, forward, phase, grad_reduce, zero");
+  static const std::vector<std::string> known = {"mesh",        "params", "forward", "phase",
+                                                 "grad_reduce", "zero",   "optional", "comment"};
+  for (auto& [k, v] : j.items()) {
+    if (std::find(known.begin(), known.end(), k) != known.end()) continue;
+    const std::string guess = closest_match(k, known);
+    VESCALE_FAIL(where(source, "key '" + k + "'"), " is unknown; ",
+                 guess.empty() ? "the keys are mesh, params, forward, phase, grad_reduce, zero, optional"
+                               : "did you mean '" + guess + "'?");
+  }
   Plan plan;
   plan.source_ = source;
   VESCALE_CHECK(j.contains("mesh") && j["mesh"].is_array() && !j["mesh"].empty(), where(source, "mesh"),
@@ -246,6 +285,15 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
       }
     }
   }
+  if (j.contains("optional")) {
+    const auto& o = j["optional"];
+    VESCALE_CHECK(o.is_array(), where(source, "optional"), " must be a list of the params, forward or phase patterns "
+                                                           "that may match nothing (e.g. [\"output.weight\"])");
+    for (auto& x : o) {
+      VESCALE_CHECK(x.is_string(), where(source, "optional"), " must hold pattern strings");
+      plan.optional_.insert(x.get<std::string>());
+    }
+  }
   if (j.contains("zero")) {
     // Compared as int64: get<int>() would wrap 4294967297 to 1.
     const auto& z = j["zero"];
@@ -257,6 +305,8 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
 }
 
 Plan Plan::from_json_file(const std::string& path) {
+  VESCALE_CHECK(!std::filesystem::is_directory(path), "plan: '", path,
+                "' is a directory; parallel.plan must name a plan file, like configs/plans/llama_tp.json");
   std::ifstream f(path);
   VESCALE_CHECK(f.good(), "plan: cannot open '", path, "'; check the path (parallel.plan in the config)");
   std::stringstream ss;
@@ -280,6 +330,11 @@ InitPhase Plan::phase_for(const std::string& fqn) const {
 Plan& Plan::shard(const std::string& pattern, Placements placements) {
   check_regex(pattern, source_, "shard('" + pattern + "')");
   params_.emplace_back(pattern, std::move(placements));
+  return *this;
+}
+
+Plan& Plan::optional(const std::string& pattern) {
+  optional_.insert(pattern);
   return *this;
 }
 
@@ -316,6 +371,12 @@ std::map<std::string, Placements> Plan::resolve(const std::vector<std::string>& 
   for (auto& d : grad_reduce_.dims)
     VESCALE_CHECK(std::find(mesh_dims.begin(), mesh_dims.end(), d) != mesh_dims.end(), "plan '", source_,
                   "': grad_reduce.dims names '", d, "', which is not in the mesh ", list(mesh_dims));
+  std::vector<std::string> names, param_patterns, phase_patterns;
+  for (auto& [fqn, shape] : params) names.push_back(fqn);
+  for (auto& [pattern, p] : params_) param_patterns.push_back(pattern);
+  for (auto& [pattern, p] : phases_) phase_patterns.push_back(pattern);
+  check_all_match(source_, "params", "parameter", param_patterns, optional_, names);
+  check_all_match(source_, "phase", "parameter", phase_patterns, optional_, names);
   std::map<std::string, Placements> out;
   for (auto& [fqn, shape] : params) {
     Placements p = placements_for(fqn);
@@ -333,6 +394,12 @@ std::map<std::string, Placements> Plan::resolve(const std::vector<std::string>& 
     out.emplace(fqn, std::move(p));
   }
   return out;
+}
+
+void Plan::check_modules(const std::vector<std::string>& module_names) const {
+  std::vector<std::string> patterns;
+  for (auto& [pattern, f] : forwards_) patterns.push_back(pattern);
+  check_all_match(source_, "forward", "module", patterns, optional_, module_names);
 }
 
 }  // namespace vescale::plan

@@ -13,37 +13,13 @@
 #include <sstream>
 
 #include "vescale/common/check.h"
+#include "vescale/common/suggest.h"
 
 namespace vescale::train {
 namespace {
 
 using json = nlohmann::ordered_json;
 using Mesh = std::vector<std::pair<std::string, int64_t>>;
-
-// Optimal-string-alignment distance: typos, including swapped neighbours ("stpes").
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  }
-  return d[a.size()][b.size()];
-}
-
-std::string closest(const std::string& key, const std::vector<std::string>& known) {
-  std::string best;
-  size_t best_d = std::max<size_t>(2, key.size() / 3) + 1;
-  for (const auto& k : known) {
-    const size_t d = edit_distance(key, k);
-    if (d < best_d) best_d = d, best = k;
-  }
-  return best;
-}
 
 std::string short_dump(const json& v) {
   std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on bad UTF-8
@@ -147,7 +123,7 @@ class Reader {
     for (auto& [k, v] : node_.items()) {
       if (std::find(known_.begin(), known_.end(), k) != known_.end()) continue;
       std::string msg = "unknown key" + context_;
-      const std::string guess = closest(k, known_);
+      const std::string guess = closest_match(k, known_);
       msg += guess.empty() ? "; known keys: " + join(known_) : "; did you mean " + key(guess) + "?";
       fail(k, msg);
     }
@@ -293,6 +269,7 @@ void visit(V& v, TrainConfig& c) {
   v.field("betas", c.betas);
   v.field("eps", c.eps);
   v.field("grad_clip", c.grad_clip);
+  v.field("max_loss_spike", c.max_loss_spike);
   v.field("seed", c.seed);
   v.field("dtype", c.dtype);
   v.field("activation_checkpointing", c.activation_checkpointing);
@@ -316,6 +293,7 @@ void visit(V& v, CheckpointConfig& c) {
   v.field("keep", c.keep);
   v.field("async", c.async);
   v.field("resume", c.resume);
+  v.field("overwrite", c.overwrite);
 }
 
 template <class V>
@@ -425,6 +403,8 @@ void validate(const Config& c, const std::string& source) {
         "must be two numbers in [0, 1), like [0.9, 0.95]");
   check(t.eps > 0, "train.eps", "must be > 0");
   check(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 turns clipping off)");
+  check(t.max_loss_spike == 0 || t.max_loss_spike > 1, "train.max_loss_spike",
+        "must be 0 (guard off) or above 1, like 3 (a loss above 3x the recent median stops the run)");
   check_one_of(check, "train.dtype", t.dtype, {"fp32", "bf16"});
   check(t.peak_flops >= 0, "train.peak_flops", "must be >= 0 (0 leaves MFU out)");
   check(t.eval_every >= 0, "train.eval_every", "must be >= 0 (0: no evaluation)");
@@ -542,6 +522,8 @@ Config Config::from_json(const std::string& text, const std::string& source, con
 }
 
 Config Config::from_file(const std::string& path, const std::vector<std::string>& overrides) {
+  VESCALE_CHECK(!std::filesystem::is_directory(path), "config: '", path,
+                "' is a directory; pass a JSON file to --config, like configs/llama_tiny.json");
   std::ifstream f(path);
   VESCALE_CHECK(f.good(), "config: cannot open '", path, "'; pass an existing file to --config");
   std::stringstream ss;

@@ -98,6 +98,12 @@ void TokenDataset::copy(int64_t begin, int64_t n, int64_t* out) const {
   }
 }
 
+std::pair<std::string, int64_t> TokenDataset::locate(int64_t i) const {
+  VESCALE_CHECK(i >= 0 && i < total_, "data: token ", i, " is outside the ", total_, " tokens");
+  const size_t k = std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin() - 1;
+  return {shards_[k]->path, i - starts_[k]};
+}
+
 void write_token_file(const std::string& path, const std::vector<int64_t>& tokens) {
   const bool narrow = std::all_of(tokens.begin(), tokens.end(), [](int64_t t) { return t >= 0 && t < 65536; });
   for (auto t : tokens) VESCALE_CHECK(t >= 0 && t <= 0xffffffffll, "data: token ", t, " does not fit uint32");
@@ -163,6 +169,21 @@ DataLoader::Batch DataLoader::next() {
   for (int64_t b = 0; b < batch_; ++b) {
     const int64_t i = (pos_.step * dp_size_ + dp_rank_) * batch_ + b;
     data_->copy(sample_at(pos_.epoch, i) * seq_len_, seq_len_ + 1, w + b * (seq_len_ + 1));
+  }
+  // One max per batch. An id past the vocabulary would index out of the embedding (one rank)
+  // or be masked as another rank's row (a vocab-parallel embedding): loss 0, silently.
+  if (vocab_size_ > 0 && *std::max_element(w, w + window.numel()) >= vocab_size_) {
+    for (int64_t b = 0; b < batch_; ++b) {
+      for (int64_t t = 0; t <= seq_len_; ++t) {
+        const int64_t id = w[b * (seq_len_ + 1) + t];
+        if (id < vocab_size_) continue;
+        const int64_t i = (pos_.step * dp_size_ + dp_rank_) * batch_ + b;
+        const auto [path, index] = data_->locate(sample_at(pos_.epoch, i) * seq_len_ + t);
+        VESCALE_FAIL("data: '", path, "' holds token id ", id, " (token ", index, " of the file), outside ",
+                     "model.vocab_size = ", vocab_size_, "; the data was tokenized for another vocabulary. ",
+                     "Tokenize it for this model, or set model.vocab_size to at least ", id + 1);
+      }
+    }
   }
   pos_.step += 1;
   return {window.narrow(1, 0, seq_len_).contiguous(), window.narrow(1, 1, seq_len_).contiguous()};

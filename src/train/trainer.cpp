@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -19,10 +20,12 @@
 #include <mutex>
 #include <set>
 #include <functional>
+#include <random>
 
 #include "vescale/checkpoint/distributed_checkpoint.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
+#include "vescale/dist/object_collectives.h"
 #include "vescale/dist/world.h"
 #include "vescale/optim/clip_grad.h"
 #include "vescale/optim/lr_schedule.h"
@@ -35,6 +38,7 @@
 #include "vescale/train/activation_checkpoint.h"
 #include "vescale/train/cross_entropy.h"
 #include "vescale/train/memory_stats.h"
+#include "vescale/train/stop_signal.h"
 #include "module_hooks.h"
 
 namespace vescale::train {
@@ -83,6 +87,64 @@ at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh
 }
 // ===================================================================================
 
+
+// An exception's message without libtorch's C++ stack (kept at --log-level debug).
+std::string message_of(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) {
+    if (log::level() == "debug" || log::level() == "trace") return c->what();
+    std::string m = c->what_without_backtrace();
+    while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+    return m;
+  }
+  return e.what();
+}
+
+// Runs `f` on every rank; when it throws on any, it throws on every rank: the failing rank its
+// own error, the others that rank's message. So no rank goes on (say, logs success, or waits in
+// the next collective) while another has failed. Collective.
+void on_all_ranks(const std::function<void()>& f) {
+  std::string mine;
+  try {
+    f();
+  } catch (const std::exception& e) {
+    mine = message_of(e);
+    if (mine.empty()) mine = "failed";
+  }
+  const auto all = dist::all_gather_text(mine);
+  if (!mine.empty()) throw Error(mine);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty()) throw Error("rank " + std::to_string(r) + " failed: " + all[r]);
+}
+
+// A folder the run will write into: made if missing, then a file created and removed in it.
+void check_writable_dir(const std::string& dir, const std::string& field) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  VESCALE_CHECK(!ec && fs::is_directory(dir), field, " '", dir, "' cannot be created: ",
+                ec ? ec.message() : "a file of that name exists", "; choose a folder this user can write");
+  const fs::path probe = fs::path(dir) / (".vescale-write-test." + std::to_string(::getpid()));
+  {
+    std::ofstream out(probe);
+    out << "ok";
+    out.flush();
+    VESCALE_CHECK(out.good(), field, " '", dir, "' is not writable (read-only file system, or no permission); ",
+                  "choose a folder this user can write");
+  }
+  fs::remove(probe, ec);
+}
+
+// A fresh run's id: checkpoints carry it, and `keep` prunes only its own run's.
+std::string new_run_id() {
+  std::random_device rd;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%lld-%08x",
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count()),
+                rd());
+  return buf;
+}
 
 std::string exe_dir() {
   char buf[4096];
@@ -159,6 +221,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
     }
     device_ = dist::device_string();
   }
+  on_all_ranks([&] { check_outputs(); });
   // One seed for everything: libtorch's generator (model init, plain-tensor dropout) and ours.
   torch::manual_seed(t.seed);
   random::manual_seed(t.seed);
@@ -201,22 +264,52 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
   auto train_data = std::make_shared<TokenDataset>(data_files(config_.data, "train"));
   train_loader_ = std::make_unique<DataLoader>(train_data, t.batch_size, t.seq_len, dp_rank_, dp_size_, t.seed,
                                                config_.data.shuffle);
+  train_loader_->set_vocab_size(config_.model.vocab_size());
   VESCALE_CHECK(train_loader_->steps_per_epoch() >= 1, "data.train: ", train_data->size(), " tokens are too few for one ",
                 "batch of ", t.batch_size, " x ", t.seq_len, " on each of ", dp_size_, " data-parallel ranks");
   const bool has_val = !config_.data.val.empty() || config_.data.train.empty();
   if (has_val) {
     auto val_data = std::make_shared<TokenDataset>(data_files(config_.data, "val"));
     val_loader_ = std::make_unique<DataLoader>(val_data, t.batch_size, t.seq_len, dp_rank_, dp_size_, t.seed, false);
+    val_loader_->set_vocab_size(config_.model.vocab_size());
     if (val_loader_->steps_per_epoch() < 1) val_loader_.reset();  // too small to evaluate on
   }
   flops_per_token_ = flops_per_token(config_.model, t.seq_len);
+  guard_ = std::make_unique<DivergenceGuard>(DivergenceGuardOptions{
+      t.max_loss_spike, t.warmup_steps, config_.model.vocab_size(), t.lr, t.grad_clip});
   if (!config_.checkpoint.dir.empty()) {
     saver_ = std::make_unique<checkpoint::AsyncSave>();
     if (config_.checkpoint.resume) {
       if (auto folder = checkpoint::latest(config_.checkpoint.dir)) resume_from(*folder);
     }
+    // Resumed: the checkpoint's run goes on. Fresh: a new id, the same on every rank.
+    if (!resumed_) run_id_ = dist::all_gather_text(rank_ == 0 ? new_run_id() : "").front();
   }
   if (rank_ == 0 && !config_.log.metrics_jsonl.empty()) open_metrics();
+}
+
+// Everything the run will write, checked before the first step (not at the first save, after
+// hours of training): the checkpoint folder on every rank (each writes its own file), the
+// metrics file on rank 0; a used checkpoint folder without resume; stale unfinished saves.
+void Trainer::check_outputs() {
+  const auto& ck = config_.checkpoint;
+  if (!ck.dir.empty()) {
+    check_writable_dir(ck.dir, "checkpoint.dir");
+    if (!ck.resume && !ck.overwrite && checkpoint::has_checkpoints(ck.dir)) {
+      const auto at = checkpoint::latest(ck.dir);
+      VESCALE_FAIL("checkpoint.dir '", ck.dir, "' already holds checkpoints", at ? " (latest: " + *at + ")" : "",
+                   " and checkpoint.resume is false. Resume them (checkpoint.resume=true), choose an empty ",
+                   "checkpoint.dir, or set checkpoint.overwrite=true to write this run's beside them");
+    }
+    if (rank_ == 0) {
+      for (const auto& stale : checkpoint::remove_stale_saves(ck.dir))
+        log::info("checkpoint: removed " + stale + ", an unfinished save older than the newest checkpoint");
+    }
+  }
+  if (rank_ == 0 && !config_.log.metrics_jsonl.empty()) {
+    const auto parent = std::filesystem::path(config_.log.metrics_jsonl).parent_path();
+    check_writable_dir(parent.empty() ? "." : parent.string(), "log.metrics_jsonl's folder");
+  }
 }
 
 // A resumed run keeps the lines of the steps it did not redo and appends.
@@ -293,6 +386,11 @@ checkpoint::StateDict Trainer::checkpoint_state(std::vector<checkpoint::Piece>& 
 }
 
 void Trainer::save_checkpoint(int64_t steps_done) {
+  stage_checkpoint(steps_done);
+  if (!config_.checkpoint.async) finish_checkpoint();
+}
+
+void Trainer::stage_checkpoint(int64_t steps_done) {
   VESCALE_CHECK(saver_, "save_checkpoint: checkpoint.dir is not set");
   finish_checkpoint();
   const auto start = std::chrono::steady_clock::now();
@@ -315,12 +413,12 @@ void Trainer::save_checkpoint(int64_t steps_done) {
                   config_.checkpoint.async ? ", writing in the background" : "");
     log::info(line);
   }
-  if (!config_.checkpoint.async) finish_checkpoint();
+  if (!config_.checkpoint.async) saver_->wait();
 }
 
 void Trainer::finish_checkpoint() {
   if (!saver_ || !saver_->pending()) return;
-  const std::string folder = saver_->commit(config_.checkpoint.keep);
+  const std::string folder = saver_->commit(config_.checkpoint.keep, run_id_);
   if (rank_ == 0) log::info("checkpoint " + folder + ": saved");
 }
 
@@ -394,7 +492,7 @@ void Trainer::resume_from(const std::string& folder) {
     torch_rng = at::empty_like(gen.get_state());
     state["rng/torch"] = torch_rng;
   }
-  checkpoint::load(folder, state);
+  on_all_ranks([&] { checkpoint::load(folder, state); });
   if (zero_) {
     // ZeRO 1/2 lay out their slices at the first step's GradReducer::finish(): the moments
     // are loaded then (step()); ZeRO-3's exist already.
@@ -419,6 +517,8 @@ void Trainer::resume_from(const std::string& folder) {
   pos.step = pos.step * saved_batch / batch;
   train_loader_->seek(pos);
   resumed_step_ = meta["step"].get<int64_t>();
+  run_id_ = info.run_id;
+  resumed_ = true;
   if (rank_ == 0) log::info("resumed from " + folder + " after step " + std::to_string(resumed_step_));
 }
 
@@ -461,6 +561,7 @@ at::Tensor Trainer::loss_of(const DataLoader::Batch& batch) {
 StepMetrics Trainer::step(int64_t step) {
   const auto& t = config_.train;
   const auto start = std::chrono::steady_clock::now();
+  doing_ = "starting the step";
   dtensor::static_eager_step();  // replay (when on) restarts at the step's first call
   const double lr = optim::lr_at({t.lr, t.min_lr, t.warmup_steps, t.steps, t.decay}, step);
   zero_ ? zero_->set_lr(lr) : optimizer_->set_lr(lr);
@@ -470,13 +571,18 @@ StepMetrics Trainer::step(int64_t step) {
   for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
     // Only the last micro-batch's backward reduces; the others accumulate Partial grads.
     if (reducer_) reducer_->set_sync(micro + 1 == t.grad_accum);
-    at::Tensor loss = loss_of(train_loader_->next());
+    doing_ = "reading the batch";
+    const auto batch = train_loader_->next();
+    doing_ = "forward";
+    at::Tensor loss = loss_of(batch);
+    doing_ = "backward";
     (loss / static_cast<double>(t.grad_accum)).backward();
     loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
   }
   // Gradients with other placements than their parameters (Partial over dp, or over tp for
   // replicated weights fed sequence shards) are reduced: by the buckets (most of them already
   // launched during backward), or one collective per parameter.
+  doing_ = "reducing gradients";
   if (reducer_) {
     reducer_->finish();
     if (!zero_resume_.empty()) load_zero_state(zero_resume_);
@@ -484,17 +590,20 @@ StepMetrics Trainer::step(int64_t step) {
     ddp::reduce_gradients(*model_.module);
   }
   // The norm of the whole gradient, however it is sharded (ZeRO holds slices of it).
+  doing_ = "clipping gradients";
   at::Tensor norm = zero_ ? zero_->clip_grad_norm_(t.grad_clip) : optim::clip_grad_norm_(params_, t.grad_clip);
-  // The one host read per step: the loss and the norm, for the log and the NaN/inf stop.
+  // The one host read per step: the loss and the norm, for the log and the guard.
   StepMetrics m;
   m.step = step + 1;
   m.lr = lr;
   m.loss = (loss_sum / static_cast<double>(t.grad_accum)).item<double>();
   m.grad_norm = norm.item<double>();
-  VESCALE_CHECK(std::isfinite(m.loss), "step ", m.step, ": the loss is ", m.loss,
-                "; stopping before the update. Lower train.lr, raise train.warmup_steps, or check the data");
-  VESCALE_CHECK(std::isfinite(m.grad_norm), "step ", m.step, ": the gradient norm is ", m.grad_norm, " (loss ", m.loss,
-                "); stopping before the update. Lower train.lr or set train.grad_clip");
+  // Every rank holds the same loss and norm, so all pass or all stop here.
+  guard_->check(m.step, m.loss, m.grad_norm);
+  // The parameters of the save in flight gave this loss: that checkpoint may become latest.
+  doing_ = "committing a checkpoint";
+  finish_checkpoint();
+  doing_ = "optimizer step";
   if (zero_) {
     zero_->step();
     zero_->zero_grad();
@@ -556,11 +665,35 @@ std::vector<StepMetrics> Trainer::run() {
                               " and train.steps is " + std::to_string(t.steps));
     return {};
   }
+  // A failure is one line naming the step and what it was doing; a save in flight is dropped.
+  auto guarded = [&](int64_t s, auto&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      if (saver_) saver_->abort();
+      const std::string msg = message_of(e);
+      if (dynamic_cast<const TimeoutError*>(&e) || msg.rfind("step ", 0) == 0) throw;
+      throw Error("step " + std::to_string(s + 1) + ": " + doing_ + ": " + msg);
+    }
+  };
   for (int64_t s = resumed_step_; s < t.steps; ++s) {
-    finish_checkpoint();  // the previous step's save had one step to write in the background
-    StepMetrics m = step(s);
-    const bool last = s + 1 == t.steps;
-    if (val_loader_ && ((t.eval_every > 0 && m.step % t.eval_every == 0) || last)) m.val_loss = evaluate();
+    StepMetrics m;
+    int stop = 0;
+    guarded(s, [&] {
+      // The previous step's save writes in the background; this step commits it once its loss
+      // passed the guard. A step that fails throws before that, and the save is dropped.
+      m = step(s);
+      // Every rank stops after the same step, whichever got the signal. Collective.
+      doing_ = "agreeing on a stop";
+      stop = static_cast<int>(dist::all_max(stop_requested()));
+    });
+    const bool last = s + 1 == t.steps || stop != 0;
+    if (val_loader_ && ((t.eval_every > 0 && m.step % t.eval_every == 0) || s + 1 == t.steps)) {
+      guarded(s, [&] {
+        doing_ = "evaluating";
+        m.val_loss = evaluate();
+      });
+    }
     all.push_back(m);
     if (rank_ == 0) log_step(m);
     // Throughput over the steps since the last line (the first step, with its warm-up, is
@@ -593,7 +726,20 @@ std::vector<StepMetrics> Trainer::run() {
       window_ms = 0, window = 0;
     }
     const auto& ck = config_.checkpoint;
-    if (saver_ && ((ck.every > 0 && m.step % ck.every == 0) || last)) save_checkpoint(m.step);
+    if (saver_ && ((ck.every > 0 && m.step % ck.every == 0) || last)) {
+      guarded(s, [&] {
+        doing_ = "saving a checkpoint";
+        stage_checkpoint(m.step);
+        if (last) finish_checkpoint();  // no next step to wait for
+      });
+    }
+    if (stop != 0) {
+      stopped_by_ = stop;
+      if (rank_ == 0)
+        log::info(std::string(stop == SIGINT ? "SIGINT" : "SIGTERM") + ": stopped after step " +
+                  std::to_string(m.step) + (saver_ ? " with a checkpoint; rerun the same command to resume" : ""));
+      return all;
+    }
   }
   finish_checkpoint();
   if (rank_ == 0) {

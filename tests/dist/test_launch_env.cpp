@@ -26,6 +26,13 @@ TEST_CASE("torchrun variables are read as given", "[env]") {
   CHECK(e.master_port == 1234);
 }
 
+TEST_CASE("ranks started by vescale-run say so, not torchrun", "[env]") {
+  auto e = parse_launch_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "999"}, {"VESCALE_LAUNCHED", "1"}});
+  CHECK(e.source == "vescale-run");
+  CHECK(e.rank == 1);
+  CHECK(e.world_size == 2);
+}
+
 TEST_CASE("torchrun without LOCAL_* means one node", "[env]") {
   auto e = parse_launch_env({{"RANK", "2"}, {"WORLD_SIZE", "3"}, {"MASTER_PORT", "999"}});
   CHECK(e.local_rank == 2);

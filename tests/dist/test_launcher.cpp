@@ -120,6 +120,8 @@ TEST_CASE("bad launcher flags are named", "[launcher]") {
   auto r = run(RUN + " --nproc-per-node 0 -- true");
   CHECK(r.code != 0);
   CHECK_THAT(r.err, Contains("--nproc-per-node"));
+  CHECK_THAT(r.err, Contains("'0' must be a whole number, at least 1 (the number of ranks to start on this node)"));
+  CHECK_THAT(r.err, !Contains("1797693"));  // not CLI11's range of doubles
   r = run(RUN + " --nnodes 2 --node-rank 0 -- true");
   CHECK(r.code != 0);
   CHECK_THAT(r.err, Contains("needs --master-addr"));

@@ -57,6 +57,7 @@ struct CheckpointInfo {
   std::string folder;
   std::map<std::string, IndexEntry> tensors;
   std::string metadata;  // the JSON text save() was given
+  std::string run_id;    // the run that wrote it (commit's run_id), "" if none was given
 };
 
 // Writes a checkpoint in the background: begin() copies this rank's chunks to host memory and
@@ -74,8 +75,14 @@ class AsyncSave {
   void begin(const std::string& root, const std::string& name, const StateDict& state,
              const std::string& metadata_json = "{}", const std::vector<Piece>& pieces = {});
   // Collective. Returns the folder now visible; no-op (empty string) when nothing is pending.
-  // Keeps the newest `keep` checkpoints under root (0: all).
-  std::string commit(int64_t keep = 0);
+  // Records `run_id` in the index and keeps the newest `keep` checkpoints of that run under
+  // root (0: all); other runs' checkpoints are never pruned. Removes stale saves (below).
+  std::string commit(int64_t keep = 0, const std::string& run_id = "");
+  // Blocks until this rank's file is written (a synchronous save that commits later).
+  void wait();
+  // Drops the pending save without making it visible (not collective): waits for this rank's
+  // writer; rank 0 removes the unfinished folder.
+  void abort();
   bool pending() const;
 
  private:
@@ -89,6 +96,14 @@ std::string save(const std::string& root, const std::string& name, const StateDi
 
 // The folder root/latest points at, or nullopt when root has no committed checkpoint.
 std::optional<std::string> latest(const std::string& root);
+
+// Whether root holds a committed checkpoint (or a `latest` pointer).
+bool has_checkpoints(const std::string& root);
+
+// Removes the unfinished saves under root ("*.tmp", and "*.old" left by a crash while replacing
+// a checkpoint) that are older than its newest committed checkpoint; returns what it removed.
+// Not collective: call it on one rank.
+std::vector<std::string> remove_stale_saves(const std::string& root);
 
 // Reads and checks a checkpoint folder's index.json.
 CheckpointInfo read_info(const std::string& folder);

@@ -12,7 +12,7 @@ struct LaunchEnv {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  // Which launcher the values came from: "torchrun" (also vescale-run and Slurm with exported
+  // Which launcher the values came from: "vescale-run", "torchrun" (also Slurm with exported
   // RANK/WORLD_SIZE), "openmpi", "pmi" (MPICH/Hydra, Intel MPI), "slurm", or "none" (one process).
   std::string source = "none";
 };

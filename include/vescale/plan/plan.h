@@ -4,6 +4,7 @@
 #pragma once
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,10 @@ class Plan {
   Plan& shard(const std::string& pattern, dtensor::Placements placements);
   Plan& forward(const std::string& module_pattern, ForwardSpec spec);
   Plan& phase(const std::string& pattern, InitPhase phase);
+  // A params, forward or phase pattern that may match nothing (JSON: "optional": [...]); any
+  // other pattern that matches no parameter or module is an error (a typo would otherwise leave
+  // layers replicated).
+  Plan& optional(const std::string& pattern);
 
   const std::vector<std::string>& mesh_dims() const { return mesh_dims_; }
   const std::vector<std::pair<std::string, dtensor::Placements>>& params() const { return params_; }
@@ -65,10 +70,14 @@ class Plan {
   const ForwardSpec* forward_for(const std::string& module_fqn) const;
 
   // Checks the plan against a mesh (its dim names, in order) and every parameter (name,
-  // global shape); returns each parameter's placements with Shard dims normalized.
+  // global shape), including that each params and phase pattern matches a parameter (with a
+  // "did you mean"); returns each parameter's placements with Shard dims normalized.
   std::map<std::string, dtensor::Placements> resolve(
       const std::vector<std::string>& mesh_dims,
       const std::vector<std::pair<std::string, std::vector<int64_t>>>& params) const;
+
+  // Throws when a forward pattern matches none of the model's module names.
+  void check_modules(const std::vector<std::string>& module_names) const;
 
   const std::string& source() const { return source_; }
 
@@ -78,6 +87,7 @@ class Plan {
   std::vector<std::pair<std::string, dtensor::Placements>> params_;
   std::vector<std::pair<std::string, ForwardSpec>> forwards_;
   std::vector<std::pair<std::string, InitPhase>> phases_;
+  std::set<std::string> optional_;
   GradReduce grad_reduce_;
   int zero_ = 0;
 };

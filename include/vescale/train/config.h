@@ -101,6 +101,10 @@ struct TrainConfig {
   std::vector<double> betas = {0.9, 0.95};
   double eps = 1e-8;
   double grad_clip = 1.0;  // max global grad norm; 0 turns clipping off
+  // Divergence guard: a loss above this many times the median of the last 20 steps (after
+  // warmup), or above it times ln(vocab_size) at any step, stops the run before its update and
+  // before the checkpoint it would make; 0 turns the guard off (NaN/inf always stop).
+  double max_loss_spike = 3.0;
   uint64_t seed = 1234;
   std::string dtype = "fp32";  // fp32 | bf16 (autocast with fp32 master weights)
   bool activation_checkpointing = false;
@@ -124,6 +128,10 @@ struct CheckpointConfig {
   int64_t keep = 0;   // the newest checkpoints kept in dir; 0: all
   bool async = true;  // write in the background while training goes on (docs/checkpoint.md)
   bool resume = true;  // start from dir's latest checkpoint when there is one
+  // With resume=false, a dir that holds checkpoints is an error unless this is set: then the new
+  // run's checkpoints go beside the old ones (same step names are replaced; keep prunes only
+  // the new run's).
+  bool overwrite = false;
 };
 
 struct LogConfig {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace vescale::train {
@@ -26,6 +27,8 @@ class TokenDataset {
   int64_t token(int64_t i) const;
   // Tokens [begin, begin + n) as int64.
   void copy(int64_t begin, int64_t n, int64_t* out) const;
+  // The file that holds global token i, and its index there.
+  std::pair<std::string, int64_t> locate(int64_t i) const;
 
  private:
   struct Shard;
@@ -57,7 +60,10 @@ class DataLoader {
     at::Tensor inputs;   // [batch, seq_len] int64
     at::Tensor targets;  // [batch, seq_len] int64
   };
+  // Throws naming the file and the id when a token is >= the vocab size (when one is set).
   Batch next();
+  // Token ids must be below this (0: unchecked).
+  void set_vocab_size(int64_t vocab_size) { vocab_size_ = vocab_size; }
 
   int64_t samples() const { return samples_; }
   int64_t steps_per_epoch() const { return samples_ / (batch_ * dp_size_); }
@@ -73,6 +79,7 @@ class DataLoader {
   bool shuffle_;
   int64_t samples_;
   LoaderPosition pos_;
+  int64_t vocab_size_ = 0;
   mutable int64_t order_epoch_ = -1;
   mutable std::vector<int64_t> order_;
 };

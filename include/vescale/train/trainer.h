@@ -19,6 +19,7 @@
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/optim/adamw.h"
 #include "vescale/train/config.h"
+#include "vescale/train/divergence_guard.h"
 #include "vescale/train/model_factory.h"
 #include "vescale/train/token_data.h"
 
@@ -40,10 +41,15 @@ class Trainer {
   ~Trainer();
 
   // Runs the optimizer steps from resumed_step() to train.steps, writing checkpoints when
-  // checkpoint.dir is set. Throws vescale::Error naming the step when the loss or the grad
-  // norm is NaN or inf. Returns the metrics of the steps it ran.
+  // checkpoint.dir is set. A checkpoint becomes `latest` once the next step's loss has passed
+  // the divergence guard (the last one at once). Throws vescale::Error naming the step and what
+  // it was doing (one line; libtorch's stack only at --log-level debug) when a step fails:
+  // the guard (divergence_guard.h), bad token ids, any libtorch error. After a stop request
+  // (stop_signal.h) on any rank, every rank stops after the same step, saves, and returns.
+  // Returns the metrics of the steps it ran.
   std::vector<StepMetrics> run();
-  // One optimizer step (train.grad_accum micro-batches); `step` is 0-based.
+  // One optimizer step (train.grad_accum micro-batches); `step` is 0-based. Throws before the
+  // update when the guard fails; commits a save in flight when it passes.
   StepMetrics step(int64_t step);
   // Mean loss over train.eval_steps validation batches (the same batches every call).
   double evaluate();
@@ -51,12 +57,17 @@ class Trainer {
   // Writes a checkpoint of everything a bitwise resume needs after `steps_done` steps: the
   // parameters, AdamW's state, both random generators, the data position (docs/checkpoint.md).
   // Collective. With checkpoint.async it returns once this rank's copy is staged; the
-  // checkpoint becomes visible at the next save, the next step of run(), or finish_checkpoint().
+  // checkpoint becomes visible at the next save, the next step that passes the guard, or
+  // finish_checkpoint().
   void save_checkpoint(int64_t steps_done);
   // Commits a save still in flight (collective); no-op without one.
   void finish_checkpoint();
   // The steps the loaded checkpoint had done (0 when training starts fresh).
   int64_t resumed_step() const { return resumed_step_; }
+  // The signal run() stopped on (SIGTERM or SIGINT), 0 when it ran to train.steps.
+  int stopped_by() const { return stopped_by_; }
+  // This run's id, recorded in its checkpoints (a resumed run keeps the checkpoint's).
+  const std::string& run_id() const { return run_id_; }
 
   Model& model() { return model_; }
   const Config& config() const { return config_; }
@@ -72,6 +83,9 @@ class Trainer {
                                                       const std::function<bool(const std::string&)>& want,
                                                       checkpoint::StateDict& state) const;
   void load_zero_state(const std::string& folder);
+  void check_outputs();
+  // Starts a save; without checkpoint.async, also waits until it is written. Commits nothing.
+  void stage_checkpoint(int64_t steps_done);
   void open_metrics();
   void log_step(const StepMetrics& m);
 
@@ -91,6 +105,11 @@ class Trainer {
   std::unique_ptr<std::ofstream> metrics_;
   std::unique_ptr<checkpoint::AsyncSave> saver_;
   int64_t resumed_step_ = 0;
+  bool resumed_ = false;
+  std::string run_id_;
+  int stopped_by_ = 0;
+  std::unique_ptr<DivergenceGuard> guard_;
+  const char* doing_ = "";  // the part of the step running, for error messages
   std::string zero_resume_;  // a checkpoint whose ZeRO state loads once the slices exist
 };
 

@@ -1,0 +1,20 @@
+// Small host values across the world: the control plane of checkpoints and of the trainer's
+// agreements (every rank's status, a stop request). Each works before and without dist::init()
+// as a world of one, so callers need no special case for a single process.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vescale::dist {
+
+// Every rank's `mine` (the same count on each), concatenated in rank order. Collective.
+std::vector<int64_t> all_gather_int64(const std::vector<int64_t>& mine);
+// Every rank's text, in rank order. Collective.
+std::vector<std::string> all_gather_text(const std::string& mine);
+// The largest of every rank's value. Collective.
+int64_t all_max(int64_t mine);
+// Collective: returns once every rank has called it.
+void barrier();
+
+}  // namespace vescale::dist
