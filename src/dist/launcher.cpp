@@ -241,12 +241,17 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
       if (p == r.pid) {
         r.running = false;
         r.status = status;
-        if (exit_code_of(status) != 0 && !exit_code) {
+        // 130 as an exit code (not a death by SIGINT): the rank stopped cleanly on SIGINT
+        // (vescale-train saves first), and its peers agree to stop after the same step.
+        const bool stopped = WIFEXITED(status) && WEXITSTATUS(status) == 130;
+        if (stopped && !exit_code) {
+          exit_code = 130;
+          std::fprintf(stderr, "vescale-run: rank %d stopped on SIGINT (exit 130)\n", r.rank);
+        } else if (exit_code_of(status) != 0 && !exit_code) {
           exit_code = exit_code_of(status);
-          // After a forwarded signal every rank is stopping already; a SIGTERM now would be
-          // their second signal and cut their last checkpoint short.
-          if (forwarded == 0)
-            stop_others("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") failed with " +
+          // Also after a forwarded signal: a rank that died cannot join its peers' last save,
+          // so they stop at once (for vescale-train this SIGTERM is the second signal).
+          stop_others("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") failed with " +
                       describe_status(status));
         }
       } else {

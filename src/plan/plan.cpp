@@ -189,7 +189,7 @@ void check_all_match(const std::string& source, const std::string& section, cons
     }
     const std::string guess = closest_match(pattern, candidates);
     VESCALE_FAIL("plan '", source, "': ", section, "['", pattern, "'] matches no ", what, " of the model",
-                 guess.empty() ? std::string() : "; did you mean '" + guess + "'?",
+                 guess.empty() ? std::string(".") : "; did you mean '" + guess + "'?",
                  " Fix the pattern, or list it under \"optional\" if the plan is meant for models without it");
   }
 }
@@ -375,8 +375,6 @@ std::map<std::string, Placements> Plan::resolve(const std::vector<std::string>& 
   for (auto& [fqn, shape] : params) names.push_back(fqn);
   for (auto& [pattern, p] : params_) param_patterns.push_back(pattern);
   for (auto& [pattern, p] : phases_) phase_patterns.push_back(pattern);
-  check_all_match(source_, "params", "parameter", param_patterns, optional_, names);
-  check_all_match(source_, "phase", "parameter", phase_patterns, optional_, names);
   std::map<std::string, Placements> out;
   for (auto& [fqn, shape] : params) {
     Placements p = placements_for(fqn);
@@ -393,6 +391,8 @@ std::map<std::string, Placements> Plan::resolve(const std::vector<std::string>& 
     }
     out.emplace(fqn, std::move(p));
   }
+  check_all_match(source_, "params", "parameter", param_patterns, optional_, names);
+  check_all_match(source_, "phase", "parameter", phase_patterns, optional_, names);
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -102,6 +103,46 @@ TEST_CASE("checkpoint keep, replacing a folder, and a leftover unfinished save",
   ckpt::load((root / "step-00000004").string(), back);
   CHECK(back.at("x").equal(at::full({2}, 40.0)));
   CHECK_FALSE(fs::exists(root / "step-00000004.old"));
+}
+
+TEST_CASE("checkpoint run ids: keep prunes only its own run; stale saves go; abort leaves nothing", "[checkpoint]") {
+  const auto root = fresh_dir("runs");
+  CHECK_FALSE(ckpt::has_checkpoints(root.string()));
+  CHECK(ckpt::remove_stale_saves(root.string()).empty());  // nothing committed: nothing is stale
+  auto save = [&](const char* name, const std::string& run, int64_t keep) {
+    ckpt::AsyncSave s;
+    s.begin(root.string(), name, {{"x", at::ones({2})}});
+    s.commit(keep, run);
+  };
+  save("step-00000002", "old", 0);
+  save("step-00000004", "old", 0);
+  CHECK(ckpt::has_checkpoints(root.string()));
+  CHECK(ckpt::read_info((root / "step-00000002").string()).run_id == "old");
+  // Another run in the same folder, keep=1: only its own older checkpoint goes.
+  save("step-00000001", "new", 1);
+  save("step-00000003", "new", 1);
+  CHECK(fs::exists(root / "step-00000002"));
+  CHECK(fs::exists(root / "step-00000004"));
+  CHECK_FALSE(fs::exists(root / "step-00000001"));
+  CHECK(ckpt::latest(root.string()) == (root / "step-00000003").string());
+  CHECK(ckpt::read_info((root / "step-00000003").string()).run_id == "new");
+
+  // An unfinished save older than the newest checkpoint is removed; a newer one may still be written.
+  fs::create_directories(root / "step-00000005.tmp");
+  fs::last_write_time(root / "step-00000005.tmp", fs::file_time_type::clock::now() - std::chrono::hours(24));
+  fs::create_directories(root / "step-00000006.tmp");
+  fs::last_write_time(root / "step-00000006.tmp", fs::file_time_type::clock::now() + std::chrono::hours(1));
+  CHECK(ckpt::remove_stale_saves(root.string()) == std::vector<std::string>{(root / "step-00000005.tmp").string()});
+  CHECK(fs::exists(root / "step-00000006.tmp"));
+
+  // abort(): nothing becomes visible, the unfinished folder is gone.
+  ckpt::AsyncSave s;
+  s.begin(root.string(), "step-00000007", {{"x", at::ones({2})}});
+  s.abort();
+  CHECK_FALSE(s.pending());
+  CHECK_FALSE(fs::exists(root / "step-00000007.tmp"));
+  CHECK_FALSE(fs::exists(root / "step-00000007"));
+  CHECK(ckpt::latest(root.string()) == (root / "step-00000003").string());
 }
 
 TEST_CASE("checkpoint errors name the tensor, the file and the fix", "[checkpoint]") {

@@ -13,41 +13,16 @@
 #include <utility>
 #include <vector>
 
+#include "common/run_command.h"
 #include "vescale/common/check.h"
 #include "vescale/train/byte_tokenizer.h"
 #include "vescale/train/token_data.h"
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-  double seconds = 0;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Runs a shell command line, capturing stdout and stderr, bounded by `timeout 100`.
-Result run(const std::string& cmd) {
-  static int n = 0;
-  std::string base = "/tmp/vescale_launcher_test." + std::to_string(::getpid()) + "." + std::to_string(n++);
-  std::string line = "timeout 100 bash -c '" + cmd + "' > " + base + ".out 2> " + base + ".err";
-  auto t0 = std::chrono::steady_clock::now();
-  int status = std::system(line.c_str());
-  Result r;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(base + ".out");
-  r.err = slurp(base + ".err");
-  std::remove((base + ".out").c_str());
-  std::remove((base + ".err").c_str());
-  return r;
-}
+using Result = vescale::testing::CommandResult;
+using vescale::testing::slurp;
+Result run(const std::string& cmd) { return vescale::testing::run_command(cmd); }
 
 const std::string RUN = VESCALE_RUN;
 const std::string FAULT = FAULT_RANK;
@@ -135,7 +110,7 @@ TEST_CASE("vescale-train starts its own ranks with the launcher flags", "[launch
   auto r = run(TRAIN + " --nproc-per-node 4 --dry-run --config " + cfg);
   INFO(r.out << r.err);
   CHECK(r.code == 0);
-  CHECK_THAT(r.out, Contains("[rank 0] DeviceMesh(dp=2, tp=2; rank 0 at [0, 0]) (launched by torchrun"));
+  CHECK_THAT(r.out, Contains("[rank 0] DeviceMesh(dp=2, tp=2; rank 0 at [0, 0]) (launched by vescale-run"));
   CHECK_THAT(r.out, Contains("[rank 3] DeviceMesh(dp=2, tp=2; rank 3 at [1, 1])"));
 
   // --set overrides a field; unknown keys and wrong types are named.

@@ -53,7 +53,12 @@ TEST_CASE("a plan from JSON: first match wins, shard dims normalized", "[plan]")
   CHECK(plan.placements_for("layers.3.attention.wv.weight") == Placements{Replicate(), Shard(0)});
   CHECK(plan.placements_for("layers.3.feed_forward.w3.weight") == Placements{Replicate(), Shard(0)});
   CHECK(plan.placements_for("norm.weight") == Placements{Replicate(), Replicate()});  // the '*' default
-  auto resolved = plan.resolve({"dp", "tp"}, {{"layers.0.feed_forward.w2.weight", {16, 64}}, {"norm.weight", {16}}});
+  auto resolved = plan.resolve({"dp", "tp"}, {{"tok_embeddings.weight", {256, 16}},
+                                               {"layers.0.attention.wq.weight", {16, 16}},
+                                               {"layers.0.attention.wo.weight", {16, 16}},
+                                               {"layers.0.feed_forward.w1.weight", {64, 16}},
+                                               {"layers.0.feed_forward.w2.weight", {16, 64}},
+                                               {"norm.weight", {16}}});
   CHECK(resolved["layers.0.feed_forward.w2.weight"] == Placements{Replicate(), Shard(1)});  // Shard(-1) -> 1
   auto* f = plan.forward_for("layers.5.attention_norm");
   REQUIRE(f);
@@ -67,6 +72,45 @@ TEST_CASE("the C++ builder equals the JSON", "[plan]") {
   auto json = Plan::from_json(kLlamaPlan);
   for (auto name : {"layers.1.attention.wq.weight", "output.weight"})
     CHECK(plan.placements_for(name) == json.placements_for(name));
+}
+
+TEST_CASE("a plan pattern that matches nothing is an error with a guess, unless optional", "[plan]") {
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> params{
+      {"layers.0.attention.wq.weight", {8, 8}}, {"layers.1.attention.wq.weight", {8, 8}}, {"norm.weight", {8}}};
+  // A typo would leave every attention weight replicated by the '*' default.
+  auto typo = Plan::from_json(
+      R"J({"mesh": ["tp"], "params": {"layers.*.atention.wq.weight": ["Shard(0)"], "*": ["Replicate"]}})J", "t.json");
+  CHECK_THROWS_WITH(typo.resolve({"tp"}, params),
+                    Contains("plan 't.json': params['layers.*.atention.wq.weight'] matches no parameter of the model; "
+                             "did you mean 'layers.*.attention.wq.weight'? Fix the pattern, or list it under "
+                             "\"optional\""));
+  // Listed as optional (a plan shared by models with and without the parameter): fine.
+  auto optional = Plan::from_json(R"J({"mesh": ["tp"], "params": {"output.weight": ["Shard(0)"], "*": ["Replicate"]},
+                                       "optional": ["output.weight"]})J", "o.json");
+  CHECK(optional.resolve({"tp"}, params).size() == 3);
+  Plan built({"tp"});
+  built.shard("output.weight", {Shard(0)}).shard("*", {Replicate()});
+  CHECK_THROWS_WITH(built.resolve({"tp"}, params), Contains("params['output.weight'] matches no parameter"));
+  built.optional("output.weight");
+  CHECK(built.resolve({"tp"}, params).size() == 3);
+  // Phase patterns too.
+  auto phase = Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Replicate"]},
+                                    "phase": {"norm.wieght": "before_sharding"}})J", "ph.json");
+  CHECK_THROWS_WITH(phase.resolve({"tp"}, params),
+                    Contains("phase['norm.wieght'] matches no parameter of the model; did you mean 'norm.weight'?"));
+  // Forward patterns are checked against module names.
+  auto fwd = Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Replicate"]},
+                                  "forward": {"layers.*.atention": {"input": [["Replicate"]]}}})J", "f.json");
+  const std::vector<std::string> modules{"", "layers", "layers.0", "layers.0.attention", "layers.0.attention.wq"};
+  auto good = Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Replicate"]},
+                                   "forward": {"layers.*.attention": {"input": [["Replicate"]]}}})J", "g.json");
+  CHECK_NOTHROW(good.check_modules(modules));
+  CHECK_THROWS_WITH(fwd.check_modules(modules),
+                    Contains("forward['layers.*.atention'] matches no module of the model; did you mean "
+                             "'layers.*.attention'?"));
+  // An unknown top-level key gets a guess too.
+  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Replicate"]}, "optinal": []})J", "k.json"),
+                    Contains("key 'optinal' is unknown; did you mean 'optional'?"));
 }
 
 TEST_CASE("plan errors name the pattern, the parameter or the mesh dim", "[plan]") {

@@ -96,6 +96,32 @@ TEST_CASE("a resumed loader continues at the same position", "[data]") {
   std::remove(path.c_str());
 }
 
+TEST_CASE("token ids at or past the vocab size are an error naming the file, the id and its place", "[data]") {
+  auto a = tmp("v_a.bin"), b = tmp("v_b.bin");
+  write_token_file(a, iota(40));                    // ids 0..39
+  auto tokens = iota(40);
+  tokens[17] = 70000;                                 // uint32 file
+  write_token_file(b, tokens);
+  auto data = std::make_shared<TokenDataset>(std::vector<std::string>{a, b});
+  CHECK(data->locate(57) == std::make_pair(b, int64_t{17}));
+  // Unshuffled, 8 x 9-token windows: batch 0 takes tokens [0, 72], which hold global token 57.
+  DataLoader loader(data, 8, 9, 0, 1, 1, /*shuffle=*/false);
+  loader.set_vocab_size(1000);
+  CHECK_THROWS_WITH(loader.next(), Contains("data: '" + b + "' holds token id 70000 (token 17 of the file), outside "
+                                            "model.vocab_size = 1000") &&
+                                       Contains("set model.vocab_size to at least 70001"));
+  // A vocab that covers every id, or no check at all: the same batch loads.
+  DataLoader wide(data, 8, 9, 0, 1, 1, false), unchecked(data, 8, 9, 0, 1, 1, false);
+  wide.set_vocab_size(70001);
+  CHECK(wide.next().targets.max().item<int64_t>() == 70000);
+  CHECK_NOTHROW(unchecked.next());
+  // The smallest failing vocab is the id itself.
+  DataLoader exact(data, 8, 9, 0, 1, 1, false);
+  exact.set_vocab_size(70000);
+  CHECK_THROWS(exact.next());
+  for (auto& p : {a, b}) std::remove(p.c_str());
+}
+
 TEST_CASE("bad token files and sizes are named", "[data]") {
   CHECK_THROWS_WITH(TokenDataset({"/nonexistent.bin"}), Contains("cannot open '/nonexistent.bin'"));
   auto bad = tmp("bad.bin");

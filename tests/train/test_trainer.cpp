@@ -203,6 +203,52 @@ TEST_CASE("NaN or inf stops training with the step named", "[trainer]") {
   }
 }
 
+TEST_CASE("a libtorch error in a step becomes one line naming the step and the phase", "[trainer]") {
+  Trainer t(tiny());
+  auto w = t.model().module->named_parameters()["h.0.mlp.c_fc.weight"];
+  w.register_hook([](const at::Tensor& g) -> at::Tensor {
+    TORCH_CHECK(false, "a kernel failed");
+    return g;
+  });
+  try {
+    t.run();
+    FAIL("run() did not throw");
+  } catch (const vescale::Error& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Contains("step 1: backward: a kernel failed"));
+    CHECK_THAT(msg, !Contains("Exception raised from"));  // libtorch's stack is left out
+  }
+}
+
+TEST_CASE("divergence guard: NaN/inf always, spikes over the median after warmup, ln(vocab) always",
+          "[trainer][guard]") {
+  using vescale::train::DivergenceGuard;
+  // ln(256) = 5.545: the uniform bound is 3 x 5.545 = 16.64.
+  DivergenceGuard g({.max_loss_spike = 3, .warmup_steps = 2, .vocab_size = 256, .lr = 1e-3, .grad_clip = 1});
+  g.check(1, 5.0, 1.0);
+  g.check(2, 16.0, 1.0);  // in warmup: only the uniform bound applies (16 < 16.64)
+  CHECK_THROWS_WITH(g.check(3, 17.0, 1.0), Contains("step 3: the loss 17 is above train.max_loss_spike x "
+                                                    "ln(vocab_size) = 3 x 5.545"));
+  CHECK(g.median() == 10.5);  // of {5, 16}: the failed step is not remembered
+  g.check(3, 4.0, 1.0);
+  CHECK(g.median() == 5.0);  // {5, 16, 4}
+  CHECK_THROWS_WITH(g.check(4, 15.5, 1.0), Contains("step 4: the loss 15.5 is above train.max_loss_spike x the "
+                                                    "median of the last 3 steps = 3 x 5"));
+  g.check(4, 14.9, 1.0);  // below 3 x 5
+  CHECK_THROWS_WITH(g.check(5, std::nan(""), 1.0), Contains("step 5: the loss is nan; stopping before the update"));
+  CHECK_THROWS_WITH(g.check(5, 4.0, INFINITY), Contains("step 5: the gradient norm is inf (loss 4)"));
+  // The knobs: grad_clip only when clipping is off.
+  CHECK_THROWS_WITH(g.check(5, 4.0, INFINITY), !Contains("grad_clip"));
+  DivergenceGuard off_clip({.max_loss_spike = 0, .warmup_steps = 0, .vocab_size = 256, .lr = 1e-3, .grad_clip = 0});
+  CHECK_THROWS_WITH(off_clip.check(1, 4.0, INFINITY), Contains("or set train.grad_clip (now 0: clipping is off)"));
+  off_clip.check(1, 1e6, 1.0);  // max_loss_spike 0: only NaN/inf stop
+  // The window is the last 20 steps.
+  DivergenceGuard w({.max_loss_spike = 3, .warmup_steps = 0, .vocab_size = 0});
+  for (int i = 1; i <= 25; ++i) w.check(i, i <= 5 ? 100.0 : 1.0, 1.0);
+  CHECK(w.median() == 1.0);
+  CHECK_THROWS(w.check(26, 3.5, 1.0));
+}
+
 TEST_CASE("grad accumulation over micro-batches equals one big batch", "[trainer]") {
   // batch 4 x accum 2 takes the same 8 samples as batch 8 x accum 1 (the loader's order).
   Trainer big(tiny({"train.batch_size=8", "train.grad_accum=1"}));
@@ -337,10 +383,13 @@ TEST_CASE("a run resumed from its checkpoint continues bitwise", "[trainer][chec
   Trainer ref(tiny(common));
   const auto want = ref.run();
   REQUIRE(want.size() == 6);
+  std::string first_run_id;
   {
     // Three steps, the checkpoint run() writes after step 3, then the process "dies".
     Trainer first(tiny(with_ckpt));
     CHECK(first.resumed_step() == 0);
+    first_run_id = first.run_id();
+    CHECK_FALSE(first_run_id.empty());
     for (int64_t s = 0; s < 3; ++s) first.step(s);
     first.save_checkpoint(3);
     first.finish_checkpoint();
@@ -371,10 +420,15 @@ TEST_CASE("a run resumed from its checkpoint continues bitwise", "[trainer][chec
   Trainer done(tiny(with_ckpt));
   CHECK(done.resumed_step() == 6);
   CHECK(done.run().empty());
-  // checkpoint.resume=false starts over (and would overwrite as it goes).
+  // checkpoint.resume=false on a used folder is an error; with overwrite it starts over.
   auto fresh = with_ckpt;
   fresh.push_back("checkpoint.resume=false");
-  CHECK(Trainer(tiny(fresh)).resumed_step() == 0);
+  CHECK_THROWS_WITH(Trainer(tiny(fresh)), Contains("already holds checkpoints") && Contains("checkpoint.overwrite"));
+  fresh.push_back("checkpoint.overwrite=true");
+  Trainer over(tiny(fresh));
+  CHECK(over.resumed_step() == 0);
+  CHECK(over.run_id() != resumed.run_id());
+  CHECK(resumed.run_id() == first_run_id);  // a resumed run goes on under its checkpoint's id
   CHECK_THROWS_WITH(tiny({"checkpoint.keep=-1"}), Contains("checkpoint.keep"));
   std::filesystem::remove_all(dir);
 }

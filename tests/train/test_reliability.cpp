@@ -1,0 +1,320 @@
+// vescale-train under the faults an operator meets: data for another vocabulary, a killed
+// launcher, an unwritable folder, a diverging run, a foreign program on the rendezvous port, a
+// used checkpoint folder, SIGTERM / SIGINT, stale unfinished saves, and messages. Each case runs
+// the CLI as a user would (real processes) and checks the exit code, the time and the message.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/run_command.h"
+#include "vescale/dist/launcher.h"
+#include "vescale/train/token_data.h"
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using vescale::testing::CommandResult;
+using vescale::testing::run_command;
+using vescale::testing::slurp;
+
+namespace {
+
+const std::string TRAIN = VESCALE_TRAIN;
+const std::string CONFIG = " --config " VESCALE_SOURCE_DIR "/configs/llama_tiny.json";
+const std::string PLANS = VESCALE_SOURCE_DIR "/configs/plans/";
+// llama_tiny at toy shapes: a step takes milliseconds.
+const std::string TINY = " --set train.batch_size=2 --set train.seq_len=32 --set train.log_every=1"
+                         " --set log.metrics_jsonl=";
+// Inside run_command's bash -c '...': JSON quotes are backslash-escaped.
+const std::string TP2 = " --nproc-per-node 2 --set parallel.mesh={\\\"tp\\\":2} --set parallel.plan=" + PLANS +
+                        "llama_tp.json";
+
+// A fresh folder for one test case.
+std::string scratch(const std::string& name) {
+  const std::string dir = "/tmp/vescale_reliability." + std::to_string(::getpid()) + "." + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string latest(const std::string& ckpt) {
+  std::string s = slurp(ckpt + "/latest");
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+// No libtorch C++ stack in what a user sees.
+void check_no_stack(const CommandResult& r) {
+  CHECK_THAT(r.out + r.err, !Contains("Exception raised from") && !Contains("frame #"));
+}
+
+// (step, loss, grad_norm) per line of a metrics JSONL.
+std::vector<std::tuple<int64_t, double, double>> metrics(const std::string& path) {
+  std::vector<std::tuple<int64_t, double, double>> out;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) {
+    const auto j = nlohmann::json::parse(line);
+    out.emplace_back(j["step"].get<int64_t>(), j["loss"].get<double>(), j["grad_norm"].get<double>());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("token ids past model.vocab_size stop the run at their batch, naming the file and the id",
+          "[reliability]") {
+  const std::string dir = scratch("oov");
+  // GPT-2-sized ids (uint16) fed to a 256-token model.
+  const std::string oov = dir + "/oov.bin";
+  vescale::train::write_token_file(oov, std::vector<int64_t>(4000, 65000));
+  const std::string args = CONFIG + TINY + " --set train.steps=3 --set data.train=" + oov;
+  for (const std::string& launch : {std::string(), std::string(" --nproc-per-node 2"), TP2}) {
+    INFO("launch:" << launch);
+    auto r = run_command(TRAIN + launch + args);
+    INFO(r.out << r.err);
+    CHECK(r.code == 1);
+    CHECK(r.seconds < 60);
+    CHECK_THAT(r.err, Contains("step 1: reading the batch: data: '" + oov + "' holds token id 65000 (token "));
+    CHECK_THAT(r.err, Contains("outside model.vocab_size = 256"));
+    CHECK_THAT(r.out, !Contains("step 1/3"));  // before it trained on anything (TP=2 gave loss 0.0000)
+    check_no_stack(r);
+  }
+  // 2% bad ids (with TP=2 these trained normally-looking): found in the batch that holds one.
+  std::vector<int64_t> mixed(4000);
+  for (size_t i = 0; i < mixed.size(); ++i) mixed[i] = i % 50 == 7 ? 300 : static_cast<int64_t>(i % 256);
+  const std::string some = dir + "/some_oov.bin";
+  vescale::train::write_token_file(some, mixed);
+  auto r = run_command(TRAIN + TP2 + CONFIG + TINY + " --set train.steps=3 --set data.train=" + some);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Contains("' holds token id 300 (token ") && Contains("set model.vocab_size to at least 301"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("kill -9 of the launcher takes its ranks with it; latest stops moving", "[reliability]") {
+  const std::string dir = scratch("kill9"), ckpt = dir + "/ckpt";
+  // Ranks are the launcher's children: their pids, then SIGKILL to the launcher alone.
+  auto r = run_command(TRAIN + " --nproc-per-node 2" + CONFIG + TINY +
+                           " --set train.steps=1000000 --set checkpoint.every=2 --set checkpoint.dir=" + ckpt +
+                           " > " + dir + "/log 2>&1 & pid=$!; "
+                           "for i in $(seq 600); do [ -f " + ckpt + "/latest ] && break; sleep 0.1; done; "
+                           "ranks=$(pgrep -P $pid); echo \"ranks $ranks\"; kill -9 $pid; "
+                           "for i in $(seq 20); do alive=0; for p in $ranks; do kill -0 $p 2>/dev/null && alive=1; done; "
+                           "[ $alive = 0 ] && break; sleep 0.1; done; echo \"alive $alive after $i\"; "
+                           "cp " + ckpt + "/latest " + dir + "/latest.at_kill; sleep 2",
+                       120);
+  INFO(r.out << r.err << slurp(dir + "/log"));
+  CHECK_THAT(r.out, Contains("ranks "));
+  CHECK(r.out.find("ranks \n") == std::string::npos);  // it found the two ranks
+  CHECK_THAT(r.out, Contains("alive 0 after"));      // all gone within 2 s
+  CHECK_FALSE(latest(ckpt).empty());
+  CHECK(slurp(dir + "/latest.at_kill") == slurp(ckpt + "/latest"));  // nobody kept saving
+  fs::remove_all(dir);
+}
+
+TEST_CASE("an unwritable checkpoint.dir or metrics path fails before step 1", "[reliability]") {
+  const std::string dir = scratch("unwritable");
+  std::ofstream(dir + "/a_file") << "x";
+  for (const std::string& bad : {std::string("/proc/vescale_no_such_dir"), dir + "/a_file/ckpt"}) {
+    INFO(bad);
+    for (const std::string& launch : {std::string(), std::string(" --nproc-per-node 2")}) {
+      auto r = run_command(TRAIN + launch + CONFIG + TINY + " --set train.steps=3 --set checkpoint.dir=" + bad);
+      INFO(r.out << r.err);
+      CHECK(r.code == 1);
+      CHECK_THAT(r.err, Contains("checkpoint.dir '" + bad + "' cannot be created"));
+      CHECK_THAT(r.out, !Contains("step 1/3"));
+    }
+  }
+  auto r = run_command(TRAIN + CONFIG + TINY + " --set train.steps=3 --set log.metrics_jsonl=/proc/vescale_x/m.jsonl");
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Contains("log.metrics_jsonl's folder '/proc/vescale_x' cannot be created"));
+  CHECK_THAT(r.out, !Contains("step 1/3"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the divergence guard keeps the last good checkpoint as latest", "[reliability]") {
+  const std::string dir = scratch("diverge"), ckpt = dir + "/ckpt";
+  const std::string base = TRAIN + CONFIG + TINY + " --set checkpoint.every=1 --set checkpoint.dir=" + ckpt;
+  auto r = run_command(base + " --set train.steps=4");
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE(latest(ckpt) == "step-00000004");
+  // lr 1e6: step 5's update blows the model up; step 6's loss or norm gives it away, and the
+  // step-5 checkpoint (the poisoned parameters) must not become latest.
+  r = run_command(base + " --set train.steps=12 --set train.lr=1e6");
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Contains("step 6: the "));
+  CHECK_THAT(r.err, Contains("the checkpoint before this step does not become latest. Lower train.lr (now 1e+06)"));
+  CHECK_THAT(r.err, !Contains("train.grad_clip"));  // it is on (1.0): not the knob to turn
+  CHECK(latest(ckpt) == "step-00000004");
+  CHECK_FALSE(fs::exists(ckpt + "/step-00000005"));
+  // A rerun with a sane lr resumes from the good one.
+  r = run_command(base + " --set train.steps=6");
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out + r.err, Contains("after step 4"));
+  CHECK(latest(ckpt) == "step-00000006");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a foreign program on MASTER_PORT is an error within the timeout, not a hang", "[reliability]") {
+  const int port = vescale::dist::find_free_port();
+  const std::string p = std::to_string(port);
+  const std::string server = "python3 -m http.server " + p + " --bind 127.0.0.1 >/dev/null 2>&1 & srv=$!; "
+                             "for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/" + p +
+                             ") 2>/dev/null && break; sleep 0.1; done; ";
+  const std::string env = "VESCALE_COLLECTIVE_TIMEOUT_S=5 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + p;
+  // A rank that connects: the listener accepts and never answers the store's handshake.
+  auto r = run_command(server + env + " RANK=1 " + TRAIN + CONFIG + TINY + "; rc=$?; kill $srv; exit $rc", 60);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK(r.seconds < 30);
+  CHECK_THAT(r.err, Contains("rendezvous: rank 1 connected to 127.0.0.1:" + p +
+                             " but it did not answer the store handshake within 5000 ms; it is not a vescale (c10d) "
+                             "store"));
+  // Rank 0 cannot serve there: said at once, without a timeout or libtorch's stack.
+  r = run_command(server + env + " RANK=0 " + TRAIN + CONFIG + TINY + "; rc=$?; kill $srv; exit $rc", 60);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK(r.seconds < 20);
+  CHECK_THAT(r.err, Contains("rank 0 cannot serve the store on port " + p + ": another program is listening there"));
+  CHECK_THAT(r.err, !Contains("within"));
+  check_no_stack(r);
+}
+
+TEST_CASE("resume=false on a used checkpoint.dir is an error; overwrite keeps the other run's", "[reliability]") {
+  const std::string dir = scratch("used"), ckpt = dir + "/ckpt";
+  const std::string base = TRAIN + CONFIG + TINY + " --set checkpoint.dir=" + ckpt;
+  auto r = run_command(base + " --set train.steps=4 --set checkpoint.every=2");
+  REQUIRE(r.code == 0);
+  r = run_command(base + " --set train.steps=3 --set checkpoint.resume=false");
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Contains("checkpoint.dir '" + ckpt + "' already holds checkpoints (latest: " + ckpt +
+                             "/step-00000004) and checkpoint.resume is false") &&
+                        Contains("set checkpoint.overwrite=true"));
+  CHECK_THAT(r.out, !Contains("step 1/3"));
+  // overwrite: the new run's step 3 goes beside the old run's 2 and 4; keep=1 prunes only its own.
+  r = run_command(base + " --set train.steps=3 --set checkpoint.every=3 --set checkpoint.keep=1 "
+                         "--set checkpoint.resume=false --set checkpoint.overwrite=true");
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK(latest(ckpt) == "step-00000003");
+  for (const char* s : {"/step-00000002", "/step-00000003", "/step-00000004"}) CHECK(fs::exists(ckpt + s + "/index.json"));
+  auto run_id = [&](const char* s) { return nlohmann::json::parse(slurp(ckpt + s + "/index.json")).value("run_id", ""); };
+  CHECK_FALSE(run_id("/step-00000003").empty());
+  CHECK(run_id("/step-00000002") == run_id("/step-00000004"));
+  CHECK(run_id("/step-00000002") != run_id("/step-00000003"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("SIGTERM saves and exits 0, a rerun resumes bitwise; SIGINT to one rank stops all, exit 130",
+          "[reliability]") {
+  const std::string dir = scratch("sigterm"), ckpt = dir + "/ckpt";
+  const std::string steps = " --set train.steps=200";
+  const std::string base = TRAIN + " --nproc-per-node 2" + CONFIG + TINY + steps;
+  auto r = run_command(base + " --set log.metrics_jsonl=" + dir + "/full.jsonl");
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  const auto full = metrics(dir + "/full.jsonl");
+  REQUIRE(full.size() == 200);
+
+  // The same run, SIGTERM to the launcher once a few steps are logged.
+  const std::string cmd = base + " --set log.metrics_jsonl=" + dir + "/cut.jsonl --set checkpoint.dir=" + ckpt;
+  r = run_command(cmd + " & pid=$!; for i in $(seq 600); do [ $(cat " + dir +
+                      "/cut.jsonl 2>/dev/null | wc -l) -ge 5 ] && break; sleep 0.05; done; kill -TERM $pid; "
+                      "wait $pid; rc=$?; echo \"exit $rc\"; exit $rc",
+                  120);
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out + r.err, Contains("SIGTERM: stopped after step ") && Contains("rerun the same command to resume"));
+  const std::string stopped = latest(ckpt);
+  REQUIRE_FALSE(stopped.empty());
+  const int64_t cut = std::stoll(stopped.substr(5));
+  CHECK(cut >= 5);
+  CHECK(cut < 200);
+  r = run_command(cmd);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out + r.err, Contains("after step " + std::to_string(cut)));
+  const auto resumed = metrics(dir + "/cut.jsonl");
+  REQUIRE(resumed.size() == 200);
+  for (size_t i = 0; i < full.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(resumed[i] == full[i]);  // bitwise: loss and norm as doubles
+  }
+
+  // SIGINT to rank 1 only: every rank stops after the same step and saves; exit 130.
+  fs::remove_all(ckpt);
+  fs::remove(dir + "/cut.jsonl");
+  r = run_command(cmd + " --set checkpoint.resume=false & pid=$!; for i in $(seq 600); do [ $(cat " + dir +
+                      "/cut.jsonl 2>/dev/null | wc -l) -ge 5 ] && break; sleep 0.05; done; "
+                      "kill -INT $(pgrep -P $pid | tail -1); wait $pid; rc=$?; echo \"exit $rc\"; exit $rc",
+                  120);
+  INFO(r.out << r.err);
+  CHECK(r.code == 130);
+  CHECK_THAT(r.out + r.err, Contains("SIGINT: stopped after step "));
+  CHECK_THAT(r.err, !Contains("failed with"));  // a stop, not a failure
+  CHECK_FALSE(latest(ckpt).empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("stale unfinished saves are removed at start", "[reliability]") {
+  const std::string dir = scratch("stale"), ckpt = dir + "/ckpt";
+  const std::string base = TRAIN + CONFIG + TINY + " --set checkpoint.dir=" + ckpt;
+  REQUIRE(run_command(base + " --set train.steps=2").code == 0);
+  // A crash mid-save long ago.
+  fs::create_directories(ckpt + "/step-00000001.tmp");
+  std::ofstream(ckpt + "/step-00000001.tmp/rank-00000.safetensors") << "partial";
+  REQUIRE(run_command("touch -d 2020-01-01 " + ckpt + "/step-00000001.tmp").code == 0);
+  auto r = run_command(base + " --set train.steps=3");
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out + r.err, Contains("checkpoint: removed " + ckpt + "/step-00000001.tmp, an unfinished save older than the "
+                             "newest checkpoint"));
+  CHECK_FALSE(fs::exists(ckpt + "/step-00000001.tmp"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("messages: a directory as --config, a plan typo, who launched, a corrupt rank file", "[reliability]") {
+  const std::string dir = scratch("messages");
+  auto r = run_command(TRAIN + " --config " + dir);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Contains("config: '" + dir + "' is a directory; pass a JSON file to --config"));
+
+  // A typo in a plan pattern would leave every attention weight replicated.
+  const std::string plan = dir + "/typo.json";
+  std::ofstream(plan) << R"J({"mesh": ["tp"], "params": {"layers.*.atention.wq.weight": ["Shard(0)"], "*": ["Replicate"]}})J";
+  r = run_command(TRAIN + " --nproc-per-node 2 --set parallel.mesh={\\\"tp\\\":2} --set parallel.plan=" + plan + CONFIG +
+                  TINY + " --set train.steps=2");
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Contains("params['layers.*.atention.wq.weight'] matches no parameter of the model; did you mean "
+                             "'layers.*.attention.wq.weight'?"));
+  CHECK_THAT(r.out, Contains("(launched by vescale-run, device cpu)"));
+
+  // A checkpoint whose rank-1 file is corrupt: no rank reports a resume that another could not do.
+  const std::string ckpt = dir + "/ckpt";
+  r = run_command(TRAIN + TP2 + CONFIG + TINY + " --set train.steps=2 --set checkpoint.dir=" + ckpt);
+  REQUIRE(r.code == 0);
+  const std::string file = ckpt + "/step-00000002/rank-00001.safetensors";
+  REQUIRE(fs::exists(file));
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(file) - 8));
+    f << "CORRUPT!";
+  }
+  r = run_command(TRAIN + TP2 + CONFIG + TINY + " --set train.steps=4 --set checkpoint.dir=" + ckpt);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out + r.err, !Contains("resumed from"));
+  CHECK_THAT(r.err, Contains("[rank 1] vescale-train: checkpoint") && Contains("rank-00001.safetensors"));
+  CHECK_THAT(r.err, Contains("[rank 0] vescale-train: rank 1 failed: checkpoint"));
+  fs::remove_all(dir);
+}
