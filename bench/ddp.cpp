@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "llama.h"
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 #include "vescale/ddp/grad_reduce.h"
 #include "vescale/ddp/grad_reducer.h"
 #include "vescale/ddp/zero_optimizer.h"
@@ -98,7 +98,7 @@ Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const pl
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
     if (zero) zero->zero_grad();
-    at::Tensor loss = at::cross_entropy_loss(models::call(model, x).flatten(0, 1), y.flatten(0, 1));
+    at::Tensor loss = at::cross_entropy_loss(vescale::nn::call(model, x).flatten(0, 1), y.flatten(0, 1));
     loss.backward();
     if (reducer) {
       r.stats = reducer->finish();

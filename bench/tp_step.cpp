@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "llama.h"
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 #include "bench_util.h"
 #include "vescale/common/check.h"
 #include "vescale/ddp/grad_reduce.h"
@@ -245,7 +245,7 @@ int main() {
     auto full = batch(s, o.vocab_size);
     auto x = replicated(full.slice(1, 0, kSeq)), y = replicated(full.slice(1, 1, kSeq + 1));
     opt.zero_grad();
-    at::Tensor loss = at::cross_entropy_loss(models::call(model, x).flatten(0, 1), y.flatten(0, 1));
+    at::Tensor loss = at::cross_entropy_loss(vescale::nn::call(model, x).flatten(0, 1), y.flatten(0, 1));
     {
       dtensor::BackwardOnCallerThread same_thread;  // as the trainer
       loss.backward();

@@ -2,7 +2,7 @@
 
 #include "causal_attention.h"
 #include "gelu.h"
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 
 #include <ATen/ATen.h>
 #include <torch/nn/functional/activation.h>
@@ -11,6 +11,8 @@
 #include <cmath>
 
 namespace models {
+
+using vescale::nn::call;
 
 GPTAttentionImpl::GPTAttentionImpl(const GPTOptions& o) : n_head(o.n_head), dropout(o.dropout) {
   TORCH_CHECK(o.n_embd % o.n_head == 0, "GPT: n_embd (", o.n_embd, ") must be divisible by n_head (", o.n_head, ")");

@@ -1,7 +1,7 @@
 #include "llama.h"
 
 #include "causal_attention.h"
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 
 #include <ATen/ATen.h>
 #include <torch/nn/init.h>
@@ -10,6 +10,8 @@
 #include <numbers>
 
 namespace models {
+
+using vescale::nn::call;
 
 LlamaOptions llama3_8b() {
   return LlamaOptions{.vocab_size = 128256, .dim = 4096, .n_layers = 32, .n_heads = 32, .n_kv_heads = 8,

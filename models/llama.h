@@ -1,6 +1,6 @@
 // LLaMA-3 in plain libtorch: RMSNorm pre-norm blocks, grouped-query attention with RoPE
 // (theta and the "llama3" frequency scaling), SwiGLU feed-forward, optional tied embeddings.
-// Knows nothing about parallelism; every submodule call goes through models::call so a
+// Knows nothing about parallelism; every submodule call goes through vescale::nn::call so a
 // framework's forward hooks run.
 //
 // Parameter names (Meta / TorchTitan layout) and their Hugging Face LlamaForCausalLM names:

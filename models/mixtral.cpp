@@ -1,6 +1,6 @@
 #include "mixtral.h"
 
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 
 #include <ATen/ATen.h>
 #include <torch/nn/init.h>
@@ -8,6 +8,8 @@
 #include <cmath>
 
 namespace models {
+
+using vescale::nn::call;
 
 LlamaOptions MixtralOptions::llama() const {
   return LlamaOptions{.vocab_size = vocab_size, .dim = dim, .n_layers = n_layers, .n_heads = n_heads,

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "grad_reducer_state.h"
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 #include "vescale/common/check.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/optim/clip_grad.h"
@@ -48,7 +48,7 @@ struct ZeroOptimizer::Impl {
   std::vector<Unit> units;
   std::vector<size_t> param_nbytes;  // per reducer param: its local storage
   bool sharded = false;              // stage 3 hooks installed (after the first step)
-  std::vector<std::pair<const torch::nn::Module*, models::ForwardHooks>> saved_hooks;
+  std::vector<std::pair<const torch::nn::Module*, vescale::nn::ForwardHooks>> saved_hooks;
 
   explicit Impl(GradReducer::State& s) : rs(s) {}
 
@@ -141,11 +141,11 @@ void ZeroOptimizer::Impl::release(size_t u) {
 void ZeroOptimizer::Impl::install_hooks() {
   for (size_t u = 1; u < units.size(); ++u) {
     const torch::nn::Module* m = rs.unit_modules[u - 1].get();
-    const models::ForwardHooks* existing = models::forward_hooks(m);
-    models::ForwardHooks hooks = existing ? *existing : models::ForwardHooks{};
+    const vescale::nn::ForwardHooks* existing = vescale::nn::forward_hooks(m);
+    vescale::nn::ForwardHooks hooks = existing ? *existing : vescale::nn::ForwardHooks{};
     saved_hooks.emplace_back(m, hooks);
     auto inner = hooks.around;
-    hooks.around = [this, u, inner](const std::vector<at::Tensor>& in, const models::ForwardHooks::Forward& fwd) {
+    hooks.around = [this, u, inner](const std::vector<at::Tensor>& in, const vescale::nn::ForwardHooks::Forward& fwd) {
       ensure_full(u);
       if (u + 1 < units.size()) start_gather(u + 1);
       at::Tensor out = inner ? inner(in, fwd) : fwd(in);
@@ -157,7 +157,7 @@ void ZeroOptimizer::Impl::install_hooks() {
       release(u);
       return out;
     };
-    models::set_forward_hooks(m, std::move(hooks));
+    vescale::nn::set_forward_hooks(m, std::move(hooks));
   }
   rs.on_bucket_sent = [this](size_t k) {
     Unit& unit = units[rs.buckets[k].unit];
@@ -167,7 +167,7 @@ void ZeroOptimizer::Impl::install_hooks() {
 }
 
 void ZeroOptimizer::Impl::remove_hooks() {
-  for (auto& [m, hooks] : saved_hooks) models::set_forward_hooks(m, hooks);
+  for (auto& [m, hooks] : saved_hooks) vescale::nn::set_forward_hooks(m, hooks);
   saved_hooks.clear();
   rs.on_bucket_sent = nullptr;
 }
@@ -426,6 +426,67 @@ int64_t ZeroOptimizer::state_bytes() const {
   for (const auto& s : impl_->slices)
     n += 3 * s.param.numel() * static_cast<int64_t>(s.param.element_size());
   return n;
+}
+
+// Checkpoints -------------------------------------------------------------------------------
+
+std::vector<dtensor::TensorBox> ZeroOptimizer::state_boxes(bool all) {
+  std::vector<dtensor::TensorBox> out;
+  for (const auto& r : state_ranges()) {
+    if (!r.owner && !all) continue;
+    const auto& spec = dtensor::spec_of(r.param);
+    const auto local_offset = spec.local_offset();
+    for (const auto& box : dtensor::flat_range_boxes(spec.local_shape(), r.begin, r.end)) {
+      int64_t n = 1;
+      for (int64_t d : box.shape) n *= d;
+      dtensor::TensorBox p{r.name, r.values.narrow(0, box.flat_begin - r.begin, n).view(box.shape), spec.shape,
+                           box.offsets};
+      for (size_t d = 0; d < p.offsets.size(); ++d) p.offsets[d] += local_offset[d];
+      out.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+optim::OptimizerState ZeroOptimizer::state_to_save() {
+  optim::OptimizerState out;
+  out.tensors = rest_state_dict();
+  if (prepared() && step_count() > 0) {
+    for (const auto& name : bucketed_names()) out.tensors[name + ".step"] = at::scalar_tensor(step_count(), at::kLong);
+    out.pieces = state_boxes(/*all=*/false);
+  }
+  return out;
+}
+
+optim::OptimizerState ZeroOptimizer::state_to_load(const std::map<std::string, std::vector<int64_t>>& saved) {
+  prepare();
+  const auto names = bucketed_names();
+  const std::set<std::string> bucketed(names.begin(), names.end());
+  optim::NamedParams all;
+  for (const auto& g : impl_->groups) all.insert(all.end(), g.params.begin(), g.params.end());
+  loading_rest_ = optim::adamw_state_targets(all, saved, [&](const std::string& n) { return !bucketed.count(n); });
+  loading_steps_.clear();
+  for (const auto& n : names)
+    if (saved.count(n + ".step")) loading_steps_[n] = at::zeros({}, at::kLong);
+  optim::OptimizerState out;
+  out.tensors = loading_rest_;
+  for (const auto& [n, t] : loading_steps_) out.tensors[n + ".step"] = t;
+  if (!loading_steps_.empty()) out.pieces = state_boxes(/*all=*/true);
+  return out;
+}
+
+void ZeroOptimizer::loaded() {
+  load_rest_state_dict(loading_rest_);
+  int64_t step = 0;
+  for (const auto& [n, t] : loading_steps_) {
+    const int64_t s = t.item<int64_t>();
+    VESCALE_CHECK(step == 0 || s == step, "checkpoint: AdamW step counts differ between parameters (", s, " vs ", step,
+                  "); ZeRO keeps one count for all bucketed parameters");
+    step = s;
+  }
+  set_step_count(step);
+  loading_rest_.clear();
+  loading_steps_.clear();
 }
 
 }  // namespace vescale::ddp

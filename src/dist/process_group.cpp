@@ -251,7 +251,7 @@ Work ProcessGroup::reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp
     auto w = call(g, "reduce_scatter", [&] { return g.backend->_reduce_scatter_base(out, i, opts); });
     return make_work(g, "reduce_scatter", std::move(w), maybe_divide(op, out, g.size));
   }
-  // Gloo's reduce-scatter is an all-reduce and a slice anyway (DESIGN §9); do it in the open.
+  // Gloo's reduce-scatter is an all-reduce and a slice anyway (docs/architecture.md, libtorch facts); do it in the open.
   at::Tensor full = in.clone();
   std::vector<at::Tensor> ts{full};
   c10d::AllreduceOptions ar;

@@ -1,5 +1,5 @@
 // The boxed fallback: propagate shardings (cached), redistribute inputs, run the op on the
-// local shards, wrap the outputs (DESIGN §3, docs/dtensor.md).
+// local shards, wrap the outputs (docs/dtensor.md).
 #include "dtensor/dispatch.h"
 
 #include <ATen/ATen.h>
@@ -63,7 +63,7 @@ struct KeyHash {
 // Per thread: backward runs on the autograd engine's thread, forward on the caller's.
 thread_local std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan>, KeyHash> t_cache;
 
-// Static eager (DESIGN §3): each thread records the plans of a step's calls in order; later
+// Static eager (docs/dtensor.md): each thread records the plans of a step's calls in order; later
 // steps replay them by position. A replayed call checks only that it is the same op with the
 // same input specs (pointer-equal in the steady state) and the same other arguments, then uses
 // the recorded plan: no key of the tensor specs, no hashing, no lookup. Any difference falls

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "vescale/common/check.h"
+#include "vescale/optim/clip_grad.h"
 #include "vescale/dtensor/dtensor.h"
 
 namespace vescale::optim {
@@ -19,7 +20,8 @@ std::vector<ParamGroup> decay_groups(const NamedParams& params, double weight_de
   return groups;
 }
 
-AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : groups_(std::move(groups)), options_(options) {
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options, std::vector<at::Tensor> clip_order)
+    : groups_(std::move(groups)), options_(options), clip_order_(std::move(clip_order)) {
   for (const auto& g : groups_)
     for (const auto& [name, p] : g.params) {
       VESCALE_CHECK(p.defined() && p.is_floating_point(), "AdamW: parameter '", name, "' must be a floating-point tensor");
@@ -137,6 +139,41 @@ void AdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
   }
   VESCALE_CHECK(used == state.size(), "AdamW state: the checkpoint holds ", state.size() - used,
                 " entries for parameters this optimizer doesn't have (a different model?)");
+}
+
+std::map<std::string, at::Tensor> adamw_state_targets(const NamedParams& params,
+                                                      const std::map<std::string, std::vector<int64_t>>& saved,
+                                                      const std::function<bool(const std::string&)>& want) {
+  std::map<std::string, at::Tensor> by_name(params.begin(), params.end()), out;
+  c10::NoGradGuard no_grad;
+  for (const auto& [key, shape] : saved) {
+    const auto dot = key.rfind('.');
+    auto p = dot == std::string::npos ? by_name.end() : by_name.find(key.substr(0, dot));
+    VESCALE_CHECK(p != by_name.end(), "checkpoint: it has optimizer state '", key,
+                  "', for a parameter this model does not have (a different model?)");
+    if (!want(p->first)) continue;
+    out[key] = key.substr(dot + 1) == "step" ? at::zeros({}, at::kLong) : at::zeros_like(p->second);
+  }
+  return out;
+}
+
+at::Tensor AdamW::clip_grad_norm_(double max_norm) {
+  if (clip_order_.empty())
+    for (const auto& g : groups_)
+      for (const auto& [name, p] : g.params) clip_order_.push_back(p);
+  return optim::clip_grad_norm_(clip_order_, max_norm);
+}
+
+OptimizerState AdamW::state_to_load(const std::map<std::string, std::vector<int64_t>>& saved) {
+  NamedParams all;
+  for (const auto& g : groups_) all.insert(all.end(), g.params.begin(), g.params.end());
+  loading_ = adamw_state_targets(all, saved, [](const std::string&) { return true; });
+  return {loading_, {}};
+}
+
+void AdamW::loaded() {
+  load_state_dict(loading_);
+  loading_.clear();
 }
 
 }  // namespace vescale::optim

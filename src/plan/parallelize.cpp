@@ -5,7 +5,7 @@
 #include <torch/nn/modules/dropout.h>
 #include <torch/types.h>
 
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
 #include "vescale/dtensor/dtensor.h"
@@ -72,11 +72,11 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
     for (const auto& m : model.named_modules("", true)) {
       auto* dropout = dynamic_cast<torch::nn::DropoutImpl*>(m.value().get());
       if (dropout == nullptr) continue;
-      models::ForwardHooks hooks;
-      hooks.around = [dropout](const std::vector<at::Tensor>& xs, const models::ForwardHooks::Forward&) {
+      vescale::nn::ForwardHooks hooks;
+      hooks.around = [dropout](const std::vector<at::Tensor>& xs, const vescale::nn::ForwardHooks::Forward&) {
         return random::dropout(xs.at(0), dropout->options.p(), dropout->is_training());
       };
-      models::set_forward_hooks(dropout, std::move(hooks));
+      vescale::nn::set_forward_hooks(dropout, std::move(hooks));
     }
     log::info("parallelize: " + std::to_string(placements.size()) + " parameters on " + mesh.to_string() +
               ": one device, plain tensors (init through vescale::random), plan " + plan.source());
@@ -87,13 +87,13 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
   for (const auto& m : model.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
     const ForwardSpec* spec = plan.forward_for(m.key());
     if (spec == nullptr) continue;
-    models::ForwardHooks hooks;
+    vescale::nn::ForwardHooks hooks;
     for (size_t k = 0; k < spec->input.size(); ++k)
       hooks.inputs.push_back(reshard_to(mesh, spec->input[k], m.key() + ".input[" + std::to_string(k) + "]"));
     VESCALE_CHECK(spec->output.size() <= 1, "plan: forward entry '", m.key(),
                   "' lists several outputs; modules here return one tensor");
     if (!spec->output.empty()) hooks.output = reshard_to(mesh, spec->output[0], m.key() + ".output");
-    models::set_forward_hooks(m.value().get(), std::move(hooks));
+    vescale::nn::set_forward_hooks(m.value().get(), std::move(hooks));
   }
   size_t sharded = 0;
   for (auto& [name, pl] : placements)
@@ -104,7 +104,7 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
 }
 
 void remove_forward_hooks(torch::nn::Module& model) {
-  for (const auto& m : model.named_modules("", true)) models::set_forward_hooks(m.value().get(), {});
+  for (const auto& m : model.named_modules("", true)) vescale::nn::set_forward_hooks(m.value().get(), {});
 }
 
 }  // namespace vescale::plan

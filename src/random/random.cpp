@@ -1,11 +1,11 @@
 #include "vescale/random/random.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 #include <mutex>
 
-#include "dtensor/dtensor_impl.h"
 #include "random/kernels.h"
 #include "vescale/common/check.h"
 #include "vescale/dtensor/dtensor.h"
@@ -61,7 +61,11 @@ at::Tensor& fill_dtensor(at::Tensor& t, const DistParams& p) {
   const auto& spec = dtensor::spec_of(t);
   VESCALE_CHECK(!spec.has_partial(), "random: cannot fill a Partial DTensor; redistribute it first");
   auto [seed, base] = reserve(t.numel());
-  at::Tensor local = dtensor::dtensor_impl(t)->local();
+  at::Tensor local;
+  {
+    c10::NoGradGuard no_grad;  // the shard itself (to_local shares its storage), no graph
+    local = dtensor::to_local(t);
+  }
   fill_region(local, spec.shape, spec.local_offset(), seed, base, p);
   return t;
 }

@@ -9,7 +9,7 @@
 
 #include <mutex>
 
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 #include "vescale/common/check.h"
 #include "vescale/random/random.h"
 #include "vescale/train/model_factory.h"
@@ -140,16 +140,16 @@ int enable_activation_checkpointing(torch::nn::Module& root, const std::string& 
   for (const auto& item : root.named_modules()) {
     if (!component_match(pattern, item.key())) continue;
     const torch::nn::Module* m = item.value().get();
-    models::ForwardHooks hooks;
-    if (const auto* existing = models::forward_hooks(m)) hooks = *existing;
+    vescale::nn::ForwardHooks hooks;
+    if (const auto* existing = vescale::nn::forward_hooks(m)) hooks = *existing;
     VESCALE_CHECK(!hooks.around, "activation checkpointing: module '", item.key(),
                   "' already has an 'around' hook; wrap it only once");
     std::vector<at::Tensor*> side;
     if (side_outputs) side = side_outputs(*item.value());
-    hooks.around = [side](const std::vector<at::Tensor>& xs, const models::ForwardHooks::Forward& f) {
+    hooks.around = [side](const std::vector<at::Tensor>& xs, const vescale::nn::ForwardHooks::Forward& f) {
       return checkpoint(xs, f, side);
     };
-    models::set_forward_hooks(m, std::move(hooks));
+    vescale::nn::set_forward_hooks(m, std::move(hooks));
     ++wrapped;
   }
   VESCALE_CHECK(wrapped > 0, "activation checkpointing: no module matches '", pattern,

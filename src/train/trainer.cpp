@@ -31,6 +31,8 @@
 #include "vescale/optim/lr_schedule.h"
 #include "vescale/ddp/grad_reduce.h"
 #include "vescale/ddp/grad_reducer.h"
+#include "vescale/ddp/zero_optimizer.h"
+#include "vescale/optim/adamw.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/plan/parallelize.h"
 #include "vescale/plan/plan.h"
@@ -39,7 +41,7 @@
 #include "vescale/train/cross_entropy.h"
 #include "vescale/train/memory_stats.h"
 #include "vescale/train/stop_signal.h"
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 
 namespace vescale::train {
 namespace {
@@ -253,12 +255,13 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
 
   optim::NamedParams named;
   for (const auto& item : model_.module->named_parameters()) named.emplace_back(item.key(), item.value());
-  for (const auto& [n, p] : named) params_.push_back(p);
+  std::vector<at::Tensor> params;  // the model's order, for the norm's summation
+  for (const auto& [n, p] : named) params.push_back(p);
   const optim::AdamWOptions adamw{.lr = t.lr, .beta1 = t.betas[0], .beta2 = t.betas[1], .eps = t.eps};
   if (zero >= 1 && reducer_) {
-    zero_ = std::make_unique<ddp::ZeroOptimizer>(*reducer_, optim::decay_groups(named, t.weight_decay), adamw);
+    optimizer_ = std::make_unique<ddp::ZeroOptimizer>(*reducer_, optim::decay_groups(named, t.weight_decay), adamw);
   } else {
-    optimizer_ = std::make_unique<optim::AdamW>(optim::decay_groups(named, t.weight_decay), adamw);
+    optimizer_ = std::make_unique<optim::AdamW>(optim::decay_groups(named, t.weight_decay), adamw, params);
   }
 
   auto train_data = std::make_shared<TokenDataset>(data_files(config_.data, "train"));
@@ -342,42 +345,17 @@ at::Generator torch_generator(const std::string& device) {
   return at::globalContext().defaultGenerator(at::Device(device));
 }
 
-// ZeRO's moments are flat slices of buckets: each slice range of a parameter becomes boxes of
-// that parameter's global shape, under the names AdamW uses, so ZeRO and plain checkpoints
-// load into each other on any mesh. `all`: every range this rank holds (to load into), not only
-// the ones it saves.
-std::vector<checkpoint::Piece> zero_pieces(ddp::ZeroOptimizer& zero, bool all) {
-  std::vector<checkpoint::Piece> out;
-  for (const auto& r : zero.state_ranges()) {
-    if (!r.owner && !all) continue;
-    const auto& spec = dtensor::spec_of(r.param);
-    const auto local_offset = spec.local_offset();
-    for (const auto& box : checkpoint::flat_range_boxes(spec.local_shape(), r.begin, r.end)) {
-      int64_t n = 1;
-      for (int64_t d : box.shape) n *= d;
-      checkpoint::Piece p{"optim/" + r.name, r.values.narrow(0, box.flat_begin - r.begin, n).view(box.shape), spec.shape,
-                          box.offsets};
-      for (size_t d = 0; d < p.offsets.size(); ++d) p.offsets[d] += local_offset[d];
-      out.push_back(std::move(p));
-    }
-  }
-  return out;
-}
 }  // namespace
 
 checkpoint::StateDict Trainer::checkpoint_state(std::vector<checkpoint::Piece>& pieces) {
   checkpoint::StateDict s;
-  if (zero_) zero_->gather_params();  // ZeRO-3: whole parameters to copy (released again at their next use)
+  optimizer_->gather_params();  // ZeRO-3: whole parameters to copy (released again at their next use)
   for (const auto& item : model_.module->named_parameters()) s["model/" + item.key()] = item.value();
-  if (zero_) {
-    for (const auto& [k, v] : zero_->rest_state_dict()) s["optim/" + k] = v;
-    if (zero_->prepared() && zero_->step_count() > 0) {
-      for (const auto& name : zero_->bucketed_names())
-        s["optim/" + name + ".step"] = at::scalar_tensor(zero_->step_count(), at::kLong);
-      pieces = zero_pieces(*zero_, /*all=*/false);
-    }
-  } else {
-    for (const auto& [k, v] : optimizer_->state_dict()) s["optim/" + k] = v;
+  auto optim_state = optimizer_->state_to_save();
+  for (auto& [k, v] : optim_state.tensors) s["optim/" + k] = v;
+  for (auto& p : optim_state.pieces) {
+    p.name = "optim/" + p.name;
+    pieces.push_back(std::move(p));
   }
   auto gen = torch_generator(device_);
   std::lock_guard<std::mutex> lock(gen.mutex());
@@ -422,54 +400,19 @@ void Trainer::finish_checkpoint() {
   if (rank_ == 0) log::info("checkpoint " + folder + ": saved");
 }
 
-// AdamW state targets for the checkpoint's "optim/<param>.<field>" entries of the parameters
-// `want` accepts, in their parameters' placements; added to `state`, returned by AdamW name.
-std::map<std::string, at::Tensor> Trainer::optimizer_targets(const checkpoint::CheckpointInfo& info,
-                                                             const std::function<bool(const std::string&)>& want,
-                                                             checkpoint::StateDict& state) const {
-  std::map<std::string, at::Tensor> params, out;
-  for (const auto& item : model_.module->named_parameters()) params[item.key()] = item.value();
-  c10::NoGradGuard no_grad;
-  for (const auto& [key, entry] : info.tensors) {
-    if (key.rfind("optim/", 0) != 0) continue;
-    const std::string rest = key.substr(6);
-    const auto dot = rest.rfind('.');
-    auto p = dot == std::string::npos ? params.end() : params.find(rest.substr(0, dot));
-    VESCALE_CHECK(p != params.end(), "checkpoint ", info.folder, " has optimizer state for '", rest,
-                  "', which this model has no parameter for");
-    if (!want(p->first)) continue;
-    at::Tensor target = rest.substr(dot + 1) == "step" ? at::zeros({}, at::kLong) : at::zeros_like(p->second);
-    state[key] = target;
-    out[rest] = target;
-  }
-  return out;
-}
-
-void Trainer::load_zero_state(const std::string& folder) {
+// The optimizer's part of a checkpoint ("optim/..."), once the optimizer can take it.
+void Trainer::load_optimizer_state(const std::string& folder) {
   const auto info = checkpoint::read_info(folder);
-  zero_->prepare();
-  const auto names = zero_->bucketed_names();
-  const std::set<std::string> bucketed(names.begin(), names.end());
+  std::map<std::string, std::vector<int64_t>> saved;
+  for (const auto& [key, entry] : info.tensors)
+    if (key.rfind("optim/", 0) == 0) saved[key.substr(6)] = entry.shape;
+  auto targets = optimizer_->state_to_load(saved);
   checkpoint::StateDict state;
-  auto rest = optimizer_targets(info, [&](const std::string& n) { return !bucketed.count(n); }, state);
-  std::map<std::string, at::Tensor> steps;
-  for (const auto& n : names) {
-    if (!info.tensors.count("optim/" + n + ".step")) continue;
-    steps[n] = at::zeros({}, at::kLong);
-    state["optim/" + n + ".step"] = steps[n];
-  }
-  const auto pieces = steps.empty() ? std::vector<checkpoint::Piece>{} : zero_pieces(*zero_, /*all=*/true);
-  checkpoint::load(folder, state, pieces);
-  zero_->load_rest_state_dict(rest);
-  int64_t step = 0;
-  for (const auto& [n, t] : steps) {
-    const int64_t s = t.item<int64_t>();
-    VESCALE_CHECK(step == 0 || s == step, "checkpoint ", folder, ": AdamW step counts differ between parameters (",
-                  s, " vs ", step, "); ZeRO keeps one count for all bucketed parameters");
-    step = s;
-  }
-  zero_->set_step_count(step);
-  zero_resume_.clear();
+  for (auto& [k, v] : targets.tensors) state["optim/" + k] = v;
+  for (auto& p : targets.pieces) p.name = "optim/" + p.name;
+  on_all_ranks([&] { checkpoint::load(folder, state, targets.pieces); });
+  optimizer_->loaded();
+  optimizer_resume_.clear();
 }
 
 void Trainer::resume_from(const std::string& folder) {
@@ -480,11 +423,9 @@ void Trainer::resume_from(const std::string& folder) {
   VESCALE_CHECK(meta.value("model", config_.model.type) == config_.model.type, "checkpoint ", folder, " holds a ",
                 meta.value("model", std::string()), " model but model.type is ", config_.model.type,
                 "; point checkpoint.dir elsewhere or set checkpoint.resume=false");
-  if (zero_) zero_->gather_params();  // ZeRO-3: whole parameters to load into
+  optimizer_->gather_params();  // ZeRO-3: whole parameters to load into
   checkpoint::StateDict state;
   for (const auto& item : model_.module->named_parameters()) state["model/" + item.key()] = item.value();
-  std::map<std::string, at::Tensor> optim_state;
-  if (!zero_) optim_state = optimizer_targets(info, [](const std::string&) { return true; }, state);
   auto gen = torch_generator(device_);
   at::Tensor torch_rng;
   if (info.tensors.count("rng/torch")) {
@@ -493,15 +434,11 @@ void Trainer::resume_from(const std::string& folder) {
     state["rng/torch"] = torch_rng;
   }
   on_all_ranks([&] { checkpoint::load(folder, state); });
-  if (zero_) {
-    // ZeRO 1/2 lay out their slices at the first step's GradReducer::finish(): the moments
-    // are loaded then (step()); ZeRO-3's exist already.
-    zero_->reload_params();
-    zero_resume_ = folder;
-    if (zero_->prepared()) load_zero_state(folder);
-  } else {
-    optimizer_->load_state_dict(optim_state);
-  }
+  optimizer_->params_loaded();
+  // ZeRO 1/2 lay out their slices at the first step's GradReducer::finish(): their state is
+  // loaded then (step()); the others' now.
+  optimizer_resume_ = folder;
+  if (optimizer_->ready_to_load()) load_optimizer_state(folder);
   if (torch_rng.defined()) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(torch_rng);
@@ -523,9 +460,9 @@ void Trainer::resume_from(const std::string& folder) {
 }
 
 Trainer::~Trainer() {
-  zero_.reset();
+  optimizer_.reset();  // ZeRO before the reducer it steps
   reducer_.reset();
-  if (config_.train.activation_checkpointing) models::clear_all_forward_hooks();
+  if (config_.train.activation_checkpointing) vescale::nn::clear_all_forward_hooks();
 }
 
 int64_t Trainer::tokens_per_step() const {
@@ -564,7 +501,7 @@ StepMetrics Trainer::step(int64_t step) {
   doing_ = "starting the step";
   dtensor::static_eager_step();  // replay (when on) restarts at the step's first call
   const double lr = optim::lr_at({t.lr, t.min_lr, t.warmup_steps, t.steps, t.decay}, step);
-  zero_ ? zero_->set_lr(lr) : optimizer_->set_lr(lr);
+  optimizer_->set_lr(lr);
   model_.module->train();
   at::Tensor loss_sum;
   dtensor::BackwardOnCallerThread same_thread;  // no hand-offs to autograd's "dtensor" device thread
@@ -585,13 +522,13 @@ StepMetrics Trainer::step(int64_t step) {
   doing_ = "reducing gradients";
   if (reducer_) {
     reducer_->finish();
-    if (!zero_resume_.empty()) load_zero_state(zero_resume_);
+    if (!optimizer_resume_.empty()) load_optimizer_state(optimizer_resume_);
   } else if (mesh_ && mesh_->size() > 1) {
     ddp::reduce_gradients(*model_.module);
   }
   // The norm of the whole gradient, however it is sharded (ZeRO holds slices of it).
   doing_ = "clipping gradients";
-  at::Tensor norm = zero_ ? zero_->clip_grad_norm_(t.grad_clip) : optim::clip_grad_norm_(params_, t.grad_clip);
+  at::Tensor norm = optimizer_->clip_grad_norm_(t.grad_clip);
   // The one host read per step: the loss and the norm, for the log and the guard.
   StepMetrics m;
   m.step = step + 1;
@@ -604,13 +541,8 @@ StepMetrics Trainer::step(int64_t step) {
   doing_ = "committing a checkpoint";
   finish_checkpoint();
   doing_ = "optimizer step";
-  if (zero_) {
-    zero_->step();
-    zero_->zero_grad();
-  } else {
-    optimizer_->step();
-    optimizer_->zero_grad();
-  }
+  optimizer_->step();
+  optimizer_->zero_grad();
   m.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / (m.step_ms / 1000.0);
   if (t.peak_flops > 0)

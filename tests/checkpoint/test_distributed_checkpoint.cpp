@@ -105,7 +105,7 @@ TEST_CASE("checkpoint keep, replacing a folder, and a leftover unfinished save",
   CHECK_FALSE(fs::exists(root / "step-00000004.old"));
 }
 
-TEST_CASE("checkpoint run ids: keep prunes only its own run; stale saves go; abort leaves nothing", "[checkpoint]") {
+TEST_CASE("checkpoint run ids: keep prunes only its own run, stale saves go, abort leaves nothing", "[checkpoint]") {
   const auto root = fresh_dir("runs");
   CHECK_FALSE(ckpt::has_checkpoints(root.string()));
   CHECK(ckpt::remove_stale_saves(root.string()).empty());  // nothing committed: nothing is stale

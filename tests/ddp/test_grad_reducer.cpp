@@ -16,7 +16,7 @@
 #include <optional>
 
 #include "llama.h"
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 #include "vescale/ddp/grad_reducer.h"
 #include "vescale/ddp/zero_optimizer.h"
 #include "vescale/optim/clip_grad.h"
@@ -80,7 +80,7 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradRed
       auto full = micro_batch(s * accum + m, o.vocab_size);
       auto x = model_input(full.slice(1, 0, kSeq).contiguous(), mesh);
       auto y = model_input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
-      at::Tensor loss = lm_loss(models::call(model, x), y);
+      at::Tensor loss = lm_loss(vescale::nn::call(model, x), y);
       (loss / static_cast<double>(accum)).backward();
       loss_sum += dtensor::full_tensor(loss.detach()).item<double>();
     }
@@ -355,7 +355,7 @@ std::pair<int64_t, int64_t> zero_peak_bytes(int zero, const mesh::DeviceMesh& me
     auto full = micro_batch(s, o.vocab_size);
     auto x = model_input(full.slice(1, 0, kSeq).contiguous(), mesh);
     auto y = model_input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
-    lm_loss(models::call(model, x), y).backward();
+    lm_loss(vescale::nn::call(model, x), y).backward();
     reducer.finish();
     if (sharded) {
       sharded->clip_grad_norm_(1.0);

@@ -247,7 +247,7 @@ TEST_CASE("vescale-train checkpoints under TP=2 and resumes bitwise, and reshard
   std::remove(dp_metrics.c_str());
 }
 
-TEST_CASE("vescale-train under ZeRO 1, 2 and 3 resumes bitwise; ZeRO and plain checkpoints load into each other", "[launcher]") {
+TEST_CASE("vescale-train under ZeRO 1, 2 and 3 resumes bitwise, and ZeRO and plain checkpoints load into each other", "[launcher]") {
   const std::string dir = "/tmp/vescale_launcher_test." + std::to_string(::getpid()) + ".zckpt";
   const std::string common = TRAIN + " --nproc-per-node 2 --config " VESCALE_SOURCE_DIR "/configs/nanogpt_tiny.json" +
                              " --set train.steps=6 --set model.n_layer=2 --set train.seq_len=64 --set train.batch_size=2" +

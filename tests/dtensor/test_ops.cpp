@@ -181,7 +181,7 @@ TEST_CASE("ops on a 2x2 mesh match single-device", "[world4]") {
   }
 }
 
-TEST_CASE("an op without a rule names itself; the opt-in fallback gathers", "[world2][world4]") {
+TEST_CASE("an op without a rule names itself, and the opt-in fallback gathers", "[world2][world4]") {
   auto mesh = mesh::DeviceMesh::init({{"x", -1}});
   auto full = full_randn({6, 4}, 50);
   auto x = distribute_tensor(full, mesh, {Shard(1)});

@@ -69,7 +69,7 @@ TEST_CASE("gelu_tanh on a [B, T, C] activation, by hand at three points", "[mode
   }
 }
 
-TEST_CASE("gelu_tanh gives the same bits without grad; other dtypes are at::gelu itself", "[models][gelu]") {
+TEST_CASE("gelu_tanh gives the same bits without grad, and other dtypes are at::gelu itself", "[models][gelu]") {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
   at::Tensor x = at::randn({33}, gen) * 3;
   at::Tensor with_grad = models::gelu_tanh(x.clone().set_requires_grad(true)).detach();

@@ -160,7 +160,7 @@ std::map<std::string, at::Tensor> expected_dtypes() {
           {"empty", at::zeros({0, 4}, at::kFloat)}};
 }
 
-TEST_CASE("safetensors: files written by the python library read back exactly; ours are written for it", "[models][hf]") {
+TEST_CASE("safetensors: files written by the python library read back exactly, and ours are written for it", "[models][hf]") {
   auto got = ckpt::load_safetensors(kDir + "/dtypes.safetensors");
   auto want = expected_dtypes();
   REQUIRE(got.size() == want.size());

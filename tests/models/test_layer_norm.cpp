@@ -78,7 +78,7 @@ TEST_CASE("layer_norm gives the same bits on 3 threads as on 1", "[models][layer
   CHECK(at::equal(one.db, three.db));
 }
 
-TEST_CASE("layer_norm hands other inputs to at::layer_norm; the module keeps LayerNorm's parameters",
+TEST_CASE("layer_norm hands other inputs to at::layer_norm, and the module keeps LayerNorm's parameters",
           "[models][layer_norm]") {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
   const at::Tensor x = at::randn({4, 10}, gen).to(at::kDouble), w = at::randn({10}, gen).to(at::kDouble),

@@ -14,7 +14,7 @@
 #include "gpt.h"
 #include "llama.h"
 #include "mixtral.h"
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 #include "vescale/ddp/grad_reduce.h"
 #include "common/train_util.h"
 #include "vescale/dist/world.h"
@@ -104,7 +104,7 @@ Trained train_planned(const Options& o, const plan::Plan& plan, const mesh::Devi
     auto x = full.slice(1, 0, T).contiguous(), y = full.slice(1, 1, T + 1).contiguous();
     if (!run.plain) x = model_input(x, mesh), y = model_input(y, mesh);
     opt.zero_grad();
-    at::Tensor loss = lm_loss(models::call(model, x), y);
+    at::Tensor loss = lm_loss(vescale::nn::call(model, x), y);
     loss.backward();
     ddp::reduce_gradients(*model);
     opt.step();
@@ -263,7 +263,7 @@ struct DropNetImpl : torch::nn::Module {
     w = register_parameter("w", at::ones({8, 6}));
     drop = register_module("drop", torch::nn::Dropout(0.3));
   }
-  at::Tensor forward(const at::Tensor& x) { return models::call(drop, at::matmul(x, w)); }
+  at::Tensor forward(const at::Tensor& x) { return vescale::nn::call(drop, at::matmul(x, w)); }
   at::Tensor w;
   torch::nn::Dropout drop{nullptr};
 };
@@ -280,16 +280,16 @@ TEST_CASE("plain_on_one_device: nn::Dropout draws the DTensor masks from vescale
   REQUIRE(!dtensor::is_dtensor(plain->w));
   const auto x = at::arange(40, at::kFloat).view({5, 8}) / 40;
   random::manual_seed(7);
-  const at::Tensor want = dtensor::full_tensor(models::call(dt, x));
+  const at::Tensor want = dtensor::full_tensor(vescale::nn::call(dt, x));
   random::manual_seed(7);
-  const at::Tensor got = models::call(plain, x);
+  const at::Tensor got = vescale::nn::call(plain, x);
   CHECK(!dtensor::is_dtensor(got));
   CHECK(at::equal(got, want));
   const int64_t zeros = (got == 0).sum().item<int64_t>();
   CHECK(zeros > 0);
   CHECK(zeros < got.numel());
   plain->eval();  // no dropout outside training
-  CHECK(at::equal(models::call(plain, x), at::matmul(x, plain->w)));
+  CHECK(at::equal(vescale::nn::call(plain, x), at::matmul(x, plain->w)));
   plan::remove_forward_hooks(*plain);
 }
 
@@ -377,7 +377,7 @@ void check_tp_step_collectives(const std::string& file, const Options& o, int64_
   const auto before = dist::collective_stats();
   dtensor::reset_dispatch_stats();
   dtensor::set_redistribution_log(true);
-  at::Tensor loss = lm_loss(models::call(model, x), y);
+  at::Tensor loss = lm_loss(vescale::nn::call(model, x), y);
   loss.backward();
   ddp::reduce_gradients(*model);
   const auto after = dist::collective_stats();

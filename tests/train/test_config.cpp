@@ -106,7 +106,7 @@ TEST_CASE("config errors name the file, the full key path and the fix", "[config
   }(), Contains("config: cannot open '/no/such/config.json'; pass an existing file to --config"));
 }
 
-TEST_CASE("--set overrides any field, with the same checks", "[config]") {
+TEST_CASE("overrides (--set) reach any field, with the same checks", "[config]") {
   const std::string text = R"({"parallel": {"mesh": {"dp": 2, "tp": 2}}, "train": {"steps": 100}})";
   auto c = Config::from_json(text, "t.json",
                              {"train.steps=200", "train.lr=0.01", "train.dtype=bf16", "train.betas=[0.8,0.9]",
@@ -169,7 +169,7 @@ TEST_CASE("every shipped config parses", "[config]") {
 
 // Found by fuzz/config_fuzzer: an override is raw command-line bytes, and a non-UTF-8 key or
 // value made the next dump of the config throw nlohmann's type_error (not a vescale::Error).
-TEST_CASE("--set with bytes that are not UTF-8 is a clear error", "[config]") {
+TEST_CASE("an override (--set) with bytes that are not UTF-8 is a clear error", "[config]") {
   CHECK_THAT(error_of("{}", {"model.type.t\xea=x"}), Contains("not valid UTF-8"));
   CHECK_THAT(error_of("{}", {"log.metrics_jsonl=m\xff.jsonl"}), Contains("--set 'log.metrics_jsonl=m"));
   CHECK_THAT(error_of("{}", {"log.metrics_jsonl=m\xff.jsonl"}), Contains("not valid UTF-8"));

@@ -95,7 +95,7 @@ TEST_CASE("token ids past model.vocab_size stop the run at their batch, naming t
   fs::remove_all(dir);
 }
 
-TEST_CASE("kill -9 of the launcher takes its ranks with it; latest stops moving", "[reliability]") {
+TEST_CASE("kill -9 of the launcher takes its ranks with it and latest stops moving", "[reliability]") {
   const std::string dir = scratch("kill9"), ckpt = dir + "/ckpt";
   // Ranks are the launcher's children: their pids, then SIGKILL to the launcher alone.
   auto r = run_command(TRAIN + " --nproc-per-node 2" + CONFIG + TINY +
@@ -188,7 +188,7 @@ TEST_CASE("a foreign program on MASTER_PORT is an error within the timeout, not 
   check_no_stack(r);
 }
 
-TEST_CASE("resume=false on a used checkpoint.dir is an error; overwrite keeps the other run's", "[reliability]") {
+TEST_CASE("resume=false on a used checkpoint.dir is an error, and overwrite keeps the other run's", "[reliability]") {
   const std::string dir = scratch("used"), ckpt = dir + "/ckpt";
   const std::string base = TRAIN + CONFIG + TINY + " --set checkpoint.dir=" + ckpt;
   auto r = run_command(base + " --set train.steps=4 --set checkpoint.every=2");
@@ -214,7 +214,7 @@ TEST_CASE("resume=false on a used checkpoint.dir is an error; overwrite keeps th
   fs::remove_all(dir);
 }
 
-TEST_CASE("SIGTERM saves and exits 0, a rerun resumes bitwise; SIGINT to one rank stops all, exit 130",
+TEST_CASE("SIGTERM saves and exits 0, a rerun resumes bitwise, and SIGINT to one rank stops all, exit 130",
           "[reliability]") {
   const std::string dir = scratch("sigterm"), ckpt = dir + "/ckpt";
   const std::string steps = " --set train.steps=200";
@@ -225,12 +225,17 @@ TEST_CASE("SIGTERM saves and exits 0, a rerun resumes bitwise; SIGINT to one ran
   const auto full = metrics(dir + "/full.jsonl");
   REQUIRE(full.size() == 200);
 
+  // Starts `run` in the background, and once 5 steps are logged runs `kill` ($pid: the launcher).
+  const std::string cut_metrics = dir + "/cut.jsonl";
+  auto signal_after_5_steps = [&](const std::string& run, const std::string& kill) {
+    return run_command(run + " & pid=$!; for i in $(seq 600); do [ $(cat " + cut_metrics +
+                           " 2>/dev/null | wc -l) -ge 5 ] && break; sleep 0.05; done; " + kill +
+                           "; wait $pid; rc=$?; echo \"exit $rc\"; exit $rc",
+                       120);
+  };
   // The same run, SIGTERM to the launcher once a few steps are logged.
-  const std::string cmd = base + " --set log.metrics_jsonl=" + dir + "/cut.jsonl --set checkpoint.dir=" + ckpt;
-  r = run_command(cmd + " & pid=$!; for i in $(seq 600); do [ $(cat " + dir +
-                      "/cut.jsonl 2>/dev/null | wc -l) -ge 5 ] && break; sleep 0.05; done; kill -TERM $pid; "
-                      "wait $pid; rc=$?; echo \"exit $rc\"; exit $rc",
-                  120);
+  const std::string cmd = base + " --set log.metrics_jsonl=" + cut_metrics + " --set checkpoint.dir=" + ckpt;
+  r = signal_after_5_steps(cmd, "kill -TERM $pid");
   INFO(r.out << r.err);
   CHECK(r.code == 0);
   CHECK_THAT(r.out + r.err, Contains("SIGTERM: stopped after step ") && Contains("rerun the same command to resume"));
@@ -243,7 +248,7 @@ TEST_CASE("SIGTERM saves and exits 0, a rerun resumes bitwise; SIGINT to one ran
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out + r.err, Contains("after step " + std::to_string(cut)));
-  const auto resumed = metrics(dir + "/cut.jsonl");
+  const auto resumed = metrics(cut_metrics);
   REQUIRE(resumed.size() == 200);
   for (size_t i = 0; i < full.size(); ++i) {
     INFO("step " << i + 1);
@@ -252,11 +257,8 @@ TEST_CASE("SIGTERM saves and exits 0, a rerun resumes bitwise; SIGINT to one ran
 
   // SIGINT to rank 1 only: every rank stops after the same step and saves; exit 130.
   fs::remove_all(ckpt);
-  fs::remove(dir + "/cut.jsonl");
-  r = run_command(cmd + " --set checkpoint.resume=false & pid=$!; for i in $(seq 600); do [ $(cat " + dir +
-                      "/cut.jsonl 2>/dev/null | wc -l) -ge 5 ] && break; sleep 0.05; done; "
-                      "kill -INT $(pgrep -P $pid | tail -1); wait $pid; rc=$?; echo \"exit $rc\"; exit $rc",
-                  120);
+  fs::remove(cut_metrics);
+  r = signal_after_5_steps(cmd, "kill -INT $(pgrep -P $pid | tail -1)");
   INFO(r.out << r.err);
   CHECK(r.code == 130);
   CHECK_THAT(r.out + r.err, Contains("SIGINT: stopped after step "));

@@ -16,7 +16,7 @@
 
 #include "gpt.h"
 #include "mixtral.h"
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 #include "vescale/common/check.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
@@ -139,7 +139,7 @@ TEST_CASE("activation checkpointing gives the same grads, dropout included", "[t
   torch::manual_seed(11);
   auto l1 = loss(ckpt);
   l1.backward();
-  models::clear_all_forward_hooks();
+  vescale::nn::clear_all_forward_hooks();
   CHECK(l0.item<double>() == l1.item<double>());
   auto g0 = grads_of(*plain), g1 = grads_of(*ckpt);
   for (auto& [name, g] : g0) {
@@ -320,7 +320,7 @@ TEST_CASE("Mixtral's aux loss under activation checkpointing: the same value, co
   const std::string router = "layers.1.feed_forward.router.weight";
   CHECK(max_diff(ce_only.grads.at(router), want.grads.at(router)) > 1e-6);
   CHECK(max_diff(ce_only.grads.at("output.weight"), want.grads.at("output.weight")) == 0);
-  models::clear_all_forward_hooks();
+  vescale::nn::clear_all_forward_hooks();
 }
 
 TEST_CASE("Mixtral with its aux loss trains the same with and without activation checkpointing", "[trainer]") {

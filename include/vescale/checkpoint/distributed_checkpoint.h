@@ -1,4 +1,4 @@
-// Sharded checkpoints that reshard (DESIGN §7). A checkpoint is a folder:
+// Sharded checkpoints that reshard (docs/checkpoint.md). A checkpoint is a folder:
 //   index.json              every tensor's global shape and dtype, and the global offsets, shape,
 //                           file and key of each saved chunk; per file its size and CRC-32;
 //                           the caller's metadata (JSON)
@@ -21,30 +21,18 @@
 #include <string>
 #include <vector>
 
+#include "vescale/dtensor/tensor_box.h"
+
 namespace vescale::checkpoint {
 
 // Names to tensors: plain tensors (the same on every rank) or DTensors without Partial
 // placements. Every rank passes the same names.
 using StateDict = std::map<std::string, at::Tensor>;
 
-// A box of a global tensor that this rank holds as a plain tensor `local` (the box's shape):
-// state that is not a DTensor, such as ZeRO's flat optimizer slices cut into boxes of the
-// parameters' shapes. On save each box must be given by one rank only; on load `local` is
-// filled in place from whatever chunks overlap it, so pieces and DTensors reshard into each other.
-struct Piece {
-  std::string name;
-  at::Tensor local;
-  std::vector<int64_t> global_shape, offsets;
-};
-
-// The boxes that the row-major flat range [begin, end) of a tensor of `shape` is made of, in
-// order (at most 2 x ndim - 1). Each box's elements are contiguous in that order, starting at
-// flat_begin: how a flat slice of a tensor (ZeRO) becomes pieces of it.
-struct Box {
-  std::vector<int64_t> offsets, shape;
-  int64_t flat_begin = 0;
-};
-std::vector<Box> flat_range_boxes(const std::vector<int64_t>& shape, int64_t begin, int64_t end);
+// Boxes of global tensors held as plain tensors (ZeRO's flat slices): dtensor/tensor_box.h.
+using Piece = dtensor::TensorBox;
+using Box = dtensor::FlatBox;
+using dtensor::flat_range_boxes;
 
 // One tensor in an index.
 struct IndexEntry {

@@ -2,7 +2,7 @@
 // placements its parameter doesn't have (Partial over the data-parallel dims, or over tp for
 // replicated weights fed sequence-sharded activations). Each such gradient is redistributed to
 // its parameter's placements: an all-reduce or reduce-scatter per parameter. Bucketing and
-// overlap with backward build on this (DESIGN §6).
+// overlap with backward build on this (docs/ddp.md).
 #pragma once
 #include <cstdint>
 

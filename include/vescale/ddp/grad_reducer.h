@@ -1,4 +1,4 @@
-// Bucketed, overlapped, N-D fused gradient reduction (DESIGN §6, docs/ddp.md).
+// Bucketed, overlapped, N-D fused gradient reduction (docs/ddp.md, docs/ddp.md).
 //
 // A parameter whose gradient comes out of backward Partial on some mesh dims where the
 // parameter is Replicate (dp for data parallelism; also tp for sequence-parallel norm weights)

@@ -1,4 +1,4 @@
-// ZeRO (DESIGN §6, docs/ddp.md): AdamW with its state sharded over the ranks that reduce each
+// ZeRO (docs/ddp.md, docs/ddp.md): AdamW with its state sharded over the ranks that reduce each
 // gradient bucket. Every bucket of the GradReducer is cut into equal slices over its reduction
 // group; a rank keeps the moments and an fp32 copy of the parameters of its slice only, steps
 // that slice, and all-gathers the updated parameters.
@@ -22,10 +22,11 @@
 
 #include "vescale/ddp/grad_reducer.h"
 #include "vescale/optim/adamw.h"
+#include "vescale/optim/optimizer.h"
 
 namespace vescale::ddp {
 
-class ZeroOptimizer {
+class ZeroOptimizer : public optim::Optimizer {
  public:
   // `reducer` must have options.zero >= 1 and outlive this optimizer. `groups` hold every
   // parameter, as for optim::AdamW: the bucketed ones are stepped on this rank's slice, the
@@ -38,15 +39,15 @@ class ZeroOptimizer {
   // After reducer.finish(): the norm of the whole gradient, whatever its sharding (one small
   // all-reduce per kind of parameter sharding), and with max_norm > 0 the clipping. A 0-dim
   // fp32 tensor, equal on every rank; nothing is read back to the host.
-  at::Tensor clip_grad_norm_(double max_norm);
+  at::Tensor clip_grad_norm_(double max_norm) override;
   // Updates this rank's slices, then all-gathers each bucket's parameters.
-  void step();
-  void zero_grad();
+  void step() override;
+  void zero_grad() override;
   // Stage 3: makes every parameter whole again (to read or save them); the next forward of a
   // unit releases its parameters again. The destructor does this too.
-  void gather_params();
+  void gather_params() override;
 
-  void set_lr(double lr);
+  void set_lr(double lr) override;
   double lr() const;
   // Checkpoints (names as optim::AdamW::state_dict's). The layout exists from the first
   // GradReducer::finish() under ZeRO 1/2, from construction under ZeRO-3; prepare() builds it
@@ -76,13 +77,27 @@ class ZeroOptimizer {
   // of them. Under ZeRO-3 call gather_params() before overwriting.
   void reload_params();
 
+  // Optimizer's checkpoint calls, in AdamW's names: the moments of the bucketed parameters as
+  // boxes of their global shapes (each range once), their common step count per parameter, and
+  // the plain AdamW's state of the rest; so ZeRO and AdamW checkpoints load into each other.
+  optim::OptimizerState state_to_save() override;
+  bool ready_to_load() const override { return prepared(); }
+  optim::OptimizerState state_to_load(const std::map<std::string, std::vector<int64_t>>& saved) override;
+  void loaded() override;
+  void params_loaded() override { reload_params(); }
+
   // Bytes of optimizer state on this rank: moments and fp32 parameter slices.
   int64_t state_bytes() const;
 
   struct Impl;
 
  private:
+  // state_ranges() as boxes of the parameters' global shapes; `all`: every range this rank
+  // holds (to load into), not only those it saves.
+  std::vector<dtensor::TensorBox> state_boxes(bool all);
+
   std::unique_ptr<Impl> impl_;
+  std::map<std::string, at::Tensor> loading_rest_, loading_steps_;
 };
 
 }  // namespace vescale::ddp

@@ -65,7 +65,7 @@ void set_default_mesh(const mesh::DeviceMesh& mesh);
 // per op. Also on when VESCALE_DTENSOR_REPLICATE_FALLBACK=1.
 void set_replicate_fallback(bool on);
 
-// Static eager (DESIGN §3): the first step records, per thread and in call order, what the
+// Static eager (docs/dtensor.md): the first step records, per thread and in call order, what the
 // dispatcher decided for each op; later steps replay it by position, checking only that each
 // call has the recorded op, input specs and arguments. A call that differs (new shapes, other
 // placements) runs eagerly and records anew from there. Call static_eager_step() at the start

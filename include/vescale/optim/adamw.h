@@ -8,10 +8,13 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "vescale/optim/optimizer.h"
 
 namespace vescale::optim {
 
@@ -41,17 +44,28 @@ struct AdamWOptions {
 void adamw_update(at::Tensor& p, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, int64_t step,
                   const AdamWOptions& options, double weight_decay);
 
-class AdamW {
+// Zero targets for the AdamW entries of `saved` (checkpoint names "<param>.<field>" -> global
+// shape) of the parameters `want` accepts, in their parameters' placements (a "step" is an int64
+// scalar). Throws naming an entry whose parameter is not in `params`.
+std::map<std::string, at::Tensor> adamw_state_targets(const NamedParams& params,
+                                                      const std::map<std::string, std::vector<int64_t>>& saved,
+                                                      const std::function<bool(const std::string&)>& want);
+
+class AdamW : public Optimizer {
  public:
-  AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
+  // `clip_order`: the parameters in the order clip_grad_norm_ sums their norms (the model's
+  // order, so the norm's rounding does not depend on the grouping); empty: the groups' order.
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions options, std::vector<at::Tensor> clip_order = {});
 
   // One update of every parameter that has a gradient; one without (grad undefined) is left
   // alone and its step count does not advance, as in torch.
-  void step();
+  void step() override;
   // Drops the gradients (set_to_none), so the next backward writes fresh ones.
-  void zero_grad();
+  void zero_grad() override;
+  // Global-norm clipping over every parameter (optim/clip_grad.h).
+  at::Tensor clip_grad_norm_(double max_norm) override;
 
-  void set_lr(double lr) { options_.lr = lr; }
+  void set_lr(double lr) override { options_.lr = lr; }
   double lr() const { return options_.lr; }
   const AdamWOptions& options() const { return options_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
@@ -60,6 +74,11 @@ class AdamW {
   // scalar) for every parameter that has state. Loading checks names and shapes.
   std::map<std::string, at::Tensor> state_dict() const;
   void load_state_dict(const std::map<std::string, at::Tensor>& state);
+
+  // Optimizer's checkpoint calls: state_dict() out; in through targets, then load_state_dict.
+  OptimizerState state_to_save() override { return {state_dict(), {}}; }
+  OptimizerState state_to_load(const std::map<std::string, std::vector<int64_t>>& saved) override;
+  void loaded() override;
 
  private:
   struct State {
@@ -70,6 +89,8 @@ class AdamW {
   std::vector<ParamGroup> groups_;
   AdamWOptions options_;
   std::map<std::string, State> state_;
+  std::vector<at::Tensor> clip_order_;
+  std::map<std::string, at::Tensor> loading_;  // state_to_load's targets until loaded()
 };
 
 }  // namespace vescale::optim

@@ -1,4 +1,4 @@
-// parallelize(model, plan, mesh): the plan, not the model, decides the parallelism (DESIGN §4).
+// parallelize(model, plan, mesh): the plan, not the model, decides the parallelism (docs/plan.md).
 // Parameters become DTensors in place (the model's own members see them), the model's init
 // can rerun on them through the consistent RNG, and the plan's `forward` entries become
 // forward hooks (models/module_hooks.h) that reshard module inputs and outputs.

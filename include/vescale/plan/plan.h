@@ -1,4 +1,4 @@
-// Sharding plans (DESIGN §4): which placements each parameter gets, by FQN pattern, and how
+// Sharding plans (docs/plan.md): which placements each parameter gets, by FQN pattern, and how
 // module inputs and outputs are resharded. Loaded from JSON or built in C++; the model never
 // sees it. This file covers parsing, matching and validation; parallelize() applies it.
 #pragma once

@@ -1,5 +1,5 @@
 // Counter-based Philox4x32-10 and the transforms from its output to distributions, shared
-// by the CPU and CUDA kernels (one header, so both produce the same bits; DESIGN §5).
+// by the CPU and CUDA kernels (one header, so both produce the same bits; docs/random.md).
 //
 // Element i of a tensor of global shape S (its row-major index in S) under (seed, offset):
 //   block = philox(counter = offset + i / 4, key = seed);  lane = i % 4

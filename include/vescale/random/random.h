@@ -1,4 +1,4 @@
-// Consistent random numbers (DESIGN §5): one counter-based stream, keyed by each element's
+// Consistent random numbers (docs/random.md): one counter-based stream, keyed by each element's
 // global index, so a tensor filled sharded equals the same tensor filled on one device, bit
 // for bit, whatever the sharding, the world size, or the device (CPU or CUDA).
 //

@@ -35,7 +35,7 @@ at::Tensor checkpoint(const std::vector<at::Tensor>& inputs, const BlockForward&
                       const std::vector<at::Tensor*>& side = {});
 
 // Wraps every submodule of `root` whose FQN matches `pattern` ('*' = one name component, e.g.
-// "h.*") through its models::ForwardHooks::around, keeping hooks already installed on it.
+// "h.*") through its vescale::nn::ForwardHooks::around, keeping hooks already installed on it.
 // Returns how many modules it wrapped; zero is an error naming the pattern.
 int enable_activation_checkpointing(torch::nn::Module& root, const std::string& pattern,
                                     const SideOutputs& side_outputs = {});

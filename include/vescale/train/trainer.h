@@ -15,9 +15,8 @@
 
 #include "vescale/checkpoint/distributed_checkpoint.h"
 #include "vescale/ddp/grad_reducer.h"
-#include "vescale/ddp/zero_optimizer.h"
 #include "vescale/mesh/device_mesh.h"
-#include "vescale/optim/adamw.h"
+#include "vescale/optim/optimizer.h"
 #include "vescale/train/config.h"
 #include "vescale/train/divergence_guard.h"
 #include "vescale/train/model_factory.h"
@@ -79,10 +78,7 @@ class Trainer {
   at::Tensor loss_of(const DataLoader::Batch& batch);
   checkpoint::StateDict checkpoint_state(std::vector<checkpoint::Piece>& pieces);
   void resume_from(const std::string& folder);
-  std::map<std::string, at::Tensor> optimizer_targets(const checkpoint::CheckpointInfo& info,
-                                                      const std::function<bool(const std::string&)>& want,
-                                                      checkpoint::StateDict& state) const;
-  void load_zero_state(const std::string& folder);
+  void load_optimizer_state(const std::string& folder);
   void check_outputs();
   // Starts a save; without checkpoint.async, also waits until it is written. Commits nothing.
   void stage_checkpoint(int64_t steps_done);
@@ -95,10 +91,8 @@ class Trainer {
   int64_t dp_rank_ = 0, dp_size_ = 1;
   std::string device_ = "cpu";
   Model model_;
-  std::vector<at::Tensor> params_;
-  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;  // AdamW, or ZeRO with parallel.zero >= 1
   std::unique_ptr<ddp::GradReducer> reducer_;
-  std::unique_ptr<ddp::ZeroOptimizer> zero_;  // parallel.zero >= 1: in place of optimizer_
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   double flops_per_token_ = 0;
   int64_t world_size_ = 1;
@@ -110,7 +104,7 @@ class Trainer {
   int stopped_by_ = 0;
   std::unique_ptr<DivergenceGuard> guard_;
   const char* doing_ = "";  // the part of the step running, for error messages
-  std::string zero_resume_;  // a checkpoint whose ZeRO state loads once the slices exist
+  std::string optimizer_resume_;  // a checkpoint whose optimizer state loads once the optimizer can
 };
 
 // The .bin files a config's data section names (globs expanded, sorted), or the built-in

@@ -1,4 +1,4 @@
-#include "module_hooks.h"
+#include "vescale/nn/module_hooks.h"
 
 #include <torch/nn/module.h>
 
@@ -6,7 +6,7 @@
 #include <memory>
 #include <unordered_map>
 
-namespace models {
+namespace vescale::nn {
 namespace {
 // Each entry remembers its module weakly: a module freed with hooks still installed must not
 // pass them on to a new module that happens to get the same address.
@@ -45,4 +45,4 @@ const ForwardHooks* forward_hooks(const torch::nn::Module* module) {
   return &it->second.hooks;
 }
 
-}  // namespace models
+}  // namespace vescale::nn

@@ -1,6 +1,6 @@
 // Forward hooks for plain libtorch modules. PyTorch's nn.Module has register_forward_pre_hook
 // and register_forward_hook; libtorch's C++ modules have neither. Models call their submodules
-// through models::call(sub, args...), which runs the hooks some framework installed on `sub`
+// through vescale::nn::call(sub, args...), which runs the hooks some framework installed on `sub`
 // (vescale's parallelize reshards inputs and outputs this way) and is a plain call otherwise.
 // Nothing here knows about parallelism.
 #pragma once
@@ -17,7 +17,7 @@ namespace torch::nn {
 class Module;
 }
 
-namespace models {
+namespace vescale::nn {
 
 struct ForwardHooks {
   // inputs[k] rewrites the k-th tensor argument (an empty function leaves it alone).
@@ -103,4 +103,4 @@ auto call(Holder&& sub, Args&&... args) {
   }
 }
 
-}  // namespace models
+}  // namespace vescale::nn
