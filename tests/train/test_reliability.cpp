@@ -97,13 +97,16 @@ TEST_CASE("token ids past model.vocab_size stop the run at their batch, naming t
 
 TEST_CASE("kill -9 of the launcher takes its ranks with it and latest stops moving", "[reliability]") {
   const std::string dir = scratch("kill9"), ckpt = dir + "/ckpt";
-  // Ranks are the launcher's children: their pids, then SIGKILL to the launcher alone.
+  // Ranks are the launcher's children: their pids, then SIGKILL to the launcher alone. A rank
+  // counts as alive while /proc shows it in any state but zombie (dead, not yet reaped).
   auto r = run_command(TRAIN + " --nproc-per-node 2" + CONFIG + TINY +
                            " --set train.steps=1000000 --set checkpoint.every=2 --set checkpoint.dir=" + ckpt +
                            " > " + dir + "/log 2>&1 & pid=$!; "
                            "for i in $(seq 600); do [ -f " + ckpt + "/latest ] && break; sleep 0.1; done; "
                            "ranks=$(pgrep -P $pid); echo \"ranks $ranks\"; kill -9 $pid; "
-                           "for i in $(seq 20); do alive=0; for p in $ranks; do kill -0 $p 2>/dev/null && alive=1; done; "
+                           "for i in $(seq 20); do alive=0; for p in $ranks; do "
+                           "st=$(awk \"/^State/{print \\$2}\" /proc/$p/status 2>/dev/null); "
+                           "[ -n \"$st\" ] && [ \"$st\" != Z ] && alive=1; done; "
                            "[ $alive = 0 ] && break; sleep 0.1; done; echo \"alive $alive after $i\"; "
                            "cp " + ckpt + "/latest " + dir + "/latest.at_kill; sleep 2",
                        120);

@@ -1,0 +1,55 @@
+#include <glob.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include "vescale/common/check.h"
+#include "vescale/train/trainer.h"
+
+namespace vescale::train {
+
+namespace {
+
+std::string exe_dir() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  buf[n] = '\0';
+  return std::filesystem::path(buf).parent_path().string();
+}
+
+std::vector<std::string> expand_glob(const std::string& pattern) {
+  glob_t g{};
+  std::vector<std::string> out;
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  globfree(&g);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> data_files(const DataConfig& data, const std::string& split) {
+  const auto& patterns = split == "train" ? data.train : data.val;
+  if (data.train.empty() && data.val.empty()) {
+    // The built-in corpus, tokenized by the build next to our binaries (data/README.md).
+    const char* env = std::getenv("VESCALE_DATA_DIR");
+    const std::string dir = env ? env : exe_dir() + "/../data";
+    const std::string path = dir + "/corpus_" + split + ".bin";
+    VESCALE_CHECK(std::filesystem::exists(path), "data: the config names no files, and the built-in corpus '", path,
+                  "' is missing; build it (cmake --build build --target builtin_data) or set data.train and data.val");
+    return {std::filesystem::path(path).lexically_normal().string()};
+  }
+  std::vector<std::string> files;
+  for (const auto& p : patterns) {
+    auto matched = expand_glob(p);
+    VESCALE_CHECK(!matched.empty(), "data.", split, ": '", p, "' matches no file");
+    files.insert(files.end(), matched.begin(), matched.end());
+  }
+  return files;
+}
+
+}  // namespace vescale::train

@@ -1,0 +1,203 @@
+// The trainer's checkpoints: what it checks before step 1, saves, commits and resumes.
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+
+#include "train/trainer_internal.h"
+#include "vescale/checkpoint/distributed_checkpoint.h"
+#include "vescale/common/check.h"
+#include "vescale/common/logging.h"
+#include "vescale/dist/object_collectives.h"
+#include "vescale/random/random.h"
+#include "vescale/train/trainer.h"
+
+namespace vescale::train {
+
+namespace {
+
+// A folder the run will write into: made if missing, then a file created and removed in it.
+void check_writable_dir(const std::string& dir, const std::string& field) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  VESCALE_CHECK(!ec && fs::is_directory(dir), field, " '", dir, "' cannot be created: ",
+                ec ? ec.message() : "a file of that name exists", "; choose a folder this user can write");
+  const fs::path probe = fs::path(dir) / (".vescale-write-test." + std::to_string(::getpid()));
+  {
+    std::ofstream out(probe);
+    out << "ok";
+    out.flush();
+    VESCALE_CHECK(out.good(), field, " '", dir, "' is not writable (read-only file system, or no permission); ",
+                  "choose a folder this user can write");
+  }
+  fs::remove(probe, ec);
+}
+
+}  // namespace
+
+std::string new_run_id() {
+  std::random_device rd;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%lld-%08x",
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count()),
+                rd());
+  return buf;
+}
+
+// Everything the run will write, checked before the first step (not at the first save, after
+// hours of training): the checkpoint folder on every rank (each writes its own file), the
+// metrics file on rank 0; a used checkpoint folder without resume; stale unfinished saves.
+void Trainer::check_outputs() {
+  const auto& ck = config_.checkpoint;
+  if (!ck.dir.empty()) {
+    check_writable_dir(ck.dir, "checkpoint.dir");
+    if (!ck.resume && !ck.overwrite && checkpoint::has_checkpoints(ck.dir)) {
+      const auto at = checkpoint::latest(ck.dir);
+      VESCALE_FAIL("checkpoint.dir '", ck.dir, "' already holds checkpoints", at ? " (latest: " + *at + ")" : "",
+                   " and checkpoint.resume is false. Resume them (checkpoint.resume=true), choose an empty ",
+                   "checkpoint.dir, or set checkpoint.overwrite=true to write this run's beside them");
+    }
+    if (rank_ == 0) {
+      for (const auto& stale : checkpoint::remove_stale_saves(ck.dir))
+        log::info("checkpoint: removed " + stale + ", an unfinished save older than the newest checkpoint");
+    }
+  }
+  if (rank_ == 0 && !config_.log.metrics_jsonl.empty()) {
+    const auto parent = std::filesystem::path(config_.log.metrics_jsonl).parent_path();
+    check_writable_dir(parent.empty() ? "." : parent.string(), "log.metrics_jsonl's folder");
+  }
+}
+
+// Checkpoints --------------------------------------------------------------------------------
+
+namespace {
+at::Generator torch_generator(const std::string& device) {
+  return at::globalContext().defaultGenerator(at::Device(device));
+}
+
+}  // namespace
+
+checkpoint::StateDict Trainer::checkpoint_state(std::vector<checkpoint::Piece>& pieces) {
+  checkpoint::StateDict s;
+  optimizer_->gather_params();  // ZeRO-3: whole parameters to copy (released again at their next use)
+  for (const auto& item : model_.module->named_parameters()) s["model/" + item.key()] = item.value();
+  auto optim_state = optimizer_->state_to_save();
+  for (auto& [k, v] : optim_state.tensors) s["optim/" + k] = v;
+  for (auto& p : optim_state.pieces) {
+    p.name = "optim/" + p.name;
+    pieces.push_back(std::move(p));
+  }
+  auto gen = torch_generator(device_);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  s["rng/torch"] = gen.get_state();
+  return s;
+}
+
+void Trainer::save_checkpoint(int64_t steps_done) {
+  stage_checkpoint(steps_done);
+  if (!config_.checkpoint.async) finish_checkpoint();
+}
+
+void Trainer::stage_checkpoint(int64_t steps_done) {
+  VESCALE_CHECK(saver_, "save_checkpoint: checkpoint.dir is not set");
+  finish_checkpoint();
+  const auto start = std::chrono::steady_clock::now();
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(steps_done));
+  const auto rng = random::get_state();
+  const auto pos = train_loader_->position();
+  const nlohmann::json meta{{"step", steps_done},
+                            {"model", config_.model.type},
+                            {"train_loader", {{"epoch", pos.epoch}, {"step", pos.step}}},
+                            {"global_batch", config_.train.batch_size * dp_size_},
+                            {"philox", {{"seed", rng.seed}, {"offset", rng.offset}}}};
+  std::vector<checkpoint::Piece> pieces;
+  const auto state = checkpoint_state(pieces);
+  saver_->begin(config_.checkpoint.dir, name, state, meta.dump(), pieces);
+  if (rank_ == 0) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    char line[256];
+    std::snprintf(line, sizeof(line), "checkpoint %s/%s: staged in %.0f ms%s", config_.checkpoint.dir.c_str(), name, ms,
+                  config_.checkpoint.async ? ", writing in the background" : "");
+    log::info(line);
+  }
+  if (!config_.checkpoint.async) saver_->wait();
+}
+
+void Trainer::finish_checkpoint() {
+  if (!saver_ || !saver_->pending()) return;
+  const std::string folder = saver_->commit(config_.checkpoint.keep, run_id_);
+  if (rank_ == 0) log::info("checkpoint " + folder + ": saved");
+}
+
+// The optimizer's part of a checkpoint ("optim/..."), once the optimizer can take it.
+void Trainer::load_optimizer_state(const std::string& folder) {
+  const auto info = checkpoint::read_info(folder);
+  std::map<std::string, std::vector<int64_t>> saved;
+  for (const auto& [key, entry] : info.tensors)
+    if (key.rfind("optim/", 0) == 0) saved[key.substr(6)] = entry.shape;
+  auto targets = optimizer_->state_to_load(saved);
+  checkpoint::StateDict state;
+  for (auto& [k, v] : targets.tensors) state["optim/" + k] = v;
+  for (auto& p : targets.pieces) p.name = "optim/" + p.name;
+  on_all_ranks([&] { checkpoint::load(folder, state, targets.pieces); });
+  optimizer_->loaded();
+  optimizer_resume_.clear();
+}
+
+void Trainer::resume_from(const std::string& folder) {
+  const auto info = checkpoint::read_info(folder);
+  const auto meta = nlohmann::json::parse(info.metadata);
+  VESCALE_CHECK(meta.contains("step") && meta.contains("train_loader") && meta.contains("philox"), "checkpoint ",
+                folder, ": its metadata lacks the step, data position or RNG state; not written by vescale-train");
+  VESCALE_CHECK(meta.value("model", config_.model.type) == config_.model.type, "checkpoint ", folder, " holds a ",
+                meta.value("model", std::string()), " model but model.type is ", config_.model.type,
+                "; point checkpoint.dir elsewhere or set checkpoint.resume=false");
+  optimizer_->gather_params();  // ZeRO-3: whole parameters to load into
+  checkpoint::StateDict state;
+  for (const auto& item : model_.module->named_parameters()) state["model/" + item.key()] = item.value();
+  auto gen = torch_generator(device_);
+  at::Tensor torch_rng;
+  if (info.tensors.count("rng/torch")) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    torch_rng = at::empty_like(gen.get_state());
+    state["rng/torch"] = torch_rng;
+  }
+  on_all_ranks([&] { checkpoint::load(folder, state); });
+  optimizer_->params_loaded();
+  // ZeRO 1/2 lay out their slices at the first step's GradReducer::finish(): their state is
+  // loaded then (step()); the others' now.
+  optimizer_resume_ = folder;
+  if (optimizer_->ready_to_load()) load_optimizer_state(folder);
+  if (torch_rng.defined()) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(torch_rng);
+  }
+  random::set_state({meta["philox"].at("seed").get<uint64_t>(), meta["philox"].at("offset").get<uint64_t>()});
+  // The position counts global batches; another dp size or batch size maps it through samples.
+  LoaderPosition pos{meta["train_loader"].at("epoch").get<int64_t>(), meta["train_loader"].at("step").get<int64_t>()};
+  const int64_t saved_batch = meta.value("global_batch", config_.train.batch_size * dp_size_);
+  const int64_t batch = config_.train.batch_size * dp_size_;
+  VESCALE_CHECK(pos.step * saved_batch % batch == 0, "checkpoint ", folder, ": it stopped after ", pos.step * saved_batch,
+                " samples of epoch ", pos.epoch, ", not a whole number of this run's global batches of ", batch,
+                " (train.batch_size x dp); choose a batch size that divides it");
+  pos.step = pos.step * saved_batch / batch;
+  train_loader_->seek(pos);
+  resumed_step_ = meta["step"].get<int64_t>();
+  run_id_ = info.run_id;
+  resumed_ = true;
+  if (rank_ == 0) log::info("resumed from " + folder + " after step " + std::to_string(resumed_step_));
+}
+
+}  // namespace vescale::train

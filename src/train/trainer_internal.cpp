@@ -1,0 +1,63 @@
+#include "train/trainer_internal.h"
+
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "vescale/common/check.h"
+#include "vescale/common/logging.h"
+#include "vescale/dist/object_collectives.h"
+
+namespace vescale::train {
+
+std::string message_of(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) {
+    if (log::level() == "debug" || log::level() == "trace") return c->what();
+    std::string m = c->what_without_backtrace();
+    while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+    return m;
+  }
+  return e.what();
+}
+
+void on_all_ranks(const std::function<void()>& f) {
+  std::string mine;
+  try {
+    f();
+  } catch (const std::exception& e) {
+    mine = message_of(e);
+    if (mine.empty()) mine = "failed";
+  }
+  const auto all = dist::all_gather_text(mine);
+  if (!mine.empty()) throw Error(mine);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty()) throw Error("rank " + std::to_string(r) + " failed: " + all[r]);
+}
+
+// The ZeRO stage: the config's, else the plan's; both set must agree.
+int64_t zero_stage(const ParallelConfig& parallel, const plan::Plan* plan) {
+  if (plan == nullptr || plan->zero() == 0) return parallel.zero;
+  VESCALE_CHECK(parallel.zero == 0 || plan->zero() == parallel.zero, "parallel.zero=", parallel.zero, " but the plan ",
+                plan->source(), " says zero=", plan->zero(), "; set one of them, or make them agree");
+  return plan->zero();
+}
+
+std::string human(double x, const char* unit) {
+  const char* prefixes[] = {"", "K", "M", "G", "T", "P"};
+  int k = 0;
+  while (std::fabs(x) >= 1000 && k < 5) x /= 1000, ++k;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.2f%s%s", x, prefixes[k], unit);
+  return buf;
+}
+
+std::string hms(double seconds) {
+  const auto s = static_cast<int64_t>(std::max(0.0, seconds));
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  return buf;
+}
+
+}  // namespace vescale::train

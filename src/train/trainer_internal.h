@@ -1,0 +1,31 @@
+// Internal: helpers the trainer's files share.
+#pragma once
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+
+#include "vescale/plan/plan.h"
+#include "vescale/train/config.h"
+
+namespace vescale::train {
+
+// An exception's message without libtorch's C++ stack (kept at --log-level debug).
+std::string message_of(const std::exception& e);
+
+// Runs `f` on every rank; when it throws on any, it throws on every rank: the failing rank its
+// own error, the others that rank's message. So no rank goes on (say, logs success, or waits in
+// the next collective) while another has failed. Collective.
+void on_all_ranks(const std::function<void()>& f);
+
+// The ZeRO stage: the config's, else the plan's; both set must agree. `plan` may be null.
+int64_t zero_stage(const ParallelConfig& parallel, const plan::Plan* plan);
+
+// A fresh run's id: checkpoints carry it, and `keep` prunes only its own run's.
+std::string new_run_id();
+
+// 1234567 -> "1.23M"; seconds -> "h:mm:ss".
+std::string human(double x, const char* unit);
+std::string hms(double seconds);
+
+}  // namespace vescale::train

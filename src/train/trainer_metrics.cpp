@@ -1,0 +1,48 @@
+// The metrics JSONL rank 0 writes: one object per step.
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "vescale/common/check.h"
+#include "vescale/train/trainer.h"
+
+namespace vescale::train {
+
+// A resumed run keeps the lines of the steps it did not redo and appends.
+void Trainer::open_metrics() {
+  const auto& path = config_.log.metrics_jsonl;
+  std::vector<std::string> kept;
+  if (resumed_step_ > 0) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      try {
+        if (nlohmann::json::parse(line).value("step", int64_t{0}) <= resumed_step_) kept.push_back(line);
+      } catch (const nlohmann::json::exception&) {
+        // a torn last line of a crashed run
+      }
+    }
+  }
+  const auto parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  metrics_ = std::make_unique<std::ofstream>(path, std::ios::trunc);
+  VESCALE_CHECK(metrics_->good(), "log.metrics_jsonl: cannot write '", path, "'");
+  for (const auto& line : kept) *metrics_ << line << '\n';
+  metrics_->flush();
+}
+
+void Trainer::log_step(const StepMetrics& m) {
+  if (metrics_) {
+    nlohmann::ordered_json j{{"step", m.step},           {"loss", m.loss},
+                             {"lr", m.lr},               {"grad_norm", m.grad_norm},
+                             {"step_ms", m.step_ms},     {"tokens", m.step * tokens_per_step()},
+                             {"tokens_per_s", m.tokens_per_s}};
+    if (config_.train.peak_flops > 0) j["mfu"] = m.mfu;
+    if (m.val_loss) j["val_loss"] = *m.val_loss;
+    *metrics_ << j.dump() << '\n';
+    metrics_->flush();
+  }
+}
+
+}  // namespace vescale::train
