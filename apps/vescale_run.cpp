@@ -16,8 +16,9 @@ int main(int argc, char** argv) {
     }
   std::vector<std::string> command(argv + std::min(split + 1, argc), argv + argc);
 
-  CLI::App app{"vescale-run: start N ranks of a program with RANK/WORLD_SIZE/MASTER_* set\n"
-               "usage: vescale-run [options] -- program [args...]"};
+  CLI::App app{
+      "vescale-run: start N ranks of a program with RANK/WORLD_SIZE/MASTER_* set\n"
+      "usage: vescale-run [options] -- program [args...]"};
   vescale::dist::LauncherOptions options;
   vescale::apps::add_launch_flags(app, options);
   try {
@@ -26,7 +27,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   if (command.empty()) {
-    std::fprintf(stderr, "vescale-run: no program given; put it after --, e.g. vescale-run --nproc-per-node 2 -- ./prog\n");
+    std::fprintf(stderr,
+                 "vescale-run: no program given; put it after --, e.g. vescale-run "
+                 "--nproc-per-node 2 -- ./prog\n");
     return 2;
   }
   try {

@@ -16,9 +16,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputs;
   std::string output;
   double val_fraction = 0.05;
-  app.add_option("--input", inputs, "text files, concatenated in order")->required()->check(CLI::ExistingFile);
-  app.add_option("--output", output, "output prefix: writes PREFIX_train.bin and PREFIX_val.bin")->required();
-  app.add_option("--val-fraction", val_fraction, "share of the tokens held out for validation")->check(CLI::Range(0.0, 0.5));
+  app.add_option("--input", inputs, "text files, concatenated in order")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--output", output, "output prefix: writes PREFIX_train.bin and PREFIX_val.bin")
+      ->required();
+  app.add_option("--val-fraction", val_fraction, "share of the tokens held out for validation")
+      ->check(CLI::Range(0.0, 0.5));
   CLI11_PARSE(app, argc, argv);
   try {
     std::string text;
@@ -34,8 +38,8 @@ int main(int argc, char** argv) {
     std::vector<int64_t> val(tokens.end() - static_cast<long>(n_val), tokens.end());
     vescale::train::write_token_file(output + "_train.bin", train);
     vescale::train::write_token_file(output + "_val.bin", val);
-    std::printf("vescale-tokenize: %zu tokens -> %s_train.bin (%zu), %s_val.bin (%zu)\n", tokens.size(),
-                output.c_str(), train.size(), output.c_str(), val.size());
+    std::printf("vescale-tokenize: %zu tokens -> %s_train.bin (%zu), %s_val.bin (%zu)\n",
+                tokens.size(), output.c_str(), train.size(), output.c_str(), val.size());
     return 0;
   } catch (const vescale::Error& e) {
     std::fprintf(stderr, "vescale-tokenize: %s\n", e.what());

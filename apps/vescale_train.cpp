@@ -27,8 +27,10 @@ int main(int argc, char** argv) {
   bool dry_run = false;
   app.add_option("--config", config, "train config (JSON)")->required();
   app.add_option("--set", overrides, "override a config field: --set train.steps=200");
-  app.add_flag("--dry-run", dry_run, "print the mesh, parameter count and per-rank memory, then stop");
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off (default: info on rank 0)");
+  app.add_flag("--dry-run", dry_run,
+               "print the mesh, parameter count and per-rank memory, then stop");
+  app.add_option("--log-level", log_level,
+                 "trace|debug|info|warn|error|off (default: info on rank 0)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -46,7 +48,8 @@ int main(int argc, char** argv) {
       int64_t world = 1;
       for (auto& [name, size] : dims) world *= size > 0 ? size : 1;
       vescale::log::init(0, log_level);
-      std::printf("%s", vescale::train::dry_run_report(cfg, vescale::mesh::MeshShape(dims, world)).c_str());
+      std::printf(
+          "%s", vescale::train::dry_run_report(cfg, vescale::mesh::MeshShape(dims, world)).c_str());
       return 0;
     }
     vescale::dist::init();

@@ -18,7 +18,8 @@ double cpu_ms(clockid_t clock) {
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
 }
 
-void print_profile(const std::string& title, const prof::thread_event_lists& threads, int steps, bool by_shape) {
+void print_profile(const std::string& title, const prof::thread_event_lists& threads, int steps,
+                   bool by_shape) {
   struct Sum {
     double self_us = 0;
     int64_t calls = 0;
@@ -41,7 +42,8 @@ void print_profile(const std::string& title, const prof::thread_event_lists& thr
         if (by_shape) {
           for (const auto& shape : o.push->shapes()) {
             key += " [";
-            for (size_t i = 0; i < shape.size(); ++i) key += (i ? "," : "") + std::to_string(shape[i]);
+            for (size_t i = 0; i < shape.size(); ++i)
+              key += (i ? "," : "") + std::to_string(shape[i]);
             key += "]";
           }
         }
@@ -53,14 +55,15 @@ void print_profile(const std::string& title, const prof::thread_event_lists& thr
     }
   }
   std::vector<std::pair<std::string, Sum>> rows(sums.begin(), sums.end());
-  std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.self_us > b.second.self_us; });
+  std::sort(rows.begin(), rows.end(),
+            [](auto& a, auto& b) { return a.second.self_us > b.second.self_us; });
   double total = 0;
   for (auto& [n, s] : rows) total += s.self_us;
   if (!title.empty()) std::fprintf(stderr, "%s\n", title.c_str());
   std::fprintf(stderr, "%-64s %10s %12s\n", "op", "calls/step", "self ms/step");
   for (size_t i = 0; i < rows.size() && i < 40; ++i)
-    std::fprintf(stderr, "%-64s %10.1f %12.2f\n", rows[i].first.c_str(), rows[i].second.calls / double(steps),
-                 rows[i].second.self_us / 1000.0 / steps);
+    std::fprintf(stderr, "%-64s %10.1f %12.2f\n", rows[i].first.c_str(),
+                 rows[i].second.calls / double(steps), rows[i].second.self_us / 1000.0 / steps);
   std::fprintf(stderr, "%-64s %10s %12.2f\n", "total", "", total / 1000.0 / steps);
 }
 
@@ -77,7 +80,8 @@ double median(std::vector<double> v) {
 
 OpProfile::OpProfile(std::string title, int steps, bool by_shape)
     : guard_(std::make_unique<prof::TLSLegacyProfilerGuard>(
-          torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU, by_shape),
+          torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU,
+                                                by_shape),
           [title = std::move(title), steps, by_shape](const prof::thread_event_lists& t) {
             print_profile(title, t, steps, by_shape);
           })) {}

@@ -20,13 +20,15 @@ using namespace vescale::dtensor;
 
 namespace {
 
-double mean_call_us(const std::function<void()>& f, int iters, const std::function<void()>& before) {
+double mean_call_us(const std::function<void()>& f, int iters,
+                    const std::function<void()>& before) {
   double total = 0;
   for (int i = 0; i < iters; ++i) {
     if (before) before();
     auto t0 = std::chrono::steady_clock::now();
     f();
-    total += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    total +=
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   }
   return total / iters;
 }
@@ -41,8 +43,8 @@ double median(std::vector<double> v) {
 struct Timing {
   double plain, dtensor, overhead;
 };
-Timing paired_us(const std::function<void()>& plain, const std::function<void()>& dt, int iters, int reps,
-                 const std::function<void()>& before = {}) {
+Timing paired_us(const std::function<void()>& plain, const std::function<void()>& dt, int iters,
+                 int reps, const std::function<void()>& before = {}) {
   for (int i = 0; i < 50; ++i) plain(), (before ? before() : void()), dt();
   std::vector<double> p, d, o;
   for (int r = 0; r < reps; ++r) {
@@ -67,12 +69,26 @@ int main() {
     std::vector<Placements> placements;
   };
   std::vector<Case> cases{
-      {"add 64x64 (Replicate)", [](auto& x) { return x[0] + x[1]; }, {{64, 64}, {64, 64}}, {{Replicate()}, {Replicate()}}},
-      {"add 64x64 (Shard(0))", [](auto& x) { return x[0] + x[1]; }, {{64, 64}, {64, 64}}, {{Shard(0)}, {Shard(0)}}},
-      {"mm 256x256 (Replicate)", [](auto& x) { return at::mm(x[0], x[1]); }, {{256, 256}, {256, 256}}, {{Replicate()}, {Replicate()}}},
-      {"mm 256x256 (Shard(0) x Replicate)", [](auto& x) { return at::mm(x[0], x[1]); }, {{256, 256}, {256, 256}}, {{Shard(0)}, {Replicate()}}},
-      {"linear 64x256 -> 256 (column-parallel)", [](auto& x) { return at::linear(x[0], x[1], x[2]); },
-       {{64, 256}, {256, 256}, {256}}, {{Replicate()}, {Shard(0)}, {Shard(0)}}},
+      {"add 64x64 (Replicate)",
+       [](auto& x) { return x[0] + x[1]; },
+       {{64, 64}, {64, 64}},
+       {{Replicate()}, {Replicate()}}},
+      {"add 64x64 (Shard(0))",
+       [](auto& x) { return x[0] + x[1]; },
+       {{64, 64}, {64, 64}},
+       {{Shard(0)}, {Shard(0)}}},
+      {"mm 256x256 (Replicate)",
+       [](auto& x) { return at::mm(x[0], x[1]); },
+       {{256, 256}, {256, 256}},
+       {{Replicate()}, {Replicate()}}},
+      {"mm 256x256 (Shard(0) x Replicate)",
+       [](auto& x) { return at::mm(x[0], x[1]); },
+       {{256, 256}, {256, 256}},
+       {{Shard(0)}, {Replicate()}}},
+      {"linear 64x256 -> 256 (column-parallel)",
+       [](auto& x) { return at::linear(x[0], x[1], x[2]); },
+       {{64, 256}, {256, 256}, {256}},
+       {{Replicate()}, {Shard(0)}, {Shard(0)}}},
   };
   for (auto& c : cases) {
     std::vector<at::Tensor> full, locals, dts;
@@ -84,12 +100,15 @@ int main() {
     // NoGrad-free: these are inference-style calls; autograd recording is not what we measure.
     const int n = c.name.rfind("add", 0) == 0 ? iters : iters / 10;  // keep each case near a second
     auto hit = paired_us([&] { (void)c.op(locals); }, [&] { (void)c.op(dts); }, n, reps);
-    auto miss = paired_us([&] { (void)c.op(locals); }, [&] { (void)c.op(dts); }, std::max(n / 10, 20), reps,
-                          [] { clear_propagation_cache(); });
+    auto miss = paired_us([&] { (void)c.op(locals); }, [&] { (void)c.op(dts); },
+                          std::max(n / 10, 20), reps, [] { clear_propagation_cache(); });
     if (dist::rank() == 0)
-      std::printf("{\"impl\": \"vescale\", \"case\": \"%s\", \"world\": %d, \"plain_us\": %.2f, \"hit_us\": %.2f, "
-                  "\"overhead_us\": %.2f, \"miss_us\": %.2f, \"miss_overhead_us\": %.2f}\n",
-                  c.name.c_str(), dist::world_size(), hit.plain, hit.dtensor, hit.overhead, miss.dtensor, miss.overhead);
+      std::printf(
+          "{\"impl\": \"vescale\", \"case\": \"%s\", \"world\": %d, \"plain_us\": %.2f, "
+          "\"hit_us\": %.2f, "
+          "\"overhead_us\": %.2f, \"miss_us\": %.2f, \"miss_overhead_us\": %.2f}\n",
+          c.name.c_str(), dist::world_size(), hit.plain, hit.dtensor, hit.overhead, miss.dtensor,
+          miss.overhead);
   }
   dist::shutdown();
   return 0;

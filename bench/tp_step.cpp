@@ -52,7 +52,8 @@ int env_int(const char* name, int fallback) {
   return v ? std::atoi(v) : fallback;
 }
 
-// configs/llama_tiny.json's training step (batch 16 x seq 128) unless TP_STEP_BATCH / TP_STEP_SEQ say otherwise.
+// configs/llama_tiny.json's training step (batch 16 x seq 128) unless TP_STEP_BATCH / TP_STEP_SEQ
+// say otherwise.
 const int64_t kBatch = env_int("TP_STEP_BATCH", 16), kSeq = env_int("TP_STEP_SEQ", 128);
 constexpr double kLr = 1e-3, kEps = 1e-6, kWeightDecay = 0.1;
 
@@ -92,7 +93,9 @@ at::Tensor all_reduce(at::Tensor t, dist::ReduceOp op = dist::ReduceOp::Sum) {
 // column-parallel layer, whose input gradient is a partial sum per rank).
 struct CopyToTp : torch::autograd::Function<CopyToTp> {
   static at::Tensor forward(AutogradContext*, const at::Tensor& x) { return x.view_as(x); }
-  static variable_list backward(AutogradContext*, variable_list g) { return {all_reduce(g[0].clone())}; }
+  static variable_list backward(AutogradContext*, variable_list g) {
+    return {all_reduce(g[0].clone())};
+  }
 };
 
 // Megatron's g: all-reduce forward (after a row-parallel layer), identity backward.
@@ -104,7 +107,8 @@ struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
 // Mean cross-entropy over vocab-sharded logits [N, V/P] (this rank holds vocab [lo, lo + V/P)):
 // global max, sum of exps and target logit by three all-reduces; the gradient is local.
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets, int64_t lo) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits,
+                            const at::Tensor& targets, int64_t lo) {
     const int64_t n = logits.size(0), v = logits.size(1);
     auto max = all_reduce(std::get<0>(logits.max(-1, /*keepdim=*/true)), dist::ReduceOp::Max);
     auto z = logits - max;
@@ -112,7 +116,8 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     auto sum_exp = all_reduce(exp.sum(-1, /*keepdim=*/true));
     auto mine = (targets >= lo).logical_and(targets < lo + v);
     auto local_t = (targets - lo).masked_fill(mine.logical_not(), 0).unsqueeze(-1);
-    auto target_z = all_reduce(z.gather(-1, local_t).masked_fill(mine.logical_not().unsqueeze(-1), 0.0));
+    auto target_z =
+        all_reduce(z.gather(-1, local_t).masked_fill(mine.logical_not().unsqueeze(-1), 0.0));
     ctx->save_for_backward({exp.div_(sum_exp), local_t, mine});
     ctx->saved_data["n"] = n;
     return (sum_exp.log() - target_z).mean();
@@ -145,7 +150,8 @@ struct LocalTpLlama {
     // Vocab-parallel embedding: rows this rank holds, zeros elsewhere, summed over ranks.
     auto mine = (tokens >= vocab_lo).logical_and(tokens < vocab_lo + o.vocab_size / tp);
     auto idx = (tokens - vocab_lo).masked_fill(mine.logical_not(), 0);
-    auto h = ReduceFromTp::apply(at::embedding(w("tok_embeddings.weight"), idx) * mine.unsqueeze(-1));
+    auto h =
+        ReduceFromTp::apply(at::embedding(w("tok_embeddings.weight"), idx) * mine.unsqueeze(-1));
     auto c = cos.narrow(0, 0, T), s = sin.narrow(0, 0, T);
     auto heads = [&](const at::Tensor& t) { return t.view({B, T, -1, hd}).transpose(1, 2); };
     const int64_t rep = o.n_heads / o.n_kv_heads;
@@ -159,10 +165,13 @@ struct LocalTpLlama {
         const int64_t kv = t.size(1);
         return t.unsqueeze(2).expand({B, kv, rep, T, hd}).reshape({B, kv * rep, T, hd});
       };
-      auto y = at::scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), {}, 0.0, /*is_causal=*/true);
-      h = h + ReduceFromTp::apply(at::linear(y.transpose(1, 2).reshape({B, T, -1}), w(l + "attention.wo.weight")));
+      auto y = at::scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), {}, 0.0,
+                                                /*is_causal=*/true);
+      h = h + ReduceFromTp::apply(
+                  at::linear(y.transpose(1, 2).reshape({B, T, -1}), w(l + "attention.wo.weight")));
       x = CopyToTp::apply(rms_norm(h, w(l + "ffn_norm.weight"), o.norm_eps));
-      auto a = at::silu(at::linear(x, w(l + "feed_forward.w1.weight"))) * at::linear(x, w(l + "feed_forward.w3.weight"));
+      auto a = at::silu(at::linear(x, w(l + "feed_forward.w1.weight"))) *
+               at::linear(x, w(l + "feed_forward.w3.weight"));
       h = h + ReduceFromTp::apply(at::linear(a, w(l + "feed_forward.w2.weight")));
     }
     auto x = CopyToTp::apply(rms_norm(h, w("norm.weight"), o.norm_eps));
@@ -179,11 +188,12 @@ struct Variant {
   std::string name;
   std::function<double(int64_t step)> step;  // one training step; returns the loss
   std::function<void()> enter, leave;        // set up / tear down global modes around its steps
-  std::vector<double> ms, cpu_ms;  // wall and process CPU time per timed step
+  std::vector<double> ms, cpu_ms;            // wall and process CPU time per timed step
   std::vector<double> thread_cpu_ms;  // the stepping thread's CPU time (backward runs on it too)
   std::vector<double> round_ms;       // per round: the median wall time of its steps
-  int64_t dispatch_calls = 0, redistributions = 0;  // DTensor dispatcher counters over the timed steps
-  int64_t collectives = 0, all_reduces = 0;          // issued on any group over the timed steps
+  int64_t dispatch_calls = 0,
+          redistributions = 0;               // DTensor dispatcher counters over the timed steps
+  int64_t collectives = 0, all_reduces = 0;  // issued on any group over the timed steps
   double first_loss = 0;
 };
 
@@ -201,8 +211,9 @@ int main() {
   const auto o = bench_llama();
   // TP_STEP_PLAN: another plan file for the DTensor variants (e.g. to try forward reshardings).
   const char* plan_file = std::getenv("TP_STEP_PLAN");
-  auto plan = plan::Plan::from_json_file(plan_file ? std::string(plan_file)
-                                                   : std::string(VESCALE_SOURCE_DIR "/configs/plans/llama_tp.json"));
+  auto plan = plan::Plan::from_json_file(
+      plan_file ? std::string(plan_file)
+                : std::string(VESCALE_SOURCE_DIR "/configs/plans/llama_tp.json"));
 
   // Two DTensor models from the same seed (eager and static eager keep separate optimizer state).
   auto make_model = [&] {
@@ -215,8 +226,9 @@ int main() {
   // Every variant steps with vescale's AdamW (libtorch's fused kernel; DTensors on their shards),
   // what vescale-train runs, so the variants differ only in forward and backward.
   auto adamw = [](optim::NamedParams params) {
-    return std::make_shared<optim::AdamW>(std::vector<optim::ParamGroup>{{std::move(params), kWeightDecay}},
-                                          optim::AdamWOptions{.lr = kLr, .eps = kEps});
+    return std::make_shared<optim::AdamW>(
+        std::vector<optim::ParamGroup>{{std::move(params), kWeightDecay}},
+        optim::AdamWOptions{.lr = kLr, .eps = kEps});
   };
   auto named = [](models::Llama& m) {
     optim::NamedParams out;
@@ -230,7 +242,9 @@ int main() {
   optim::NamedParams base_params;
   for (auto& kv : eager_model->named_parameters()) {
     const at::Tensor& t = kv.value();
-    auto local = (dtensor::is_dtensor(t) ? dtensor::to_local(t.detach()) : t.detach()).clone().requires_grad_(true);
+    auto local = (dtensor::is_dtensor(t) ? dtensor::to_local(t.detach()) : t.detach())
+                     .clone()
+                     .requires_grad_(true);
     base.p[kv.key()] = local;
     base_params.emplace_back(kv.key(), local);
   }
@@ -245,7 +259,8 @@ int main() {
     auto full = batch(s, o.vocab_size);
     auto x = replicated(full.slice(1, 0, kSeq)), y = replicated(full.slice(1, 1, kSeq + 1));
     opt.zero_grad();
-    at::Tensor loss = at::cross_entropy_loss(vescale::nn::call(model, x).flatten(0, 1), y.flatten(0, 1));
+    at::Tensor loss =
+        at::cross_entropy_loss(vescale::nn::call(model, x).flatten(0, 1), y.flatten(0, 1));
     {
       dtensor::BackwardOnCallerThread same_thread;  // as the trainer
       loss.backward();
@@ -258,24 +273,25 @@ int main() {
   };
 
   std::vector<Variant> variants;
-  auto add = [&](std::string name, std::function<double(int64_t)> step, std::function<void()> enter = {},
-                 std::function<void()> leave = {}) {
+  auto add = [&](std::string name, std::function<double(int64_t)> step,
+                 std::function<void()> enter = {}, std::function<void()> leave = {}) {
     Variant v;
-    v.name = std::move(name), v.step = std::move(step), v.enter = std::move(enter), v.leave = std::move(leave);
+    v.name = std::move(name), v.step = std::move(step), v.enter = std::move(enter),
+    v.leave = std::move(leave);
     variants.push_back(std::move(v));
   };
   add("eager", [&](int64_t s) { return dtensor_step(eager_model, *eager_opt, s); });
-  add("static", [&](int64_t s) { return dtensor_step(static_model, *static_opt, s); },
+  add(
+      "static", [&](int64_t s) { return dtensor_step(static_model, *static_opt, s); },
       [] { dtensor::set_static_eager(true); }, [] { dtensor::set_static_eager(false); });
-  add("baseline",
-                      [&](int64_t s) {
-                        auto full = batch(s, o.vocab_size);
-                        base_opt->zero_grad();
-                        auto loss = base.loss(full.slice(1, 0, kSeq), full.slice(1, 1, kSeq + 1));
-                        loss.backward();
-                        base_opt->step();
-                        return loss.item<double>();
-                      });
+  add("baseline", [&](int64_t s) {
+    auto full = batch(s, o.vocab_size);
+    base_opt->zero_grad();
+    auto loss = base.loss(full.slice(1, 0, kSeq), full.slice(1, 1, kSeq + 1));
+    loss.backward();
+    base_opt->step();
+    return loss.item<double>();
+  });
 
   // TP_STEP_VARIANTS: a comma-separated subset to run (e.g. "eager" under a profiler); the first
   // one kept is the reference of the first-loss check.
@@ -298,7 +314,8 @@ int main() {
       const double cpu0 = bench::process_cpu_ms(), tcpu0 = bench::thread_cpu_ms();
       auto t0 = std::chrono::steady_clock::now();
       const double loss = v.step(next_step[vi]);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       const double cpu = bench::process_cpu_ms() - cpu0, tcpu = bench::thread_cpu_ms() - tcpu0;
       const auto ds1 = dtensor::dispatch_stats();
       const auto cs1 = dist::collective_stats();
@@ -323,8 +340,9 @@ int main() {
   if (env_int("TP_STEP_OP_COUNTS", 0)) {
     static std::mutex mu;
     static std::map<std::string, int64_t> counts;
-    auto handle = at::addGlobalCallback(at::RecordFunctionCallback(
-        [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+    auto handle = at::addGlobalCallback(
+        at::RecordFunctionCallback([](const at::RecordFunction& fn)
+                                       -> std::unique_ptr<at::ObserverContext> {
           std::lock_guard<std::mutex> lock(mu);
           ++counts[fn.name()];
           return nullptr;
@@ -333,7 +351,9 @@ int main() {
       counts.clear();
       run(vi, 1, false);
       if (dist::rank() == 0)
-        for (auto& [name, n] : counts) std::printf("opcount %s %s %lld\n", variants[vi].name.c_str(), name.c_str(), static_cast<long long>(n));
+        for (auto& [name, n] : counts)
+          std::printf("opcount %s %s %lld\n", variants[vi].name.c_str(), name.c_str(),
+                      static_cast<long long>(n));
     }
     at::removeCallback(handle);
   }
@@ -361,35 +381,41 @@ int main() {
   const auto se = dtensor::static_eager_stats();
   const double ref = variants[0].first_loss;
   for (auto& v : variants)
-    VESCALE_CHECK(std::abs(v.first_loss - ref) <= 1e-5 * std::abs(ref), "tp_step: the ", v.name,
-                  " variant's first loss ", v.first_loss, " differs from eager's ", ref,
-                  ": the variants no longer compute the same step, so their times are not comparable");
+    VESCALE_CHECK(
+        std::abs(v.first_loss - ref) <= 1e-5 * std::abs(ref), "tp_step: the ", v.name,
+        " variant's first loss ", v.first_loss, " differs from eager's ", ref,
+        ": the variants no longer compute the same step, so their times are not comparable");
   if (dist::rank() == 0) {
     for (auto& v : variants) {
       std::string rounds_json;
-      for (double r : v.round_ms) rounds_json += (rounds_json.empty() ? "" : ", ") + std::to_string(r);
+      for (double r : v.round_ms)
+        rounds_json += (rounds_json.empty() ? "" : ", ") + std::to_string(r);
       std::printf(
-          "{\"impl\": \"%s\", \"tp\": %lld, \"median_ms\": %.3f, \"min_ms\": %.3f, \"max_ms\": %.3f, \"cpu_ms\": %.3f, "
+          "{\"impl\": \"%s\", \"tp\": %lld, \"median_ms\": %.3f, \"min_ms\": %.3f, \"max_ms\": "
+          "%.3f, \"cpu_ms\": %.3f, "
           "\"thread_cpu_ms\": %.3f, \"round_ms\": [%s], \"steps\": %zu, "
-          "\"dispatch_calls_per_step\": %lld, \"redistributions_per_step\": %lld, \"collectives_per_step\": %lld, "
+          "\"dispatch_calls_per_step\": %lld, \"redistributions_per_step\": %lld, "
+          "\"collectives_per_step\": %lld, "
           "\"all_reduces_per_step\": %lld, "
-          "\"first_loss\": %.8f, \"first_loss_rel_diff_vs_eager\": %.3e, \"batch\": %lld, \"seq\": %lld, "
+          "\"first_loss\": %.8f, \"first_loss_rel_diff_vs_eager\": %.3e, \"batch\": %lld, \"seq\": "
+          "%lld, "
           "\"static_replayed\": %lld, \"static_recorded\": %lld, \"static_diverged\": %lld}\n",
-          v.name.c_str(), static_cast<long long>(tp), median(v.ms), *std::min_element(v.ms.begin(), v.ms.end()),
-          *std::max_element(v.ms.begin(), v.ms.end()), median(v.cpu_ms), median(v.thread_cpu_ms), rounds_json.c_str(),
-          v.ms.size(),
+          v.name.c_str(), static_cast<long long>(tp), median(v.ms),
+          *std::min_element(v.ms.begin(), v.ms.end()), *std::max_element(v.ms.begin(), v.ms.end()),
+          median(v.cpu_ms), median(v.thread_cpu_ms), rounds_json.c_str(), v.ms.size(),
           static_cast<long long>(v.dispatch_calls / static_cast<int64_t>(v.ms.size())),
           static_cast<long long>(v.redistributions / static_cast<int64_t>(v.ms.size())),
           static_cast<long long>(v.collectives / static_cast<int64_t>(v.ms.size())),
           static_cast<long long>(v.all_reduces / static_cast<int64_t>(v.ms.size())), v.first_loss,
-          std::abs(v.first_loss - ref) / std::abs(ref), static_cast<long long>(kBatch), static_cast<long long>(kSeq),
-          static_cast<long long>(se.replayed), static_cast<long long>(se.recorded),
-          static_cast<long long>(se.diverged));
+          std::abs(v.first_loss - ref) / std::abs(ref), static_cast<long long>(kBatch),
+          static_cast<long long>(kSeq), static_cast<long long>(se.replayed),
+          static_cast<long long>(se.recorded), static_cast<long long>(se.diverged));
     }
     std::string log;
-    for (auto& [what, n] : moves) log += (log.empty() ? "" : ", ") + ("\"" + what + "\": " + std::to_string(n));
-    std::printf("{\"impl\": \"%s_redistributions\", \"tp\": %lld, \"moves\": {%s}}\n", variants[0].name.c_str(),
-                static_cast<long long>(tp), log.c_str());
+    for (auto& [what, n] : moves)
+      log += (log.empty() ? "" : ", ") + ("\"" + what + "\": " + std::to_string(n));
+    std::printf("{\"impl\": \"%s_redistributions\", \"tp\": %lld, \"moves\": {%s}}\n",
+                variants[0].name.c_str(), static_cast<long long>(tp), log.c_str());
     std::fflush(stdout);
   }
   plan::remove_forward_hooks(*eager_model);

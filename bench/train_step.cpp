@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   try {
     at::set_num_threads(1);
     vescale::log::init(0, "warn");
-    std::vector<std::string> sets{"log.metrics_jsonl=\"\"", "train.grad_accum=1", "train.dtype=fp32"};
+    std::vector<std::string> sets{"log.metrics_jsonl=\"\"", "train.grad_accum=1",
+                                  "train.dtype=fp32"};
     for (int i = 3; i + 1 < argc; i += 2) sets.emplace_back(argv[i + 1]);
     const int steps = std::stoi(argv[2]);
     sets.push_back("train.steps=" + std::to_string(steps));
@@ -40,7 +41,8 @@ int main(int argc, char** argv) {
     vescale::dist::init();
     auto mesh = vescale::mesh::DeviceMesh::init({{"dp", 1}});
     const char* profile_env = std::getenv("VESCALE_PROFILE");
-    const bool profile = profile_env != nullptr, by_shape = profile && std::string(profile_env) == "shapes";
+    const bool profile = profile_env != nullptr,
+               by_shape = profile && std::string(profile_env) == "shapes";
     {
       vescale::train::Trainer trainer(cfg, mesh);
       std::unique_ptr<bench::OpProfile> recording;
@@ -50,8 +52,10 @@ int main(int argc, char** argv) {
         const double cpu0 = bench::thread_cpu_ms();
         auto m = trainer.step(s);
         const double cpu_ms = bench::thread_cpu_ms() - cpu0;
-        std::printf("{\"impl\": \"vescale\", \"step\": %d, \"ms\": %.3f, \"cpu_ms\": %.3f, \"loss\": %.4f}\n", s,
-                    m.step_ms, cpu_ms, m.loss);
+        std::printf(
+            "{\"impl\": \"vescale\", \"step\": %d, \"ms\": %.3f, \"cpu_ms\": %.3f, \"loss\": "
+            "%.4f}\n",
+            s, m.step_ms, cpu_ms, m.loss);
         std::fflush(stdout);
       }
     }

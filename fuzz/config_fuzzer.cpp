@@ -36,11 +36,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const std::string twice = Config::from_json(once, "fuzz.json").to_json();
     if (twice != once) {
-      std::fprintf(stderr, "config round trip changed it:\n%s\n---\n%s\n", once.c_str(), twice.c_str());
+      std::fprintf(stderr, "config round trip changed it:\n%s\n---\n%s\n", once.c_str(),
+                   twice.c_str());
       std::abort();
     }
   } catch (const vescale::Error& e) {
-    std::fprintf(stderr, "an accepted config failed its own round trip: %s\n%s\n", e.what(), once.c_str());
+    std::fprintf(stderr, "an accepted config failed its own round trip: %s\n%s\n", e.what(),
+                 once.c_str());
     std::abort();
   }
   return 0;

@@ -1,7 +1,7 @@
 // libFuzzer target for the plan parser: any bytes given to Plan::from_json, to resolve(),
-// phase_for() and forward_for() over a small fixed model, and (split at the first newline) to fqn_match(pattern, name)
-// must either work or throw vescale::Error. A crash, a hang, a sanitizer report, or any
-// other exception escaping is a finding.
+// phase_for() and forward_for() over a small fixed model, and (split at the first newline) to
+// fqn_match(pattern, name) must either work or throw vescale::Error. A crash, a hang, a sanitizer
+// report, or any other exception escaping is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <string>

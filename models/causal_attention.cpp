@@ -61,7 +61,8 @@ void softmax_avx2(float* s, int64_t len, int64_t ncols, float scale) {
   const __m256 mx8 = _mm256_set1_ps(mx), scale8 = _mm256_set1_ps(scale);
   __m256 sum8 = _mm256_setzero_ps();
   for (j = 0; j + 8 <= len; j += 8) {
-    const __m256 e = Sleef_expf8_u10(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mx8), scale8));
+    const __m256 e =
+        Sleef_expf8_u10(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), mx8), scale8));
     _mm256_storeu_ps(s + j, e);
     sum8 = _mm256_add_ps(sum8, e);
   }
@@ -69,7 +70,8 @@ void softmax_avx2(float* s, int64_t len, int64_t ncols, float scale) {
   for (; j < len; ++j) sum += (s[j] = std::exp((s[j] - mx) * scale));
   const float inv = 1.0f / sum;
   const __m256 inv8 = _mm256_set1_ps(inv);
-  for (j = 0; j + 8 <= len; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv8));
+  for (j = 0; j + 8 <= len; j += 8)
+    _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv8));
   for (; j < len; ++j) s[j] *= inv;
   std::fill(s + len, s + ncols, 0.0f);
 }
@@ -84,7 +86,8 @@ void softmax_row(float* s, int64_t len, int64_t ncols, float scale) {
 }
 
 // dst[c, r] = src[r, c] for r < rows, c < cols (row-major, leading dims given).
-void transpose_scalar(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
+void transpose_scalar(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows,
+                      int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
 }
@@ -111,28 +114,33 @@ void transpose8x8(const float* src, int64_t ld_src, float* dst, int64_t ld_dst) 
   }
 }
 
-void transpose_avx2(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
+void transpose_avx2(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows,
+                    int64_t cols) {
   const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
   for (int64_t r = 0; r < rows8; r += 8)
-    for (int64_t c = 0; c < cols8; c += 8) transpose8x8(src + r * ld_src + c, ld_src, dst + c * ld_dst + r, ld_dst);
+    for (int64_t c = 0; c < cols8; c += 8)
+      transpose8x8(src + r * ld_src + c, ld_src, dst + c * ld_dst + r, ld_dst);
   transpose_scalar(src + cols8, ld_src, dst + cols8 * ld_dst, ld_dst, rows, cols - cols8);
   transpose_scalar(src + rows8 * ld_src, ld_src, dst + rows8, ld_dst, rows - rows8, cols8);
 }
 #pragma GCC pop_options
 #endif
 
-void transpose(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
+void transpose(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows,
+               int64_t cols) {
 #ifdef MODELS_X86_SIMD
-  if (simd::level() != simd::Level::scalar) return transpose_avx2(src, ld_src, dst, ld_dst, rows, cols);
+  if (simd::level() != simd::Level::scalar)
+    return transpose_avx2(src, ld_src, dst, ld_dst, rows, cols);
 #endif
   transpose_scalar(src, ld_src, dst, ld_dst, rows, cols);
 }
 
 // Row-major C[m, n] = A[m, k] B[k, n] (+ C): ATen's batch-reduce GEMM, oneDNN's small-matrix
 // kernel where the CPU has it (no packing, no separate zeroing of C), else BLAS.
-void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                bool add, float* c, int64_t ldc) {
-  if (m > 0 && n > 0) at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, add, a, b, c, /*is_vnni=*/false);
+void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                int64_t ldb, bool add, float* c, int64_t ldc) {
+  if (m > 0 && n > 0)
+    at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, add, a, b, c, /*is_vnni=*/false);
 }
 
 // One head's [T, D] matrix inside a [B, H, T, D] tensor with unit stride in D.
@@ -158,13 +166,15 @@ at::Tensor gemm_ready(const at::Tensor& t) {
 }
 
 // kt: [D, T] scratch for K^T.
-void forward_head(const float* q, int64_t lq, const float* k, int64_t lk, const float* v, int64_t lv, float* o,
-                  int64_t lo, float* p, float* kt, int64_t T, int64_t D, float scale) {
+void forward_head(const float* q, int64_t lq, const float* k, int64_t lk, const float* v,
+                  int64_t lv, float* o, int64_t lo, float* p, float* kt, int64_t T, int64_t D,
+                  float scale) {
   transpose(k, lk, kt, T, T, D);
   for (int64_t r0 = 0; r0 < T; r0 += kRows) {
     const int64_t rows = std::min(kRows, T - r0), ncols = r0 + rows;
     float* s = p + r0 * T;
-    small_gemm(rows, ncols, D, q + r0 * lq, lq, kt, T, false, s, T);  // S = Q K^T, scaled in the softmax
+    small_gemm(rows, ncols, D, q + r0 * lq, lq, kt, T, false, s,
+               T);  // S = Q K^T, scaled in the softmax
     for (int64_t i = 0; i < rows; ++i) softmax_row(s + i * T, r0 + i + 1, ncols, scale);
     small_gemm(rows, D, ncols, s, T, v, lv, false, o + r0 * lo, lo);  // O = P V
   }
@@ -172,8 +182,8 @@ void forward_head(const float* q, int64_t lq, const float* k, int64_t lk, const 
 
 // Row i of dS, scaled: ds[j] = scale p[j] (ds[j] - delta) for the keys j < len, 0 for the
 // masked rest of the block, with delta = dO_i . O_i (= rowsum(dP * P)).
-void ds_row_scalar(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols,
-                   float scale) {
+void ds_row_scalar(const float* go, const float* o, int64_t D, const float* p, float* ds,
+                   int64_t len, int64_t ncols, float scale) {
   float delta = 0;
   for (int64_t d = 0; d < D; ++d) delta += go[d] * o[d];
   for (int64_t j = 0; j < len; ++j) ds[j] = scale * p[j] * (ds[j] - delta);
@@ -183,11 +193,12 @@ void ds_row_scalar(const float* go, const float* o, int64_t D, const float* p, f
 #ifdef MODELS_X86_SIMD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-void ds_row_avx2(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols,
-                 float scale) {
+void ds_row_avx2(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len,
+                 int64_t ncols, float scale) {
   __m256 acc = _mm256_setzero_ps();
   int64_t d = 0;
-  for (; d + 8 <= D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(go + d), _mm256_loadu_ps(o + d), acc);
+  for (; d + 8 <= D; d += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(go + d), _mm256_loadu_ps(o + d), acc);
   float delta = hsum(acc);
   for (; d < D; ++d) delta += go[d] * o[d];
   const __m256 delta8 = _mm256_set1_ps(delta), scale8 = _mm256_set1_ps(scale);
@@ -201,8 +212,8 @@ void ds_row_avx2(const float* go, const float* o, int64_t D, const float* p, flo
 #pragma GCC pop_options
 #endif
 
-void ds_row(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len, int64_t ncols,
-            float scale) {
+void ds_row(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len,
+            int64_t ncols, float scale) {
 #ifdef MODELS_X86_SIMD
   if (simd::level() != simd::Level::scalar) return ds_row_avx2(go, o, D, p, ds, len, ncols, scale);
 #endif
@@ -212,7 +223,12 @@ void ds_row(const float* go, const float* o, int64_t D, const float* p, float* d
 // Scratch for one head's backward, [D, T] each unless noted.
 struct BackwardScratch {
   explicit BackwardScratch(int64_t T, int64_t D)
-      : ds(static_cast<size_t>(kRows * T)), vt(D * T), got(D * T), qt(D * T), dvt(D * T), dkt(D * T) {}
+      : ds(static_cast<size_t>(kRows * T)),
+        vt(D * T),
+        got(D * T),
+        qt(D * T),
+        dvt(D * T),
+        dkt(D * T) {}
   std::vector<float> ds;  // [kRows, T]
   std::vector<float> vt, got, qt, dvt, dkt;
 };
@@ -221,10 +237,10 @@ struct BackwardScratch {
 // scale). The transposed forms keep every GEMM free of transposed operands (V, dO and Q are
 // transposed once per head, dV and dK once at the end). The blocks run last to first: the last
 // one reaches every key, so it writes dK^T and dV^T and the others add to them, with no zero fill.
-void backward_head(const float* q, int64_t lq, const float* k, int64_t lk, const float* v, int64_t lv,
-                   const float* o, int64_t lo, const float* go, int64_t lgo, const float* p, float* dq, int64_t ldq,
-                   float* dk, int64_t ldk, float* dv, int64_t ldv, BackwardScratch& w, int64_t T, int64_t D,
-                   float scale) {
+void backward_head(const float* q, int64_t lq, const float* k, int64_t lk, const float* v,
+                   int64_t lv, const float* o, int64_t lo, const float* go, int64_t lgo,
+                   const float* p, float* dq, int64_t ldq, float* dk, int64_t ldk, float* dv,
+                   int64_t ldv, BackwardScratch& w, int64_t T, int64_t D, float scale) {
   transpose(v, lv, w.vt.data(), T, T, D);
   transpose(go, lgo, w.got.data(), T, T, D);
   transpose(q, lq, w.qt.data(), T, T, D);
@@ -234,19 +250,24 @@ void backward_head(const float* q, int64_t lq, const float* k, int64_t lk, const
     const int64_t rows = std::min(kRows, T - r0), ncols = r0 + rows;
     const float* pr = p + r0 * T;
     const bool accumulate = r0 != last;
-    small_gemm(D, ncols, rows, w.got.data() + r0, T, pr, T, accumulate, w.dvt.data(), T);  // dV^T += dO^T P
-    small_gemm(rows, ncols, D, go + r0 * lgo, lgo, w.vt.data(), T, false, ds, ncols);     // dP = dO V^T
+    small_gemm(D, ncols, rows, w.got.data() + r0, T, pr, T, accumulate, w.dvt.data(),
+               T);  // dV^T += dO^T P
+    small_gemm(rows, ncols, D, go + r0 * lgo, lgo, w.vt.data(), T, false, ds,
+               ncols);  // dP = dO V^T
     for (int64_t i = 0; i < rows; ++i)
-      ds_row(go + (r0 + i) * lgo, o + (r0 + i) * lo, D, pr + i * T, ds + i * ncols, r0 + i + 1, ncols, scale);
-    small_gemm(rows, D, ncols, ds, ncols, k, lk, false, dq + r0 * ldq, ldq);                  // dQ = dS K
-    small_gemm(D, ncols, rows, w.qt.data() + r0, T, ds, ncols, accumulate, w.dkt.data(), T);  // dK^T += Q^T dS
+      ds_row(go + (r0 + i) * lgo, o + (r0 + i) * lo, D, pr + i * T, ds + i * ncols, r0 + i + 1,
+             ncols, scale);
+    small_gemm(rows, D, ncols, ds, ncols, k, lk, false, dq + r0 * ldq, ldq);  // dQ = dS K
+    small_gemm(D, ncols, rows, w.qt.data() + r0, T, ds, ncols, accumulate, w.dkt.data(),
+               T);  // dK^T += Q^T dS
   }
   transpose(w.dvt.data(), T, dv, ldv, D, T);
   transpose(w.dkt.data(), T, dk, ldk, D, T);
 }
 
 // out (laid out by empty_heads_interleaved) and the probabilities [B, H, T, T] of q, k, v.
-at::Tensor forward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out) {
+at::Tensor forward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         at::Tensor& out) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   at::Tensor probs = at::empty({B, H, T, T}, q.options());
@@ -256,8 +277,8 @@ at::Tensor forward_heads(const at::Tensor& q, const at::Tensor& k, const at::Ten
     std::vector<float> kt(static_cast<size_t>(D * T));
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H, h = bh % H;
-      forward_head(Q.at(b, h), Q.ld(), K.at(b, h), K.ld(), V.at(b, h), V.ld(), O.at(b, h), O.ld(), P + bh * T * T,
-                   kt.data(), T, D, scale);
+      forward_head(Q.at(b, h), Q.ld(), K.at(b, h), K.ld(), V.at(b, h), V.ld(), O.at(b, h), O.ld(),
+                   P + bh * T * T, kt.data(), T, D, scale);
     }
     at::native::cpublas::brgemm_release(/*is_vnni=*/false);
   });
@@ -265,9 +286,9 @@ at::Tensor forward_heads(const at::Tensor& q, const at::Tensor& k, const at::Ten
 }
 
 // dq, dk, dv (any [B, H, T, D] views with unit stride in D) from the saved forward and dO.
-void backward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                    const at::Tensor& probs, const at::Tensor& go, const at::Tensor& dq, const at::Tensor& dk,
-                    const at::Tensor& dv) {
+void backward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const at::Tensor& out, const at::Tensor& probs, const at::Tensor& go,
+                    const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const HeadView Q{q}, K{k}, V{v}, O{out}, GO{go}, DQ{dq}, DK{dk}, DV{dv};
@@ -276,17 +297,17 @@ void backward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     BackwardScratch scratch(T, D);
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H, h = bh % H;
-      backward_head(Q.at(b, h), Q.ld(), K.at(b, h), K.ld(), V.at(b, h), V.ld(), O.at(b, h), O.ld(), GO.at(b, h),
-                    GO.ld(), P + bh * T * T, DQ.at(b, h), DQ.ld(), DK.at(b, h), DK.ld(), DV.at(b, h), DV.ld(), scratch,
-                    T, D, scale);
+      backward_head(Q.at(b, h), Q.ld(), K.at(b, h), K.ld(), V.at(b, h), V.ld(), O.at(b, h), O.ld(),
+                    GO.at(b, h), GO.ld(), P + bh * T * T, DQ.at(b, h), DQ.ld(), DK.at(b, h),
+                    DK.ld(), DV.at(b, h), DV.ld(), scratch, T, D, scale);
     }
     at::native::cpublas::brgemm_release(/*is_vnni=*/false);
   });
 }
 
 struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& query, const at::Tensor& key,
-                            const at::Tensor& value) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& query,
+                            const at::Tensor& key, const at::Tensor& value) {
     const at::Tensor q = gemm_ready(query), k = gemm_ready(key), v = gemm_ready(value);
     at::Tensor out = empty_heads_interleaved(q);
     const at::Tensor probs = forward_heads(q, k, v, out);
@@ -298,7 +319,8 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& q = saved[0];
-    at::Tensor dq = empty_heads_interleaved(q), dk = empty_heads_interleaved(q), dv = empty_heads_interleaved(q);
+    at::Tensor dq = empty_heads_interleaved(q), dk = empty_heads_interleaved(q),
+               dv = empty_heads_interleaved(q);
     backward_heads(q, saved[1], saved[2], saved[3], saved[4], gemm_ready(grads[0]), dq, dk, dv);
     return {dq, dk, dv};
   }
@@ -310,13 +332,15 @@ std::array<at::Tensor, 3> packed_heads(const at::Tensor& qkv, int64_t n_head) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   const auto parts = qkv.split(C, 2);
   std::array<at::Tensor, 3> heads;
-  for (size_t i = 0; i < 3; ++i) heads[i] = parts[i].view({B, T, n_head, C / n_head}).transpose(1, 2);
+  for (size_t i = 0; i < 3; ++i)
+    heads[i] = parts[i].view({B, T, n_head, C / n_head}).transpose(1, 2);
   return heads;
 }
 
 // The same kernel on a packed [B, T, 3C] input, whose gradient backward writes in one buffer.
 struct PackedCausalAttentionFunction : torch::autograd::Function<PackedCausalAttentionFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& packed, int64_t n_head) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& packed,
+                            int64_t n_head) {
     const at::Tensor qkv = packed.contiguous();
     const auto [q, k, v] = packed_heads(qkv, n_head);
     at::Tensor out = empty_heads_interleaved(q);
@@ -346,13 +370,14 @@ bool use_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, d
   // Leading dims within int, as the BLAS behind brgemm's fallback takes them.
   const int64_t limit = std::numeric_limits<int>::max();
   // T first, so that B * H * T * T cannot overflow.
-  return B * H * T > 0 && D > 0 && T * T * 4 <= kMaxProbBytes && B * H * T * T * 4 <= kMaxProbBytes &&
-         T * H * D < limit;
+  return B * H * T > 0 && D > 0 && T * T * 4 <= kMaxProbBytes &&
+         B * H * T * T * 4 <= kMaxProbBytes && T * H * D < limit;
 }
 
 }  // namespace
 
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            double dropout_p) {
   if (!use_kernel(q, k, v, dropout_p))
     return at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true);
   RECORD_FUNCTION("models::causal_attention", std::vector<c10::IValue>{});  // for op profiles
@@ -361,8 +386,8 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 at::Tensor causal_attention_packed(const at::Tensor& qkv, int64_t n_head, double dropout_p) {
   TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % (3 * n_head) == 0,
-              "causal_attention_packed: qkv must be [B, T, 3C] with C divisible by n_head (", n_head, "), got ",
-              qkv.sizes());
+              "causal_attention_packed: qkv must be [B, T, 3C] with C divisible by n_head (",
+              n_head, "), got ", qkv.sizes());
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   const auto [q, k, v] = packed_heads(qkv, n_head);
   at::Tensor out;

@@ -3,17 +3,18 @@
 //
 // On CPU in fp32, for short sequences (the [B, H, T, T] probabilities fit in 64 MB), it runs its
 // own kernel: per head, row blocks of the lower triangle as small GEMMs (ATen's brgemm), the
-// probabilities kept for backward (4 GEMMs per block, no recomputation). ATen's CPU flash kernel works in small tiles and
-// recomputes the scores in backward, which at head dims of 16-64 runs well below the GEMMs'
-// rate (docs/models.md, "Causal attention"). Anything else (CUDA, DTensors, other dtypes,
-// dropout, long sequences) goes to at::scaled_dot_product_attention.
+// probabilities kept for backward (4 GEMMs per block, no recomputation). ATen's CPU flash kernel
+// works in small tiles and recomputes the scores in backward, which at head dims of 16-64 runs well
+// below the GEMMs' rate (docs/models.md, "Causal attention"). Anything else (CUDA, DTensors, other
+// dtypes, dropout, long sequences) goes to at::scaled_dot_product_attention.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 namespace models {
 
 // q, k, v: [B, H, T, D], same H, T and D (grouped-query heads repeated by the caller).
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p = 0.0);
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            double dropout_p = 0.0);
 
 // GPT-2's packed form: qkv [B, T, 3C] (q, k, v side by side, n_head heads each) -> [B, T, C] with
 // the heads merged. The value of splitting qkv into heads, causal_attention, and merging; on the

@@ -38,9 +38,10 @@ enum class Level { scalar, avx2, avx512 };
 // The widest level this CPU has (AVX2 also needs FMA), read once.
 inline Level detected() {
 #ifdef MODELS_X86_SIMD
-  static const Level l = __builtin_cpu_supports("avx512f")                                        ? Level::avx512
-                         : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? Level::avx2
-                                                                                             : Level::scalar;
+  static const Level l = __builtin_cpu_supports("avx512f") ? Level::avx512
+                         : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                             ? Level::avx2
+                             : Level::scalar;
   return l;
 #else
   return Level::scalar;
@@ -56,7 +57,9 @@ inline Level level() {
 }
 
 // For tests, so that every code path runs on one machine: never above what the CPU has.
-inline void force_level(Level l) { forced_level = std::min(static_cast<int>(l), static_cast<int>(detected())); }
+inline void force_level(Level l) {
+  forced_level = std::min(static_cast<int>(l), static_cast<int>(detected()));
+}
 inline void reset_level() { forced_level = -1; }
 
 }  // namespace models::simd

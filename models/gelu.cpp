@@ -28,9 +28,10 @@ void forward_scalar(const float* x, float* y, int64_t n) {
   }
 }
 
-// d y / d x = s + x s (1 - s) 2k (1 + 3 kappa x^2) with s = sigmoid(2u) = 1 / (1 + e), e = exp(-2u),
-// times the incoming gradient. 1 - s is taken as e s, not subtracted, which would lose the digits
-// of 1 - s where s is near 1; the exponent is capped below float's overflow so that e s stays finite.
+// d y / d x = s + x s (1 - s) 2k (1 + 3 kappa x^2) with s = sigmoid(2u) = 1 / (1 + e), e =
+// exp(-2u), times the incoming gradient. 1 - s is taken as e s, not subtracted, which would lose
+// the digits of 1 - s where s is near 1; the exponent is capped below float's overflow so that e s
+// stays finite.
 constexpr float kMaxExponent = 88.0f;
 
 void backward_scalar(const float* g, const float* x, float* gx, int64_t n) {
@@ -63,7 +64,8 @@ template <class Vec, Vec (*Exp)(Vec)>
 }
 
 template <class Vec, Vec (*Exp)(Vec)>
-[[gnu::always_inline]] inline int64_t backward_lanes(const float* g, const float* x, float* gx, int64_t n) {
+[[gnu::always_inline]] inline int64_t backward_lanes(const float* g, const float* x, float* gx,
+                                                     int64_t n) {
   constexpr int64_t w = sizeof(Vec) / sizeof(float);
   int64_t i = 0;
   for (; i + w <= n; i += w) {
@@ -73,7 +75,8 @@ template <class Vec, Vec (*Exp)(Vec)>
     const Vec z = (-2.0f * kBeta) * (v + kKappa * (v * v * v));
     const Vec e = Exp(z < kMaxExponent ? z : kMaxExponent);
     const Vec s = 1.0f / (1.0f + e);
-    const Vec out = gv * (s + v * (s * (e * s)) * ((2.0f * kBeta) * (1.0f + (3.0f * kKappa) * (v * v))));
+    const Vec out =
+        gv * (s + v * (s * (e * s)) * ((2.0f * kBeta) * (1.0f + (3.0f * kKappa) * (v * v))));
     std::memcpy(gx + i, &out, sizeof out);
   }
   return i;

@@ -15,9 +15,12 @@ namespace models {
 using vescale::nn::call;
 
 GPTAttentionImpl::GPTAttentionImpl(const GPTOptions& o) : n_head(o.n_head), dropout(o.dropout) {
-  TORCH_CHECK(o.n_embd % o.n_head == 0, "GPT: n_embd (", o.n_embd, ") must be divisible by n_head (", o.n_head, ")");
-  c_attn = register_module("c_attn", Linear(torch::nn::LinearOptions(o.n_embd, 3 * o.n_embd).bias(o.bias)));
-  c_proj = register_module("c_proj", Linear(torch::nn::LinearOptions(o.n_embd, o.n_embd).bias(o.bias)));
+  TORCH_CHECK(o.n_embd % o.n_head == 0, "GPT: n_embd (", o.n_embd,
+              ") must be divisible by n_head (", o.n_head, ")");
+  c_attn = register_module("c_attn",
+                           Linear(torch::nn::LinearOptions(o.n_embd, 3 * o.n_embd).bias(o.bias)));
+  c_proj =
+      register_module("c_proj", Linear(torch::nn::LinearOptions(o.n_embd, o.n_embd).bias(o.bias)));
   resid_dropout = register_module("resid_dropout", torch::nn::Dropout(o.dropout));
 }
 
@@ -27,8 +30,10 @@ torch::Tensor GPTAttentionImpl::forward(const torch::Tensor& x) {
 }
 
 GPTMLPImpl::GPTMLPImpl(const GPTOptions& o) {
-  c_fc = register_module("c_fc", Linear(torch::nn::LinearOptions(o.n_embd, 4 * o.n_embd).bias(o.bias)));
-  c_proj = register_module("c_proj", Linear(torch::nn::LinearOptions(4 * o.n_embd, o.n_embd).bias(o.bias)));
+  c_fc = register_module("c_fc",
+                         Linear(torch::nn::LinearOptions(o.n_embd, 4 * o.n_embd).bias(o.bias)));
+  c_proj = register_module("c_proj",
+                           Linear(torch::nn::LinearOptions(4 * o.n_embd, o.n_embd).bias(o.bias)));
   dropout = register_module("dropout", torch::nn::Dropout(o.dropout));
 }
 
@@ -37,7 +42,9 @@ torch::Tensor GPTMLPImpl::forward(const torch::Tensor& x) {
 }
 
 GPTBlockImpl::GPTBlockImpl(const GPTOptions& o) {
-  auto ln = [&] { return LayerNorm(torch::nn::LayerNormOptions({o.n_embd}).eps(o.layer_norm_eps)); };
+  auto ln = [&] {
+    return LayerNorm(torch::nn::LayerNormOptions({o.n_embd}).eps(o.layer_norm_eps));
+  };
   ln_1 = register_module("ln_1", ln());
   attn = register_module("attn", GPTAttention(o));
   ln_2 = register_module("ln_2", ln());
@@ -55,7 +62,8 @@ GPTImpl::GPTImpl(const GPTOptions& o) : options(o) {
   drop = register_module("drop", torch::nn::Dropout(o.dropout));
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.n_layer; ++i) h->push_back(GPTBlock(o));
-  ln_f = register_module("ln_f", LayerNorm(torch::nn::LayerNormOptions({o.n_embd}).eps(o.layer_norm_eps)));
+  ln_f = register_module("ln_f",
+                         LayerNorm(torch::nn::LayerNormOptions({o.n_embd}).eps(o.layer_norm_eps)));
   init_weights();
 }
 
@@ -80,7 +88,8 @@ void GPTImpl::init_weights() {
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
-  TORCH_CHECK(T <= options.n_positions, "GPT: sequence length ", T, " exceeds n_positions ", options.n_positions);
+  TORCH_CHECK(T <= options.n_positions, "GPT: sequence length ", T, " exceeds n_positions ",
+              options.n_positions);
   auto pos = at::arange(T, tokens.options());
   auto x = call(drop, call(wte, tokens) + call(wpe, pos));
   for (size_t i = 0; i < h->size(); ++i) x = call(h->ptr<GPTBlockImpl>(i), x);

@@ -41,8 +41,9 @@ struct Source {
       os << " unexpected:";
       for (const auto& [k, v] : left) os << " " << k;
     }
-    TORCH_CHECK(missing.empty() && left.empty(), model, " from Hugging Face: the state dict does not match the options;",
-                os.str(), ". Check the config (layers, experts, tie_word_embeddings) against the file");
+    TORCH_CHECK(missing.empty() && left.empty(), model,
+                " from Hugging Face: the state dict does not match the options;", os.str(),
+                ". Check the config (layers, experts, tie_word_embeddings) against the file");
   }
 };
 
@@ -57,8 +58,10 @@ StateDict strip_prefix(const StateDict& hf, const std::string& prefix) {
 void take_tied_head(Source& src, const at::Tensor& embedding, const std::string& head_key) {
   auto it = src.left.find(head_key);
   if (it == src.left.end()) return;
-  TORCH_CHECK(!embedding.defined() || it->second.equal(embedding), src.model, " from Hugging Face: ", head_key,
-              " differs from the token embedding but the options tie them; set tie_embeddings = false");
+  TORCH_CHECK(
+      !embedding.defined() || it->second.equal(embedding), src.model,
+      " from Hugging Face: ", head_key,
+      " differs from the token embedding but the options tie them; set tie_embeddings = false");
   src.left.erase(it);
 }
 
@@ -75,7 +78,8 @@ void map_llama_common(Source& src, StateDict& out, int64_t n_layers, bool tied) 
     const std::string hf = "layers." + std::to_string(i) + ".", ours = hf;
     out[ours + "attention_norm.weight"] = src.take(hf + "input_layernorm.weight");
     out[ours + "ffn_norm.weight"] = src.take(hf + "post_attention_layernorm.weight");
-    for (auto [h, o] : {std::pair{"q_proj", "wq"}, {"k_proj", "wk"}, {"v_proj", "wv"}, {"o_proj", "wo"}}) {
+    for (auto [h, o] :
+         {std::pair{"q_proj", "wq"}, {"k_proj", "wk"}, {"v_proj", "wv"}, {"o_proj", "wo"}}) {
       out[ours + "attention." + o + ".weight"] = src.take(hf + "self_attn." + h + ".weight");
     }
   }
@@ -88,7 +92,8 @@ StateDict llama_from_hf(const StateDict& hf, const LlamaOptions& o) {
   StateDict out;
   map_llama_common(src, out, o.n_layers, o.tie_embeddings);
   for (int64_t i = 0; i < o.n_layers; ++i) {
-    const std::string hf_l = "layers." + std::to_string(i) + ".mlp.", ours = "layers." + std::to_string(i) + ".feed_forward.";
+    const std::string hf_l = "layers." + std::to_string(i) + ".mlp.",
+                      ours = "layers." + std::to_string(i) + ".feed_forward.";
     out[ours + "w1.weight"] = src.take(hf_l + "gate_proj.weight");
     out[ours + "w2.weight"] = src.take(hf_l + "down_proj.weight");
     out[ours + "w3.weight"] = src.take(hf_l + "up_proj.weight");
@@ -111,7 +116,8 @@ StateDict mixtral_from_hf(const StateDict& hf, const MixtralOptions& o) {
         auto t = src.take(hf_l + "experts." + std::to_string(e) + "." + w + ".weight");
         if (t.defined()) experts.push_back(t);
       }
-      if (static_cast<int64_t>(experts.size()) == o.n_experts) out[ours + "experts." + w] = at::stack(experts);
+      if (static_cast<int64_t>(experts.size()) == o.n_experts)
+        out[ours + "experts." + w] = at::stack(experts);
     }
   }
   src.finish();
@@ -121,7 +127,8 @@ StateDict mixtral_from_hf(const StateDict& hf, const MixtralOptions& o) {
 StateDict gpt2_from_hf(const StateDict& hf, const GPTOptions& o) {
   Source src{strip_prefix(hf, "transformer."), {}, "GPT-2"};
   StateDict out;
-  for (const char* k : {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"}) out[k] = src.take(k);
+  for (const char* k : {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"})
+    out[k] = src.take(k);
   take_tied_head(src, out["wte.weight"], "lm_head.weight");
   for (int64_t i = 0; i < o.n_layer; ++i) {
     const std::string p = "h." + std::to_string(i) + ".";
@@ -142,7 +149,8 @@ StateDict gpt2_from_hf(const StateDict& hf, const GPTOptions& o) {
 }
 
 at::Tensor permute_interleaved_rope(const at::Tensor& w, int64_t n_heads) {
-  TORCH_CHECK(w.dim() == 2 && w.size(0) % (2 * n_heads) == 0, "permute_interleaved_rope: expected [n_heads * head_dim, dim]",
+  TORCH_CHECK(w.dim() == 2 && w.size(0) % (2 * n_heads) == 0,
+              "permute_interleaved_rope: expected [n_heads * head_dim, dim]",
               " with an even head_dim, got ", w.sizes(), " for ", n_heads, " heads");
   const int64_t half = w.size(0) / n_heads / 2;
   // Within each head, rows (2j, 2j+1) become (j, j + head_dim/2).
@@ -159,7 +167,8 @@ void load_state_dict(torch::nn::Module& module, const StateDict& sd) {
       missing.push_back(item.key());
     } else if (it->second.sizes() != item.value().sizes()) {
       std::ostringstream os;
-      os << item.key() << " (file " << it->second.sizes() << ", model " << item.value().sizes() << ")";
+      os << item.key() << " (file " << it->second.sizes() << ", model " << item.value().sizes()
+         << ")";
       mismatched.push_back(os.str());
     }
     seen.insert(item.key());
@@ -179,7 +188,8 @@ void load_state_dict(torch::nn::Module& module, const StateDict& sd) {
     list("missing", missing);
     list("unexpected", unexpected);
     list("shape mismatch", mismatched);
-    TORCH_CHECK(false, "load_state_dict:", os.str(), " check that the model options match the checkpoint");
+    TORCH_CHECK(false, "load_state_dict:", os.str(),
+                " check that the model options match the checkpoint");
   }
   at::NoGradGuard no_grad;
   for (auto& item : params) item.value().copy_(sd.at(item.key()));

@@ -46,8 +46,9 @@ template <class Vec>
 }
 
 template <class Vec>
-[[gnu::always_inline]] inline void forward_rows(const float* x, const float* w, const float* b, float* y, float* mean,
-                                                float* rstd, int64_t rows, Row r) {
+[[gnu::always_inline]] inline void forward_rows(const float* x, const float* w, const float* b,
+                                                float* y, float* mean, float* rstd, int64_t rows,
+                                                Row r) {
   constexpr int64_t L = sizeof(Vec) / sizeof(float);
   const int64_t C = r.C, CL = C / L * L;
   for (int64_t i = 0; i < rows; ++i) {
@@ -77,9 +78,9 @@ template <class Vec>
 }
 
 template <class Vec>
-[[gnu::always_inline]] inline void backward_rows(const float* dy, const float* x, const float* w, const float* mean,
-                                                 const float* rstd, float* dx, float* dw, float* db, int64_t rows,
-                                                 int64_t C) {
+[[gnu::always_inline]] inline void backward_rows(const float* dy, const float* x, const float* w,
+                                                 const float* mean, const float* rstd, float* dx,
+                                                 float* dw, float* db, int64_t rows, int64_t C) {
   constexpr int64_t L = sizeof(Vec) / sizeof(float);
   const int64_t CL = C / L * L;
   for (int64_t i = 0; i < rows; ++i) {
@@ -118,43 +119,43 @@ template <class Vec>
 
 typedef float Scalar1 __attribute__((vector_size(4)));  // one lane: the scalar level
 
-void forward_scalar(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t rows,
-                    Row r) {
+void forward_scalar(const float* x, const float* w, const float* b, float* y, float* mean,
+                    float* rstd, int64_t rows, Row r) {
   forward_rows<Scalar1>(x, w, b, y, mean, rstd, rows, r);
 }
-void backward_scalar(const float* dy, const float* x, const float* w, const float* mean, const float* rstd, float* dx,
-                     float* dw, float* db, int64_t rows, int64_t C) {
+void backward_scalar(const float* dy, const float* x, const float* w, const float* mean,
+                     const float* rstd, float* dx, float* dw, float* db, int64_t rows, int64_t C) {
   backward_rows<Scalar1>(dy, x, w, mean, rstd, dx, dw, db, rows, C);
 }
 
 #ifdef MODELS_X86_SIMD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-void forward_avx2(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t rows,
-                  Row r) {
+void forward_avx2(const float* x, const float* w, const float* b, float* y, float* mean,
+                  float* rstd, int64_t rows, Row r) {
   forward_rows<__m256>(x, w, b, y, mean, rstd, rows, r);
 }
-void backward_avx2(const float* dy, const float* x, const float* w, const float* mean, const float* rstd, float* dx,
-                   float* dw, float* db, int64_t rows, int64_t C) {
+void backward_avx2(const float* dy, const float* x, const float* w, const float* mean,
+                   const float* rstd, float* dx, float* dw, float* db, int64_t rows, int64_t C) {
   backward_rows<__m256>(dy, x, w, mean, rstd, dx, dw, db, rows, C);
 }
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx512f")
-void forward_avx512(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t rows,
-                    Row r) {
+void forward_avx512(const float* x, const float* w, const float* b, float* y, float* mean,
+                    float* rstd, int64_t rows, Row r) {
   forward_rows<__m512>(x, w, b, y, mean, rstd, rows, r);
 }
-void backward_avx512(const float* dy, const float* x, const float* w, const float* mean, const float* rstd, float* dx,
-                     float* dw, float* db, int64_t rows, int64_t C) {
+void backward_avx512(const float* dy, const float* x, const float* w, const float* mean,
+                     const float* rstd, float* dx, float* dw, float* db, int64_t rows, int64_t C) {
   backward_rows<__m512>(dy, x, w, mean, rstd, dx, dw, db, rows, C);
 }
 #pragma GCC pop_options
 #endif
 
-void forward_cpu(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t rows,
-                 Row r) {
+void forward_cpu(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                 int64_t rows, Row r) {
 #ifdef MODELS_X86_SIMD
   if (simd::level() == simd::Level::avx512) return forward_avx512(x, w, b, y, mean, rstd, rows, r);
   if (simd::level() == simd::Level::avx2) return forward_avx2(x, w, b, y, mean, rstd, rows, r);
@@ -162,11 +163,13 @@ void forward_cpu(const float* x, const float* w, const float* b, float* y, float
   forward_scalar(x, w, b, y, mean, rstd, rows, r);
 }
 
-void backward_cpu(const float* dy, const float* x, const float* w, const float* mean, const float* rstd, float* dx,
-                  float* dw, float* db, int64_t rows, int64_t C) {
+void backward_cpu(const float* dy, const float* x, const float* w, const float* mean,
+                  const float* rstd, float* dx, float* dw, float* db, int64_t rows, int64_t C) {
 #ifdef MODELS_X86_SIMD
-  if (simd::level() == simd::Level::avx512) return backward_avx512(dy, x, w, mean, rstd, dx, dw, db, rows, C);
-  if (simd::level() == simd::Level::avx2) return backward_avx2(dy, x, w, mean, rstd, dx, dw, db, rows, C);
+  if (simd::level() == simd::Level::avx512)
+    return backward_avx512(dy, x, w, mean, rstd, dx, dw, db, rows, C);
+  if (simd::level() == simd::Level::avx2)
+    return backward_avx2(dy, x, w, mean, rstd, dx, dw, db, rows, C);
 #endif
   backward_scalar(dy, x, w, mean, rstd, dx, dw, db, rows, C);
 }
@@ -176,14 +179,17 @@ void backward_cpu(const float* dy, const float* x, const float* w, const float* 
 constexpr int64_t kRowsPerChunk = 64;
 
 struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
-                            const at::Tensor& bias, double eps) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
+                            const at::Tensor& weight, const at::Tensor& bias, double eps) {
     const at::Tensor x = input.contiguous(), w = weight.contiguous(), b = bias.contiguous();
     const int64_t C = x.size(-1), rows = x.numel() / C;
-    at::Tensor y = at::empty_like(x), mean = at::empty({rows}, x.options()), rstd = at::empty({rows}, x.options());
+    at::Tensor y = at::empty_like(x), mean = at::empty({rows}, x.options()),
+               rstd = at::empty({rows}, x.options());
     const Row r{C, static_cast<float>(eps)};
-    const float *xp = x.const_data_ptr<float>(), *wp = w.const_data_ptr<float>(), *bp = b.const_data_ptr<float>();
-    float *yp = y.mutable_data_ptr<float>(), *mp = mean.mutable_data_ptr<float>(), *rp = rstd.mutable_data_ptr<float>();
+    const float *xp = x.const_data_ptr<float>(), *wp = w.const_data_ptr<float>(),
+                *bp = b.const_data_ptr<float>();
+    float *yp = y.mutable_data_ptr<float>(), *mp = mean.mutable_data_ptr<float>(),
+          *rp = rstd.mutable_data_ptr<float>();
     at::parallel_for(0, rows, kRowsPerChunk, [&](int64_t begin, int64_t end) {
       forward_cpu(xp + begin * C, wp, bp, yp + begin * C, mp + begin, rp + begin, end - begin, r);
     });
@@ -200,8 +206,9 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
     const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
     at::Tensor dx = at::empty_like(x);
     at::Tensor partial = at::zeros({chunks, 2, C}, x.options());  // per chunk: dw, db
-    const float *dyp = dy.const_data_ptr<float>(), *xp = x.const_data_ptr<float>(), *wp = w.const_data_ptr<float>(),
-                *mp = mean.const_data_ptr<float>(), *rp = rstd.const_data_ptr<float>();
+    const float *dyp = dy.const_data_ptr<float>(), *xp = x.const_data_ptr<float>(),
+                *wp = w.const_data_ptr<float>(), *mp = mean.const_data_ptr<float>(),
+                *rp = rstd.const_data_ptr<float>();
     float *dxp = dx.mutable_data_ptr<float>(), *pp = partial.mutable_data_ptr<float>();
     at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
       for (int64_t k = begin; k < end; ++k) {
@@ -218,13 +225,14 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
 bool use_kernel(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   for (const at::Tensor* t : {&x, &w, &b})
     if (!t->defined() || !cpu_float(*t)) return false;
-  return x.dim() >= 1 && w.dim() == 1 && b.dim() == 1 && x.size(-1) == w.size(0) && b.size(0) == w.size(0) &&
-         x.numel() > 0;
+  return x.dim() >= 1 && w.dim() == 1 && b.dim() == 1 && x.size(-1) == w.size(0) &&
+         b.size(0) == w.size(0) && x.numel() > 0;
 }
 
 }  // namespace
 
-at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                      double eps) {
   if (!use_kernel(x, weight, bias)) return at::layer_norm(x, {x.size(-1)}, weight, bias, eps);
   RECORD_FUNCTION("models::layer_norm", std::vector<c10::IValue>{});  // for op profiles
   return LayerNormFunction::apply(x, weight, bias, eps);

@@ -10,7 +10,8 @@
 
 namespace models {
 
-at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                      double eps);
 
 // torch::nn::LayerNorm whose forward is models::layer_norm: same parameters, names and init.
 struct LayerNormImpl : torch::nn::LayerNormImpl {

@@ -14,18 +14,31 @@ namespace models {
 using vescale::nn::call;
 
 LlamaOptions llama3_8b() {
-  return LlamaOptions{.vocab_size = 128256, .dim = 4096, .n_layers = 32, .n_heads = 32, .n_kv_heads = 8,
-                      .ffn_dim = 14336, .norm_eps = 1e-5, .rope_theta = 500000.0};
+  return LlamaOptions{.vocab_size = 128256,
+                      .dim = 4096,
+                      .n_layers = 32,
+                      .n_heads = 32,
+                      .n_kv_heads = 8,
+                      .ffn_dim = 14336,
+                      .norm_eps = 1e-5,
+                      .rope_theta = 500000.0};
 }
 
 LlamaOptions llama3_70b() {
-  return LlamaOptions{.vocab_size = 128256, .dim = 8192, .n_layers = 80, .n_heads = 64, .n_kv_heads = 8,
-                      .ffn_dim = 28672, .norm_eps = 1e-5, .rope_theta = 500000.0};
+  return LlamaOptions{.vocab_size = 128256,
+                      .dim = 8192,
+                      .n_layers = 80,
+                      .n_heads = 64,
+                      .n_kv_heads = 8,
+                      .ffn_dim = 28672,
+                      .norm_eps = 1e-5,
+                      .rope_theta = 500000.0};
 }
 
 int64_t llama_parameter_count(const LlamaOptions& o) {
   const int64_t hd = o.dim / o.n_heads;
-  const int64_t attention = o.dim * o.n_heads * hd * 2 + o.dim * o.n_kv_heads * hd * 2;  // wq, wo, wk, wv
+  const int64_t attention =
+      o.dim * o.n_heads * hd * 2 + o.dim * o.n_kv_heads * hd * 2;  // wq, wo, wk, wv
   const int64_t ffn = 3 * o.dim * o.ffn_dim;
   const int64_t layer = attention + ffn + 2 * o.dim;  // + two norms
   const int64_t embeddings = o.vocab_size * o.dim * (o.tie_embeddings ? 1 : 2);
@@ -46,7 +59,8 @@ torch::Tensor rope_inv_freq(const LlamaOptions& o, const torch::TensorOptions& d
   const int64_t hd = o.dim / o.n_heads;
   auto f32 = device.dtype(at::kFloat);
   // 1 / theta^(2j / head_dim), in fp32 as the reference implementations compute it.
-  auto inv_freq = 1.0 / at::pow(o.rope_theta, at::arange(0, hd, 2, f32.dtype(at::kLong)).to(at::kFloat) / hd);
+  auto inv_freq =
+      1.0 / at::pow(o.rope_theta, at::arange(0, hd, 2, f32.dtype(at::kLong)).to(at::kFloat) / hd);
   const RopeScaling& s = o.rope_scaling;
   if (s.factor <= 0) return inv_freq;
   // Llama 3.1: long wavelengths (beyond the original context / low_freq_factor) are slowed by
@@ -63,7 +77,8 @@ torch::Tensor rope_inv_freq(const LlamaOptions& o, const torch::TensorOptions& d
   return at::where(medium, blended, scaled);
 }
 
-std::pair<torch::Tensor, torch::Tensor> rope_tables(const LlamaOptions& o, const torch::TensorOptions& device) {
+std::pair<torch::Tensor, torch::Tensor> rope_tables(const LlamaOptions& o,
+                                                    const torch::TensorOptions& device) {
   auto f32 = device.dtype(at::kFloat);
   auto inv_freq = rope_inv_freq(o, device);
   auto angles = at::outer(at::arange(o.max_seq_len, f32.dtype(at::kLong)).to(at::kFloat), inv_freq);
@@ -71,7 +86,8 @@ std::pair<torch::Tensor, torch::Tensor> rope_tables(const LlamaOptions& o, const
   return {emb.cos(), emb.sin()};
 }
 
-torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos,
+                         const torch::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
   auto rotated = at::cat({-x2, x1}, -1);
@@ -80,18 +96,22 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& o)
     : n_heads(o.n_heads), n_kv_heads(o.n_kv_heads), head_dim(o.dim / o.n_heads) {
-  TORCH_CHECK(o.dim % o.n_heads == 0, "Llama: dim (", o.dim, ") must be divisible by n_heads (", o.n_heads, ")");
-  TORCH_CHECK(o.n_heads % o.n_kv_heads == 0, "Llama: n_heads (", o.n_heads, ") must be a multiple of n_kv_heads (",
-              o.n_kv_heads, ")");
+  TORCH_CHECK(o.dim % o.n_heads == 0, "Llama: dim (", o.dim, ") must be divisible by n_heads (",
+              o.n_heads, ")");
+  TORCH_CHECK(o.n_heads % o.n_kv_heads == 0, "Llama: n_heads (", o.n_heads,
+              ") must be a multiple of n_kv_heads (", o.n_kv_heads, ")");
   TORCH_CHECK(head_dim % 2 == 0, "Llama: head_dim (", head_dim, ") must be even for RoPE");
-  auto linear = [&](int64_t in, int64_t out) { return Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  auto linear = [&](int64_t in, int64_t out) {
+    return Linear(torch::nn::LinearOptions(in, out).bias(false));
+  };
   wq = register_module("wq", linear(o.dim, n_heads * head_dim));
   wk = register_module("wk", linear(o.dim, n_kv_heads * head_dim));
   wv = register_module("wv", linear(o.dim, n_kv_heads * head_dim));
   wo = register_module("wo", linear(n_heads * head_dim, o.dim));
 }
 
-torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                          const torch::Tensor& sin) {
   const int64_t B = x.size(0), T = x.size(1);
   // -1 for the head count: under tensor parallelism the local projections hold fewer heads.
   auto heads = [&](const torch::Tensor& t) { return t.view({B, T, -1, head_dim}).transpose(1, 2); };
@@ -113,7 +133,9 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
 }
 
 FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
-  auto linear = [&](int64_t in, int64_t out) { return Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  auto linear = [&](int64_t in, int64_t out) {
+    return Linear(torch::nn::LinearOptions(in, out).bias(false));
+  };
   w1 = register_module("w1", linear(dim, hidden));
   w2 = register_module("w2", linear(hidden, dim));
   w3 = register_module("w3", linear(dim, hidden));
@@ -130,7 +152,8 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaOptions& o) {
   feed_forward = register_module("feed_forward", FeedForward(o.dim, o.ffn_dim));
 }
 
-torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                      const torch::Tensor& sin) {
   auto h = x + call(attention, call(attention_norm, x), cos, sin);
   return h + call(feed_forward, call(ffn_norm, h));
 }
@@ -141,7 +164,8 @@ LlamaImpl::LlamaImpl(const LlamaOptions& o) : options(o) {
   for (int64_t i = 0; i < o.n_layers; ++i) layers->push_back(LlamaBlock(o));
   norm = register_module("norm", RMSNorm(o.dim, o.norm_eps));
   if (!o.tie_embeddings) {
-    output = register_module("output", Linear(torch::nn::LinearOptions(o.dim, o.vocab_size).bias(false)));
+    output = register_module("output",
+                             Linear(torch::nn::LinearOptions(o.dim, o.vocab_size).bias(false)));
   }
   // Allocated here, filled by init_weights (on the meta device under MetaDeviceScope).
   rope_cos = register_buffer("rope_cos", torch::empty({o.max_seq_len, o.dim / o.n_heads}));
@@ -185,7 +209,8 @@ LlamaInitStd llama_init_std(const LlamaOptions& o) {
 
 void init_attention(LlamaAttentionImpl& a, const LlamaInitStd& init) {
   torch::NoGradGuard no_grad;
-  for (auto* w : {&a.wq->weight, &a.wk->weight, &a.wv->weight}) torch::nn::init::normal_(*w, 0.0, init.in);
+  for (auto* w : {&a.wq->weight, &a.wk->weight, &a.wv->weight})
+    torch::nn::init::normal_(*w, 0.0, init.in);
   torch::nn::init::normal_(a.wo->weight, 0.0, init.resid);
 }
 
@@ -199,7 +224,8 @@ void fill_rope(const LlamaOptions& o, torch::Tensor& cos, torch::Tensor& sin) {
 
 torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
-  TORCH_CHECK(T <= options.max_seq_len, "Llama: sequence length ", T, " exceeds max_seq_len ", options.max_seq_len);
+  TORCH_CHECK(T <= options.max_seq_len, "Llama: sequence length ", T, " exceeds max_seq_len ",
+              options.max_seq_len);
   auto cos = rope_cos.narrow(0, 0, T), sin = rope_sin.narrow(0, 0, T);
   auto x = call(tok_embeddings, tokens);
   for (size_t i = 0; i < layers->size(); ++i) x = call(layers->ptr<LlamaBlockImpl>(i), x, cos, sin);

@@ -73,11 +73,13 @@ TORCH_MODULE(RMSNorm);
 
 // Rotary embedding tables [max_seq_len, head_dim] in fp32: cos and sin of position * inv_freq,
 // each frequency repeated for both halves of the head dim.
-std::pair<torch::Tensor, torch::Tensor> rope_tables(const LlamaOptions& o, const torch::TensorOptions& device);
+std::pair<torch::Tensor, torch::Tensor> rope_tables(const LlamaOptions& o,
+                                                    const torch::TensorOptions& device);
 // The per-pair inverse frequencies [head_dim / 2] (fp32), with the llama3 scaling applied.
 torch::Tensor rope_inv_freq(const LlamaOptions& o, const torch::TensorOptions& device);
 // x [B, H, T, head_dim] rotated by position: x * cos + rotate_half(x) * sin, cos/sin [T, head_dim].
-torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos,
+                         const torch::Tensor& sin);
 
 struct LlamaAttentionImpl : torch::nn::Module {
   explicit LlamaAttentionImpl(const LlamaOptions& o);

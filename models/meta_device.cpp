@@ -5,7 +5,8 @@
 namespace models {
 
 MetaDeviceScope::MetaDeviceScope()
-    : include_meta_(c10::DispatchKey::Meta), exclude_backend_select_(c10::DispatchKey::BackendSelect) {}
+    : include_meta_(c10::DispatchKey::Meta),
+      exclude_backend_select_(c10::DispatchKey::BackendSelect) {}
 
 int64_t count_parameters(const torch::nn::Module& module) {
   int64_t n = 0;

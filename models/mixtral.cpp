@@ -12,9 +12,17 @@ namespace models {
 using vescale::nn::call;
 
 LlamaOptions MixtralOptions::llama() const {
-  return LlamaOptions{.vocab_size = vocab_size, .dim = dim, .n_layers = n_layers, .n_heads = n_heads,
-                      .n_kv_heads = n_kv_heads, .ffn_dim = ffn_dim, .norm_eps = norm_eps, .rope_theta = rope_theta,
-                      .rope_scaling = rope_scaling, .max_seq_len = max_seq_len, .tie_embeddings = tie_embeddings};
+  return LlamaOptions{.vocab_size = vocab_size,
+                      .dim = dim,
+                      .n_layers = n_layers,
+                      .n_heads = n_heads,
+                      .n_kv_heads = n_kv_heads,
+                      .ffn_dim = ffn_dim,
+                      .norm_eps = norm_eps,
+                      .rope_theta = rope_theta,
+                      .rope_scaling = rope_scaling,
+                      .max_seq_len = max_seq_len,
+                      .tie_embeddings = tie_embeddings};
 }
 
 MixtralOptions mixtral_8x7b() { return MixtralOptions{}; }
@@ -22,7 +30,8 @@ MixtralOptions mixtral_8x7b() { return MixtralOptions{}; }
 int64_t mixtral_parameter_count(const MixtralOptions& o) {
   const int64_t hd = o.dim / o.n_heads;
   const int64_t attention = o.dim * o.n_heads * hd * 2 + o.dim * o.n_kv_heads * hd * 2;
-  const int64_t moe = o.n_experts * 3 * o.dim * o.ffn_dim + o.n_experts * o.dim;  // experts + router
+  const int64_t moe =
+      o.n_experts * 3 * o.dim * o.ffn_dim + o.n_experts * o.dim;  // experts + router
   const int64_t layer = attention + moe + 2 * o.dim;
   return o.vocab_size * o.dim * (o.tie_embeddings ? 1 : 2) + o.n_layers * layer + o.dim;
 }
@@ -48,14 +57,16 @@ torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const std::vector<int
     ys.push_back(at::linear(at::silu(at::linear(h, w1[i])) * at::linear(h, w3[i]), w2[i]));
     start += counts[e];
   }
-  TORCH_CHECK(start == x.size(0), "Experts: counts sum to ", start, " but x has ", x.size(0), " rows");
+  TORCH_CHECK(start == x.size(0), "Experts: counts sum to ", start, " but x has ", x.size(0),
+              " rows");
   return ys.empty() ? x.new_zeros(x.sizes()) : at::cat(ys, 0);
 }
 
 MoEImpl::MoEImpl(const MixtralOptions& o) : n_experts(o.n_experts), top_k(o.top_k) {
-  TORCH_CHECK(o.top_k >= 1 && o.top_k <= o.n_experts, "Mixtral: top_k (", o.top_k, ") must be in [1, n_experts = ",
-              o.n_experts, "]");
-  router = register_module("router", Linear(torch::nn::LinearOptions(o.dim, o.n_experts).bias(false)));
+  TORCH_CHECK(o.top_k >= 1 && o.top_k <= o.n_experts, "Mixtral: top_k (", o.top_k,
+              ") must be in [1, n_experts = ", o.n_experts, "]");
+  router =
+      register_module("router", Linear(torch::nn::LinearOptions(o.dim, o.n_experts).bias(false)));
   experts = register_module("experts", Experts(o.n_experts, o.dim, o.ffn_dim));
 }
 
@@ -86,7 +97,8 @@ MixtralBlockImpl::MixtralBlockImpl(const MixtralOptions& o) {
   feed_forward = register_module("feed_forward", MoE(o));
 }
 
-torch::Tensor MixtralBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor MixtralBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                        const torch::Tensor& sin) {
   auto h = x + call(attention, call(attention_norm, x), cos, sin);
   return h + call(feed_forward, call(ffn_norm, h));
 }
@@ -97,7 +109,8 @@ MixtralImpl::MixtralImpl(const MixtralOptions& o) : options(o) {
   for (int64_t i = 0; i < o.n_layers; ++i) layers->push_back(MixtralBlock(o));
   norm = register_module("norm", RMSNorm(o.dim, o.norm_eps));
   if (!o.tie_embeddings) {
-    output = register_module("output", Linear(torch::nn::LinearOptions(o.dim, o.vocab_size).bias(false)));
+    output = register_module("output",
+                             Linear(torch::nn::LinearOptions(o.dim, o.vocab_size).bias(false)));
   }
   rope_cos = register_buffer("rope_cos", torch::empty({o.max_seq_len, o.dim / o.n_heads}));
   rope_sin = register_buffer("rope_sin", torch::empty({o.max_seq_len, o.dim / o.n_heads}));
@@ -126,22 +139,26 @@ void MixtralImpl::init_weights() {
 
 torch::Tensor MixtralImpl::forward(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
-  TORCH_CHECK(T <= options.max_seq_len, "Mixtral: sequence length ", T, " exceeds max_seq_len ", options.max_seq_len);
+  TORCH_CHECK(T <= options.max_seq_len, "Mixtral: sequence length ", T, " exceeds max_seq_len ",
+              options.max_seq_len);
   auto cos = rope_cos.narrow(0, 0, T), sin = rope_sin.narrow(0, 0, T);
   auto x = call(tok_embeddings, tokens);
-  for (size_t i = 0; i < layers->size(); ++i) x = call(layers->ptr<MixtralBlockImpl>(i), x, cos, sin);
+  for (size_t i = 0; i < layers->size(); ++i)
+    x = call(layers->ptr<MixtralBlockImpl>(i), x, cos, sin);
   x = call(norm, x);
   return output ? call(output, x) : at::linear(x, tok_embeddings->weight);
 }
 
-torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits, int64_t n_experts, int64_t top_k) {
+torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits,
+                                  int64_t n_experts, int64_t top_k) {
   TORCH_CHECK(!router_logits.empty(), "load_balancing_loss: no router logits (run forward first)");
   torch::Tensor assignments, prob_sum;
   int64_t rows = 0;
   for (const auto& logits : router_logits) {
     auto probs = at::softmax(logits, -1, at::kFloat);
     auto chosen = std::get<1>(probs.topk(top_k, -1));
-    auto counts = at::one_hot(chosen.reshape({-1}), n_experts).sum(0).to(at::kFloat);  // no gradient
+    auto counts =
+        at::one_hot(chosen.reshape({-1}), n_experts).sum(0).to(at::kFloat);  // no gradient
     auto psum = probs.sum(0);
     assignments = assignments.defined() ? assignments + counts : counts;
     prob_sum = prob_sum.defined() ? prob_sum + psum : psum;
@@ -155,10 +172,12 @@ torch::Tensor MixtralImpl::aux_loss() const {
   for (size_t i = 0; i < layers->size(); ++i) {
     const auto& l = layers->ptr<MixtralBlockImpl>(i)->feed_forward->router_logits;
     TORCH_CHECK(l.defined(), "Mixtral::aux_loss: no router logits yet; call forward first");
-    TORCH_CHECK(!(at::GradMode::is_enabled() && l.is_leaf() && !l.requires_grad() &&
-                  layers->ptr<MixtralBlockImpl>(i)->feed_forward->router->weight.requires_grad()),
-                "Mixtral::aux_loss: layer ", i, "'s router logits were computed without autograd (no_grad or ",
-                "activation checkpointing), so the loss would have no gradient; run forward with autograd");
+    TORCH_CHECK(
+        !(at::GradMode::is_enabled() && l.is_leaf() && !l.requires_grad() &&
+          layers->ptr<MixtralBlockImpl>(i)->feed_forward->router->weight.requires_grad()),
+        "Mixtral::aux_loss: layer ", i,
+        "'s router logits were computed without autograd (no_grad or ",
+        "activation checkpointing), so the loss would have no gradient; run forward with autograd");
     logits.push_back(l);
   }
   return load_balancing_loss(logits, options.n_experts, options.top_k);

@@ -8,8 +8,9 @@
 //   layers.{i}.attention_norm.weight         model.layers.{i}.input_layernorm.weight
 //   layers.{i}.attention.w{q,k,v,o}.weight   model.layers.{i}.self_attn.{q,k,v,o}_proj.weight
 //   layers.{i}.ffn_norm.weight               model.layers.{i}.post_attention_layernorm.weight
-//   layers.{i}.feed_forward.router.weight    model.layers.{i}.block_sparse_moe.gate.weight      [E, dim]
-//   layers.{i}.feed_forward.experts.w1       model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight, stacked over e  [E, ffn, dim]
+//   layers.{i}.feed_forward.router.weight    model.layers.{i}.block_sparse_moe.gate.weight      [E,
+//   dim] layers.{i}.feed_forward.experts.w1
+//   model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight, stacked over e  [E, ffn, dim]
 //   layers.{i}.feed_forward.experts.w2       ... experts.{e}.w2.weight, stacked  [E, dim, ffn]
 //   layers.{i}.feed_forward.experts.w3       ... experts.{e}.w3.weight, stacked  [E, ffn, dim]
 //   norm.weight                              model.norm.weight
@@ -104,6 +105,7 @@ struct MixtralImpl : torch::nn::Module {
 TORCH_MODULE(Mixtral);
 
 // The same loss for given router logits, one [N_l, E] tensor per layer.
-torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits, int64_t n_experts, int64_t top_k);
+torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits,
+                                  int64_t n_experts, int64_t top_k);
 
 }  // namespace models

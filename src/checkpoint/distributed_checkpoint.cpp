@@ -69,10 +69,12 @@ std::vector<Chunk> chunks_of(const std::string& name, const at::Tensor& t) {
   }
   const auto& spec = dtensor::spec_of(t);
   VESCALE_CHECK(!spec.has_partial(), "checkpoint: tensor '", name, "' is ", spec.to_string(),
-                ": a Partial tensor holds no values yet; redistribute it to Replicate or Shard before saving");
+                ": a Partial tensor holds no values yet; redistribute it to Replicate or Shard "
+                "before saving");
   const auto& mesh = spec.mesh.shape();
-  VESCALE_CHECK(mesh.numel() == world_size(), "checkpoint: tensor '", name, "' lives on a mesh of ", mesh.numel(),
-                " ranks but the world has ", world_size(), "; checkpoints need meshes over the whole world");
+  VESCALE_CHECK(mesh.numel() == world_size(), "checkpoint: tensor '", name, "' lives on a mesh of ",
+                mesh.numel(), " ranks but the world has ", world_size(),
+                "; checkpoints need meshes over the whole world");
   std::vector<Chunk> out;
   for (int64_t r = 0; r < mesh.numel(); ++r) {
     const auto coord = mesh.coordinate(r);
@@ -88,11 +90,14 @@ std::vector<Chunk> chunks_of(const std::string& name, const at::Tensor& t) {
   return out;
 }
 
-at::Tensor local_of(const at::Tensor& t) { return dtensor::is_dtensor(t) ? dtensor::to_local(t) : t; }
+at::Tensor local_of(const at::Tensor& t) {
+  return dtensor::is_dtensor(t) ? dtensor::to_local(t) : t;
+}
 
 // Where this rank's part of tensor t (local_of(t)) starts in the global tensor.
 std::vector<int64_t> local_offsets(const at::Tensor& t) {
-  return dtensor::is_dtensor(t) ? dtensor::spec_of(t).local_offset() : std::vector<int64_t>(t.dim(), 0);
+  return dtensor::is_dtensor(t) ? dtensor::spec_of(t).local_offset()
+                                : std::vector<int64_t>(t.dim(), 0);
 }
 
 std::vector<int64_t> global_shape(const at::Tensor& t) {
@@ -103,14 +108,16 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    VESCALE_CHECK(out, "checkpoint: cannot create ", tmp.string(), ": check that the folder is writable");
+    VESCALE_CHECK(out, "checkpoint: cannot create ", tmp.string(),
+                  ": check that the folder is writable");
     out << text;
     out.flush();
     VESCALE_CHECK(out, "checkpoint: writing ", tmp.string(), " failed (disk full?)");
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  VESCALE_CHECK(!ec, "checkpoint: cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message());
+  VESCALE_CHECK(!ec, "checkpoint: cannot rename ", tmp.string(), " to ", path.string(), ": ",
+                ec.message());
 }
 
 json read_index(const std::string& folder);
@@ -163,46 +170,64 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
     json list = json::array();
     for (const auto& c : chunks) {
       list.push_back({{"offsets", c.offsets}, {"shape", c.shape}, {"file", rank_file(c.owner)}});
-      if (c.owner == rank) job->staged[key] = local_of(t).detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+      if (c.owner == rank)
+        job->staged[key] = local_of(t).detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
     }
-    tensors[key] = {{"shape", global_shape(t)},
-                    {"dtype", safetensors_dtype_name(t.scalar_type(), "checkpoint: tensor '" + key + "'")},
-                    {"chunks", std::move(list)}};
+    tensors[key] = {
+        {"shape", global_shape(t)},
+        {"dtype", safetensors_dtype_name(t.scalar_type(), "checkpoint: tensor '" + key + "'")},
+        {"chunks", std::move(list)}};
   }
   // Pieces: only their rank knows them, so rank 0 learns every rank's from one gather.
   json my_pieces = json::array();
   for (size_t i = 0; i < pieces.size(); ++i) {
     const auto& p = pieces[i];
     const auto shape = p.local.sizes().vec();
-    VESCALE_CHECK(p.local.defined() && shape.size() == p.global_shape.size() && shape.size() == p.offsets.size(),
-                  "checkpoint: piece of '", p.name, "': local, global_shape and offsets must have the same rank");
+    VESCALE_CHECK(p.local.defined() && shape.size() == p.global_shape.size() &&
+                      shape.size() == p.offsets.size(),
+                  "checkpoint: piece of '", p.name,
+                  "': local, global_shape and offsets must have the same rank");
     for (size_t d = 0; d < shape.size(); ++d) {
-      VESCALE_CHECK(p.offsets[d] >= 0 && p.offsets[d] + shape[d] <= p.global_shape[d], "checkpoint: piece of '",
-                    p.name, "' at ", at::IntArrayRef(p.offsets), " with shape ", at::IntArrayRef(shape),
-                    " lies outside the global shape ", at::IntArrayRef(p.global_shape));
+      VESCALE_CHECK(p.offsets[d] >= 0 && p.offsets[d] + shape[d] <= p.global_shape[d],
+                    "checkpoint: piece of '", p.name, "' at ", at::IntArrayRef(p.offsets),
+                    " with shape ", at::IntArrayRef(shape), " lies outside the global shape ",
+                    at::IntArrayRef(p.global_shape));
     }
-    VESCALE_CHECK(!state.count(p.name), "checkpoint: '", p.name, "' is both a state tensor and a piece");
+    VESCALE_CHECK(!state.count(p.name), "checkpoint: '", p.name,
+                  "' is both a state tensor and a piece");
     const std::string key = p.name + "#" + std::to_string(i);
     job->staged[key] = p.local.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
-    my_pieces.push_back({{"name", p.name}, {"key", key}, {"offsets", p.offsets}, {"shape", shape},
+    my_pieces.push_back({{"name", p.name},
+                         {"key", key},
+                         {"offsets", p.offsets},
+                         {"shape", shape},
                          {"global_shape", p.global_shape},
-                         {"dtype", safetensors_dtype_name(p.local.scalar_type(), "checkpoint: piece '" + p.name + "'")}});
+                         {"dtype", safetensors_dtype_name(p.local.scalar_type(),
+                                                          "checkpoint: piece '" + p.name + "'")}});
   }
   const auto every_rank = all_gather_text(my_pieces.dump());
   for (size_t r = 0; r < every_rank.size(); ++r) {
     for (const auto& e : json::parse(every_rank[r])) {
       const std::string n = e.at("name").get<std::string>();
       if (!tensors.contains(n)) {
-        tensors[n] = {{"shape", e.at("global_shape")}, {"dtype", e.at("dtype")}, {"chunks", json::array()}};
+        tensors[n] = {
+            {"shape", e.at("global_shape")}, {"dtype", e.at("dtype")}, {"chunks", json::array()}};
       }
-      VESCALE_CHECK(tensors[n]["shape"] == e.at("global_shape") && tensors[n]["dtype"] == e.at("dtype"),
-                    "checkpoint: rank ", r, "'s piece of '", n, "' disagrees with other ranks on its global shape or dtype");
-      tensors[n]["chunks"].push_back({{"offsets", e.at("offsets")}, {"shape", e.at("shape")},
-                                      {"file", rank_file(static_cast<int>(r))}, {"key", e.at("key")}});
+      VESCALE_CHECK(
+          tensors[n]["shape"] == e.at("global_shape") && tensors[n]["dtype"] == e.at("dtype"),
+          "checkpoint: rank ", r, "'s piece of '", n,
+          "' disagrees with other ranks on its global shape or dtype");
+      tensors[n]["chunks"].push_back({{"offsets", e.at("offsets")},
+                                      {"shape", e.at("shape")},
+                                      {"file", rank_file(static_cast<int>(r))},
+                                      {"key", e.at("key")}});
     }
   }
-  job->index = {{"format", kFormat}, {"version", kVersion}, {"world_size", world_size()},
-                {"metadata", std::move(meta)}, {"tensors", std::move(tensors)}};
+  job->index = {{"format", kFormat},
+                {"version", kVersion},
+                {"world_size", world_size()},
+                {"metadata", std::move(meta)},
+                {"tensors", std::move(tensors)}};
 
   // Rank 0 clears a stale .tmp folder (an earlier crash) before anyone writes into it.
   if (rank == 0) {
@@ -249,7 +274,8 @@ std::string AsyncSave::commit(int64_t keep, const std::string& run_id) {
   auto job = std::move(job_);
   if (job->writer.joinable()) job->writer.join();
   // Every rank's [ok, crc, bytes].
-  const auto status = all_gather_int64({job->error.empty() ? 1 : 0, job->crc, static_cast<int64_t>(job->bytes)});
+  const auto status =
+      all_gather_int64({job->error.empty() ? 1 : 0, job->crc, static_cast<int64_t>(job->bytes)});
   const int w = world_size();
   std::vector<int> failed;
   for (int r = 0; r < w; ++r) {
@@ -258,33 +284,39 @@ std::string AsyncSave::commit(int64_t keep, const std::string& run_id) {
   if (!failed.empty()) {
     std::ostringstream ranks;
     for (size_t i = 0; i < failed.size(); ++i) ranks << (i ? ", " : "") << failed[i];
-    VESCALE_FAIL("checkpoint: writing ", job->final_dir.string(), " failed on rank(s) ", ranks.str(),
-                 job->error.empty() ? "" : " (here: " + job->error + ")",
-                 "; the previous checkpoint is intact. Check free space and permissions of checkpoint.dir");
+    VESCALE_FAIL(
+        "checkpoint: writing ", job->final_dir.string(), " failed on rank(s) ", ranks.str(),
+        job->error.empty() ? "" : " (here: " + job->error + ")",
+        "; the previous checkpoint is intact. Check free space and permissions of checkpoint.dir");
   }
   if (world_rank() == 0) {
     json files = json::object();  // every rank wrote a file, if only an empty one
-    for (int r = 0; r < w; ++r) files[rank_file(r)] = {{"bytes", status[3 * r + 2]}, {"crc32", status[3 * r + 1]}};
+    for (int r = 0; r < w; ++r)
+      files[rank_file(r)] = {{"bytes", status[3 * r + 2]}, {"crc32", status[3 * r + 1]}};
     job->index["files"] = std::move(files);
     if (!run_id.empty()) job->index["run_id"] = run_id;
     write_text_atomically(job->tmp_dir / "index.json", job->index.dump(1));
     std::error_code ec;
-    // Replacing a checkpoint of the same name (a rerun): the old one goes only once the new is whole.
+    // Replacing a checkpoint of the same name (a rerun): the old one goes only once the new is
+    // whole.
     const fs::path old = job->final_dir.string() + ".old";
     if (fs::exists(job->final_dir)) {
       fs::remove_all(old, ec);
       fs::rename(job->final_dir, old, ec);
-      VESCALE_CHECK(!ec, "checkpoint: cannot move the old ", job->final_dir.string(), " aside: ", ec.message());
+      VESCALE_CHECK(!ec, "checkpoint: cannot move the old ", job->final_dir.string(),
+                    " aside: ", ec.message());
     }
     fs::rename(job->tmp_dir, job->final_dir, ec);
-    VESCALE_CHECK(!ec, "checkpoint: cannot rename ", job->tmp_dir.string(), " to ", job->final_dir.string(), ": ",
-                  ec.message());
+    VESCALE_CHECK(!ec, "checkpoint: cannot rename ", job->tmp_dir.string(), " to ",
+                  job->final_dir.string(), ": ", ec.message());
     write_text_atomically(job->root / "latest", job->final_dir.filename().string() + "\n");
     fs::remove_all(old, ec);
     if (keep > 0) {
-      std::vector<fs::path> done;  // this run's: another run's checkpoints in the folder are not ours to drop
+      std::vector<fs::path>
+          done;  // this run's: another run's checkpoints in the folder are not ours to drop
       for (const auto& e : fs::directory_iterator(job->root)) {
-        if (e.is_directory() && fs::exists(e.path() / "index.json") && e.path().extension() != ".tmp" &&
+        if (e.is_directory() && fs::exists(e.path() / "index.json") &&
+            e.path().extension() != ".tmp" &&
             read_index(e.path().string()).value("run_id", std::string()) == run_id) {
           done.push_back(e.path());
         }
@@ -315,8 +347,9 @@ std::optional<std::string> latest(const std::string& root) {
   VESCALE_CHECK(!name.empty(), "checkpoint: ", (fs::path(root) / "latest").string(),
                 " is empty; delete it or point it at a checkpoint folder under ", root);
   const auto folder = fs::path(root) / name;
-  VESCALE_CHECK(fs::exists(folder / "index.json"), "checkpoint: ", (fs::path(root) / "latest").string(),
-                " points at ", folder.string(), ", which has no index.json");
+  VESCALE_CHECK(fs::exists(folder / "index.json"),
+                "checkpoint: ", (fs::path(root) / "latest").string(), " points at ",
+                folder.string(), ", which has no index.json");
   return folder.string();
 }
 
@@ -335,7 +368,8 @@ std::vector<std::string> remove_stale_saves(const std::string& root) {
   fs::file_time_type newest = fs::file_time_type::min();
   bool any = false;
   for (const auto& e : fs::directory_iterator(root, ec)) {
-    if (!e.is_directory() || e.path().extension() == ".tmp" || !fs::exists(e.path() / "index.json")) continue;
+    if (!e.is_directory() || e.path().extension() == ".tmp" || !fs::exists(e.path() / "index.json"))
+      continue;
     newest = std::max(newest, fs::last_write_time(e.path() / "index.json", ec));
     any = true;
   }
@@ -356,7 +390,8 @@ namespace {
 json read_index(const std::string& folder) {
   const auto path = (fs::path(folder) / "index.json").string();
   std::ifstream in(path);
-  VESCALE_CHECK(in, "checkpoint: ", folder, " has no index.json; not a checkpoint folder (or an unfinished save)");
+  VESCALE_CHECK(in, "checkpoint: ", folder,
+                " has no index.json; not a checkpoint folder (or an unfinished save)");
   json index;
   try {
     index = json::parse(in);
@@ -367,8 +402,8 @@ json read_index(const std::string& folder) {
                 " is not a vescale checkpoint index (format must be \"", kFormat, "\")");
   VESCALE_CHECK(index.value("version", 0) == kVersion, "checkpoint: ", path, " has version ",
                 index.value("version", 0), "; this build reads version ", kVersion);
-  VESCALE_CHECK(index.contains("tensors") && index["tensors"].is_object() && index.contains("files") &&
-                    index["files"].is_object(),
+  VESCALE_CHECK(index.contains("tensors") && index["tensors"].is_object() &&
+                    index.contains("files") && index["files"].is_object(),
                 "checkpoint: ", path, " lacks its tensors or files table");
   return index;
 }
@@ -380,8 +415,9 @@ CheckpointInfo read_info(const std::string& folder) {
   CheckpointInfo info;
   info.folder = folder;
   for (const auto& [key, e] : index["tensors"].items()) {
-    info.tensors[key] = IndexEntry{e.at("shape").get<std::vector<int64_t>>(),
-                                   safetensors_dtype(e.at("dtype").get<std::string>(), "checkpoint: tensor '" + key + "'")};
+    info.tensors[key] = IndexEntry{
+        e.at("shape").get<std::vector<int64_t>>(),
+        safetensors_dtype(e.at("dtype").get<std::string>(), "checkpoint: tensor '" + key + "'")};
   }
   info.metadata = index.value("metadata", json::object()).dump();
   info.run_id = index.value("run_id", std::string());
@@ -400,16 +436,19 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
     VESCALE_CHECK(files.contains(file), "checkpoint: ", folder, "/index.json lists no file ", file);
     const auto& f = files[file];
     auto check = [&](const FileDigest& d) {
-      VESCALE_CHECK(d.bytes == f.at("bytes").get<uint64_t>() && d.crc32 == f.at("crc32").get<uint32_t>(),
-                    "checkpoint: ", path, " is corrupt: ", d.bytes, " bytes with CRC-32 ", d.crc32, ", the index says ",
-                    f.at("bytes").get<uint64_t>(), " bytes with CRC-32 ", f.at("crc32").get<uint32_t>());
+      VESCALE_CHECK(
+          d.bytes == f.at("bytes").get<uint64_t>() && d.crc32 == f.at("crc32").get<uint32_t>(),
+          "checkpoint: ", path, " is corrupt: ", d.bytes, " bytes with CRC-32 ", d.crc32,
+          ", the index says ", f.at("bytes").get<uint64_t>(), " bytes with CRC-32 ",
+          f.at("crc32").get<uint32_t>());
     };
     FileDigest d;
     std::map<std::string, at::Tensor> chunks;
     try {
       chunks = read_safetensors(path, &d).tensors;  // one pass: the digest comes with the bytes
     } catch (const std::exception&) {
-      if (fs::exists(path)) check(file_digest(path));  // a damaged file: say so, not just "bad header"
+      if (fs::exists(path))
+        check(file_digest(path));  // a damaged file: say so, not just "bad header"
       throw;
     }
     check(d);
@@ -419,22 +458,24 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
   // Fills dst, the box of tensor `key` at `want_offsets`, from the chunks that overlap it.
   auto fill = [&](const std::string& key, at::Tensor dst, const std::vector<int64_t>& want_offsets,
                   const std::vector<int64_t>& global) {
-    VESCALE_CHECK(tensors.contains(key), "checkpoint: ", folder, " has no tensor '", key, "' (it holds ",
-                  tensors.size(), " tensors; saved from another model or config?)");
+    VESCALE_CHECK(tensors.contains(key), "checkpoint: ", folder, " has no tensor '", key,
+                  "' (it holds ", tensors.size(), " tensors; saved from another model or config?)");
     const auto& e = tensors[key];
     const auto shape = e.at("shape").get<std::vector<int64_t>>();
-    VESCALE_CHECK(shape == global, "checkpoint: tensor '", key, "' has shape ", at::IntArrayRef(shape), " in ", folder,
-                  " but ", at::IntArrayRef(global), " here; the model config differs");
-    const auto dtype = safetensors_dtype(e.at("dtype").get<std::string>(), "checkpoint: tensor '" + key + "'");
-    VESCALE_CHECK(dtype == dst.scalar_type(), "checkpoint: tensor '", key, "' is ", dtype, " in ", folder, " but ",
-                  dst.scalar_type(), " here");
+    VESCALE_CHECK(shape == global, "checkpoint: tensor '", key, "' has shape ",
+                  at::IntArrayRef(shape), " in ", folder, " but ", at::IntArrayRef(global),
+                  " here; the model config differs");
+    const auto dtype =
+        safetensors_dtype(e.at("dtype").get<std::string>(), "checkpoint: tensor '" + key + "'");
+    VESCALE_CHECK(dtype == dst.scalar_type(), "checkpoint: tensor '", key, "' is ", dtype, " in ",
+                  folder, " but ", dst.scalar_type(), " here");
     const auto want_shape = dst.sizes().vec();
     int64_t covered = 0;
     for (const auto& c : e.at("chunks")) {
       const auto off = c.at("offsets").get<std::vector<int64_t>>();
       const auto shp = c.at("shape").get<std::vector<int64_t>>();
-      VESCALE_CHECK(off.size() == shape.size() && shp.size() == shape.size(), "checkpoint: tensor '", key,
-                    "': a chunk's rank differs from the tensor's");
+      VESCALE_CHECK(off.size() == shape.size() && shp.size() == shape.size(),
+                    "checkpoint: tensor '", key, "': a chunk's rank differs from the tensor's");
       // The overlap of the chunk and the wanted box, dim by dim: {src start, dst start, length}.
       bool empty = false;
       std::vector<std::array<int64_t, 3>> cut;
@@ -448,8 +489,8 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
       const std::string file = c.at("file").get<std::string>(), chunk_key = c.value("key", key);
       const auto& chunks = file_tensors(file);
       auto it = chunks.find(chunk_key);
-      VESCALE_CHECK(it != chunks.end() && it->second.sizes().vec() == shp, "checkpoint: ", file, " in ", folder,
-                    " lacks the chunk of '", key, "' its index lists");
+      VESCALE_CHECK(it != chunks.end() && it->second.sizes().vec() == shp, "checkpoint: ", file,
+                    " in ", folder, " lacks the chunk of '", key, "' its index lists");
       at::Tensor src_view = it->second, dst_view = dst;
       int64_t n = 1;
       for (size_t d = 0; d < cut.size(); ++d) {
@@ -460,8 +501,9 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
       dst_view.copy_(src_view);
       covered += n;
     }
-    VESCALE_CHECK(covered == dst.numel(), "checkpoint: tensor '", key, "' in ", folder, ": the chunks cover ", covered,
-                  " of the ", dst.numel(), " elements wanted here; the index is inconsistent");
+    VESCALE_CHECK(covered == dst.numel(), "checkpoint: tensor '", key, "' in ", folder,
+                  ": the chunks cover ", covered, " of the ", dst.numel(),
+                  " elements wanted here; the index is inconsistent");
   };
 
   c10::NoGradGuard no_grad;

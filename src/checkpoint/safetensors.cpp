@@ -18,7 +18,8 @@
 namespace vescale::checkpoint {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "safetensors: the raw data is little-endian; add byte swaps");
+static_assert(std::endian::native == std::endian::little,
+              "safetensors: the raw data is little-endian; add byte swaps");
 
 using json = nlohmann::json;
 constexpr uint64_t kMaxHeader = 100u << 20;  // the reference implementation's limit
@@ -27,16 +28,18 @@ struct DType {
   const char* name;
   at::ScalarType type;
 };
-constexpr DType kDTypes[] = {{"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16},
-                             {"I64", at::kLong},   {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},
-                             {"U8", at::kByte},    {"BOOL", at::kBool}};
+constexpr DType kDTypes[] = {{"F64", at::kDouble},    {"F32", at::kFloat}, {"F16", at::kHalf},
+                             {"BF16", at::kBFloat16}, {"I64", at::kLong},  {"I32", at::kInt},
+                             {"I16", at::kShort},     {"I8", at::kChar},   {"U8", at::kByte},
+                             {"BOOL", at::kBool}};
 
 const char* dtype_name(at::ScalarType t, const std::string& path, const std::string& name) {
   for (const auto& d : kDTypes) {
     if (d.type == t) return d.name;
   }
   VESCALE_FAIL("safetensors: cannot write '", name, "' to ", path, ": dtype ", t,
-               " has no safetensors name here (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL); convert it first");
+               " has no safetensors name here (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 "
+               "BOOL); convert it first");
 }
 
 at::ScalarType dtype_of(const std::string& s, const std::string& path, const std::string& name) {
@@ -56,25 +59,31 @@ struct Entry {
 
 Entry parse_entry(const std::string& path, const std::string& name, const json& v) {
   auto where = [&] { return "safetensors: " + path + ": tensor '" + name + "'"; };
-  VESCALE_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), where(),
-                " needs an object with dtype, shape and data_offsets; got ", v.dump());
-  VESCALE_CHECK(v["dtype"].is_string(), where(), ": dtype must be a string, got ", v["dtype"].dump());
+  VESCALE_CHECK(
+      v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+      where(), " needs an object with dtype, shape and data_offsets; got ", v.dump());
+  VESCALE_CHECK(v["dtype"].is_string(), where(), ": dtype must be a string, got ",
+                v["dtype"].dump());
   Entry e{name, dtype_of(v["dtype"].get<std::string>(), path, name), {}, 0, 0};
-  VESCALE_CHECK(v["shape"].is_array(), where(), ": shape must be an array, got ", v["shape"].dump());
+  VESCALE_CHECK(v["shape"].is_array(), where(), ": shape must be an array, got ",
+                v["shape"].dump());
   for (const auto& d : v["shape"]) {
-    VESCALE_CHECK(d.is_number_unsigned(), where(), ": shape ", v["shape"].dump(), " must hold non-negative integers");
+    VESCALE_CHECK(d.is_number_unsigned(), where(), ": shape ", v["shape"].dump(),
+                  " must hold non-negative integers");
     e.shape.push_back(d.get<int64_t>());
   }
   const auto& off = v["data_offsets"];
-  VESCALE_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), where(),
-                ": data_offsets must be [begin, end], got ", off.dump());
+  VESCALE_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
+                    off[1].is_number_unsigned(),
+                where(), ": data_offsets must be [begin, end], got ", off.dump());
   e.begin = off[0].get<uint64_t>();
   e.end = off[1].get<uint64_t>();
   VESCALE_CHECK(e.begin <= e.end, where(), ": data_offsets ", off.dump(), " end before they begin");
   uint64_t bytes = at::elementSize(e.type);
   for (int64_t d : e.shape) bytes *= static_cast<uint64_t>(d);
-  VESCALE_CHECK(e.end - e.begin == bytes, where(), ": data_offsets ", off.dump(), " span ", e.end - e.begin,
-                " bytes but shape ", v["shape"].dump(), " x ", v["dtype"].get<std::string>(), " needs ", bytes);
+  VESCALE_CHECK(e.end - e.begin == bytes, where(), ": data_offsets ", off.dump(), " span ",
+                e.end - e.begin, " bytes but shape ", v["shape"].dump(), " x ",
+                v["dtype"].get<std::string>(), " needs ", bytes);
   return e;
 }
 
@@ -84,14 +93,16 @@ std::string safetensors_dtype_name(at::ScalarType type, const std::string& where
   for (const auto& d : kDTypes) {
     if (d.type == type) return d.name;
   }
-  VESCALE_FAIL(where, ": dtype ", type, " has no safetensors name (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
+  VESCALE_FAIL(where, ": dtype ", type,
+               " has no safetensors name (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
 }
 
 at::ScalarType safetensors_dtype(const std::string& name, const std::string& where) {
   for (const auto& d : kDTypes) {
     if (name == d.name) return d.type;
   }
-  VESCALE_FAIL(where, ": unknown dtype '", name, "' (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
+  VESCALE_FAIL(where, ": unknown dtype '", name,
+               "' (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
 }
 
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
@@ -120,28 +131,32 @@ Safetensors read_safetensors(const std::string& path, FileDigest* digest) {
                 " bytes, shorter than the 8-byte header length");
   uint64_t n = 0;
   in.read(reinterpret_cast<char*>(&n), 8);
-  VESCALE_CHECK(n <= kMaxHeader, "safetensors: ", path, ": header length ", n, " exceeds ", kMaxHeader,
-                " bytes; not a safetensors file?");
-  VESCALE_CHECK(n <= file_size - 8, "safetensors: ", path, " is truncated: the header needs ", n, " bytes, only ",
-                file_size - 8, " follow");
+  VESCALE_CHECK(n <= kMaxHeader, "safetensors: ", path, ": header length ", n, " exceeds ",
+                kMaxHeader, " bytes; not a safetensors file?");
+  VESCALE_CHECK(n <= file_size - 8, "safetensors: ", path, " is truncated: the header needs ", n,
+                " bytes, only ", file_size - 8, " follow");
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
-  VESCALE_CHECK(!text.empty() && text[0] == '{', "safetensors: ", path, ": bad header: it must be a JSON object");
+  VESCALE_CHECK(!text.empty() && text[0] == '{', "safetensors: ", path,
+                ": bad header: it must be a JSON object");
   json header;
   try {
     header = json::parse(text);
   } catch (const json::exception& e) {
     VESCALE_FAIL("safetensors: ", path, ": bad header JSON: ", e.what());
   }
-  VESCALE_CHECK(header.is_object(), "safetensors: ", path, ": bad header: it must be a JSON object");
+  VESCALE_CHECK(header.is_object(), "safetensors: ", path,
+                ": bad header: it must be a JSON object");
 
   Safetensors out;
   std::vector<Entry> entries;
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
-      VESCALE_CHECK(v.is_object(), "safetensors: ", path, ": __metadata__ must be an object of strings");
+      VESCALE_CHECK(v.is_object(), "safetensors: ", path,
+                    ": __metadata__ must be an object of strings");
       for (const auto& [k, s] : v.items()) {
-        VESCALE_CHECK(s.is_string(), "safetensors: ", path, ": __metadata__ value of '", k, "' must be a string");
+        VESCALE_CHECK(s.is_string(), "safetensors: ", path, ": __metadata__ value of '", k,
+                      "' must be a string");
         out.metadata[k] = s.get<std::string>();
       }
       continue;
@@ -153,17 +168,21 @@ Safetensors read_safetensors(const std::string& path, FileDigest* digest) {
   const uint64_t data_size = file_size - 8 - n;
   std::vector<const Entry*> sorted;
   for (const auto& e : entries) sorted.push_back(&e);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Entry* a, const Entry* b) { return std::tie(a->begin, a->end) < std::tie(b->begin, b->end); });
+  std::sort(sorted.begin(), sorted.end(), [](const Entry* a, const Entry* b) {
+    return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
+  });
   uint64_t pos = 0;
   const Entry* prev = nullptr;
   for (const Entry* e : sorted) {
     VESCALE_CHECK(e->end <= data_size, "safetensors: ", path, " is truncated or tensor '", e->name,
-                  "' is out of range: its data_offsets end at ", e->end, " but the data holds ", data_size, " bytes");
-    VESCALE_CHECK(e->begin >= pos, "safetensors: ", path, ": tensors '", prev ? prev->name : "", "' and '", e->name,
-                  "' overlap (", e->name, " begins at ", e->begin, ", before ", pos, ")");
-    VESCALE_CHECK(e->begin == pos, "safetensors: ", path, ": a hole of ", e->begin - pos, " bytes before tensor '",
-                  e->name, "' (offset ", pos, " to ", e->begin, "); the format allows none");
+                  "' is out of range: its data_offsets end at ", e->end, " but the data holds ",
+                  data_size, " bytes");
+    VESCALE_CHECK(e->begin >= pos, "safetensors: ", path, ": tensors '", prev ? prev->name : "",
+                  "' and '", e->name, "' overlap (", e->name, " begins at ", e->begin, ", before ",
+                  pos, ")");
+    VESCALE_CHECK(e->begin == pos, "safetensors: ", path, ": a hole of ", e->begin - pos,
+                  " bytes before tensor '", e->name, "' (offset ", pos, " to ", e->begin,
+                  "); the format allows none");
     pos = e->end;
     prev = e;
   }
@@ -189,14 +208,17 @@ std::map<std::string, at::Tensor> load_safetensors(const std::string& path) {
   return read_safetensors(path).tensors;
 }
 
-FileDigest save_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+FileDigest save_safetensors(const std::string& path,
+                            const std::map<std::string, at::Tensor>& tensors,
                             const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   std::vector<at::Tensor> data;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    VESCALE_CHECK(name != "__metadata__", "safetensors: cannot write ", path, ": '__metadata__' is reserved");
-    VESCALE_CHECK(t.defined(), "safetensors: cannot write ", path, ": tensor '", name, "' is undefined");
+    VESCALE_CHECK(name != "__metadata__", "safetensors: cannot write ", path,
+                  ": '__metadata__' is reserved");
+    VESCALE_CHECK(t.defined(), "safetensors: cannot write ", path, ": tensor '", name,
+                  "' is undefined");
     auto c = t.detach().to(at::kCPU).contiguous();
     const uint64_t bytes = c.numel() * c.element_size();
     header[name] = {{"dtype", dtype_name(c.scalar_type(), path, name)},
@@ -213,7 +235,8 @@ FileDigest save_safetensors(const std::string& path, const std::map<std::string,
   FileDigest digest;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    VESCALE_CHECK(out, "safetensors: cannot create ", tmp, ": check that the folder exists and is writable");
+    VESCALE_CHECK(out, "safetensors: cannot create ", tmp,
+                  ": check that the folder exists and is writable");
     const uint64_t n = text.size();
     auto write = [&](const void* p, uint64_t bytes) {
       out.write(static_cast<const char*>(p), static_cast<std::streamsize>(bytes));

@@ -31,7 +31,8 @@ void init(int rank, const std::string& level) {
   auto logger = spdlog::stderr_color_mt(name);
   // Under vescale-run every line already carries "[rank k]"; don't say it twice.
   const char* prefixed = std::getenv("VESCALE_RANK_PREFIXED");
-  const std::string who = (prefixed && std::string(prefixed) == "1") ? "" : "[rank " + std::to_string(rank) + "] ";
+  const std::string who =
+      (prefixed && std::string(prefixed) == "1") ? "" : "[rank " + std::to_string(rank) + "] ";
   logger->set_pattern(who + "%H:%M:%S.%e %^%l%$ %v");
   logger->set_level(lvl);
   logger->flush_on(spdlog::level::warn);

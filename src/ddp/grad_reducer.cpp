@@ -22,11 +22,16 @@ namespace {
 
 const char* dtype_name(c10::ScalarType t) {
   switch (t) {
-    case c10::ScalarType::Float: return "fp32";
-    case c10::ScalarType::BFloat16: return "bf16";
-    case c10::ScalarType::Half: return "fp16";
-    case c10::ScalarType::Double: return "fp64";
-    default: return c10::toString(t);
+    case c10::ScalarType::Float:
+      return "fp32";
+    case c10::ScalarType::BFloat16:
+      return "bf16";
+    case c10::ScalarType::Half:
+      return "fp16";
+    case c10::ScalarType::Double:
+      return "fp64";
+    default:
+      return c10::toString(t);
   }
 }
 
@@ -39,11 +44,13 @@ std::vector<std::string> GradReducer::State::dim_names(const std::vector<int64_t
 }
 
 dist::ProcessGroup& GradReducer::State::first_group(const Bucket& b) const {
-  return options.fused ? mesh.group_over(dim_names(b.dims)) : mesh.group(mesh.dim_names()[b.dims[0]]);
+  return options.fused ? mesh.group_over(dim_names(b.dims))
+                       : mesh.group(mesh.dim_names()[b.dims[0]]);
 }
 
 c10::ScalarType GradReducer::State::wire_dtype(const Bucket& b) const {
-  return options.reduce_bf16 && b.dtype == c10::ScalarType::Float ? c10::ScalarType::BFloat16 : b.dtype;
+  return options.reduce_bf16 && b.dtype == c10::ScalarType::Float ? c10::ScalarType::BFloat16
+                                                                  : b.dtype;
 }
 
 void GradReducer::State::count(const at::Tensor& flat) {
@@ -71,9 +78,11 @@ void GradReducer::State::on_grad(size_t i) {
   ReducerParam& p = params[i];
   if (p.bucket < 0) return;
   Bucket& b = buckets[p.bucket];
-  VESCALE_CHECK(!b.launched, "GradReducer: parameter '", p.name, "' got a second gradient after its bucket was ",
-                "launched in this backward; call finish() after each synced backward, and run the earlier ",
-                "micro-batches under NoSync");
+  VESCALE_CHECK(
+      !b.launched, "GradReducer: parameter '", p.name,
+      "' got a second gradient after its bucket was ",
+      "launched in this backward; call finish() after each synced backward, and run the earlier ",
+      "micro-batches under NoSync");
   if (!p.ready) p.ready = true, --b.pending;
   if (b.pending == 0) launch_ready(b.sequence);
 }
@@ -109,7 +118,8 @@ void GradReducer::State::launch(Bucket& b, bool in_backward) {
       slot.zero_();
       continue;
     }
-    if (options.zero >= 3 && dtensor::is_dtensor(g) && dtensor::spec_of(g).placements != p.grad_placements) {
+    if (options.zero >= 3 && dtensor::is_dtensor(g) &&
+        dtensor::spec_of(g).placements != p.grad_placements) {
       // The static layout expects Partial over the bucket's dims and the parameter's placements
       // elsewhere; anything else (Partial over tp for sequence-parallel norms, a transposed
       // shard) is brought there first, one collective for this gradient.
@@ -119,7 +129,8 @@ void GradReducer::State::launch(Bucket& b, bool in_backward) {
     }
     VESCALE_CHECK(dtensor::is_dtensor(g) && dtensor::spec_of(g).placements == p.grad_placements,
                   "GradReducer: the gradient of '", p.name, "' arrived as ",
-                  dtensor::is_dtensor(g) ? dtensor::to_string(dtensor::spec_of(g).placements) : "a plain tensor",
+                  dtensor::is_dtensor(g) ? dtensor::to_string(dtensor::spec_of(g).placements)
+                                         : "a plain tensor",
                   " but its bucket was built for ", dtensor::to_string(p.grad_placements),
                   "; the graph changed after the first step; build a new GradReducer");
     slot.copy_(dtensor::to_local(g).reshape({-1}));
@@ -149,14 +160,17 @@ void GradReducer::State::launch(Bucket& b, bool in_backward) {
   if (on_bucket_sent) on_bucket_sent(static_cast<size_t>(&b - buckets.data()));
 }
 
-void GradReducer::State::place(size_t k, c10::ScalarType dtype, const std::vector<int64_t>& dims, dist::ReduceOp op,
-                               std::map<std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>, int64_t>& open) {
+void GradReducer::State::place(
+    size_t k, c10::ScalarType dtype, const std::vector<int64_t>& dims, dist::ReduceOp op,
+    std::map<std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>, int64_t>&
+        open) {
   ReducerParam& p = params[k];
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * 1024 * 1024));
   const int64_t numel = p.numel, elem = static_cast<int64_t>(c10::elementSize(dtype));
   const auto key = std::make_tuple(dtype, dims, op, p.unit);
   auto it = open.find(key);
-  if (it == open.end() || (buckets[it->second].numel > 0 && (buckets[it->second].numel + numel) * elem > cap)) {
+  if (it == open.end() ||
+      (buckets[it->second].numel > 0 && (buckets[it->second].numel + numel) * elem > cap)) {
     Bucket b;
     b.dtype = dtype;
     b.dims = dims;
@@ -178,7 +192,8 @@ void GradReducer::State::place(size_t k, c10::ScalarType dtype, const std::vecto
 void GradReducer::State::build_layout() {
   // Each parameter's reduction, read off its first gradient: the mesh dims where the gradient
   // is Partial and the parameter Replicate. Anything else that differs goes to the fallback.
-  std::map<std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>, int64_t> open;
+  std::map<std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>, int64_t>
+      open;
   int64_t last_unit = -1;
   for (size_t k = params.size(); k-- > 0;) {  // reverse registration order ~ reverse order of use
     ReducerParam& p = params[k];
@@ -211,7 +226,8 @@ void GradReducer::State::build_layout() {
     // ZeRO steps a slice of the bucket as the parameter's values: no local slicing afterwards.
     if (options.zero >= 1 && reduced != want) bucketable = false;
     if (!bucketable) {
-      fallback_notes += "fallback: " + p.name + " grad " + dtensor::to_string(got) + " -> " + dtensor::to_string(want) + "\n";
+      fallback_notes += "fallback: " + p.name + " grad " + dtensor::to_string(got) + " -> " +
+                        dtensor::to_string(want) + "\n";
       continue;
     }
     const at::Tensor local = dtensor::to_local(g.detach());
@@ -229,14 +245,18 @@ void GradReducer::State::build_static_layout() {
   // The reduction dims: the options', else "dp".
   std::vector<int64_t> dims;
   const auto& names = mesh.dim_names();
-  const std::vector<std::string> want_dims = options.dims.empty() ? std::vector<std::string>{"dp"} : options.dims;
+  const std::vector<std::string> want_dims =
+      options.dims.empty() ? std::vector<std::string>{"dp"} : options.dims;
   for (const auto& n : want_dims) {
     auto it = std::find(names.begin(), names.end(), n);
-    VESCALE_CHECK(it != names.end(), "GradReducer: ZeRO-3 reduces over mesh dim '", n, "', which the mesh lacks; set grad_reduce.dims in the plan to its data-parallel dims");
+    VESCALE_CHECK(
+        it != names.end(), "GradReducer: ZeRO-3 reduces over mesh dim '", n,
+        "', which the mesh lacks; set grad_reduce.dims in the plan to its data-parallel dims");
     dims.push_back(it - names.begin());
   }
   std::sort(dims.begin(), dims.end());
-  std::map<std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>, int64_t> open;
+  std::map<std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>, int64_t>
+      open;
   int64_t last_unit = -1;
   for (size_t k = params.size(); k-- > 0;) {
     ReducerParam& p = params[k];
@@ -276,11 +296,13 @@ void GradReducer::State::slice_buckets() {
   }
 }
 
-GradReducer::GradReducer(torch::nn::Module& model, const mesh::DeviceMesh& mesh, GradReducerOptions options)
+GradReducer::GradReducer(torch::nn::Module& model, const mesh::DeviceMesh& mesh,
+                         GradReducerOptions options)
     : state_(std::make_shared<State>()) {
   VESCALE_CHECK(options.bucket_mb > 0, "GradReducer: bucket_mb=", options.bucket_mb,
                 " must be positive (grad_reduce.bucket_mb in the plan)");
-  VESCALE_CHECK(options.zero >= 0 && options.zero <= 3, "GradReducer: zero=", options.zero, " must be 0, 1, 2 or 3");
+  VESCALE_CHECK(options.zero >= 0 && options.zero <= 3, "GradReducer: zero=", options.zero,
+                " must be 0, 1, 2 or 3");
   state_->mesh = mesh;
   state_->options = options;
   std::vector<std::string> unit_names;
@@ -308,7 +330,8 @@ GradReducer::GradReducer(torch::nn::Module& model, const mesh::DeviceMesh& mesh,
     // The innermost matching unit (the longest prefix).
     size_t best = 0;
     for (size_t u = 0; u < unit_names.size(); ++u)
-      if (p.name.rfind(unit_names[u], 0) == 0 && (best == 0 || unit_names[u].size() > unit_names[best - 1].size()))
+      if (p.name.rfind(unit_names[u], 0) == 0 &&
+          (best == 0 || unit_names[u].size() > unit_names[best - 1].size()))
         best = u + 1;
     p.unit = static_cast<int64_t>(best);
     state_->params.push_back(std::move(p));
@@ -333,7 +356,9 @@ bool GradReducer::sync() const { return state_->sync; }
 ReduceStats GradReducer::finish() {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
-  VESCALE_CHECK(s.sync, "GradReducer::finish: called under NoSync; leave the NoSync scope for the last micro-batch");
+  VESCALE_CHECK(
+      s.sync,
+      "GradReducer::finish: called under NoSync; leave the NoSync scope for the last micro-batch");
   at::NoGradGuard no_grad;
   if (!s.layout_built) s.build_layout();
   // What backward didn't launch (no overlap, the first step, unused params), in bucket order.
@@ -361,7 +386,8 @@ ReduceStats GradReducer::finish() {
   for (auto& b : s.buckets) {
     if (s.options.zero >= 1) {
       // The optimizer (ZeroOptimizer) reads this rank's slice; the parameters get no grad.
-      if (s.options.zero == 1) b.grad_shard = b.flat.narrow(0, b.shard_rank * b.chunk, b.chunk).clone();
+      if (s.options.zero == 1)
+        b.grad_shard = b.flat.narrow(0, b.shard_rank * b.chunk, b.chunk).clone();
       b.grad_shard = b.grad_shard.to(b.dtype);
     } else {
       const at::Tensor flat = b.flat.to(b.dtype);  // back from a bf16 wire
@@ -369,9 +395,10 @@ ReduceStats GradReducer::finish() {
         ReducerParam& p = s.params[i];
         const auto& spec = dtensor::spec_of(p.tensor);
         // A view of the bucket: the step's flat buffer lives until the grads are dropped.
-        at::Tensor g = dtensor::from_local(flat.narrow(0, p.offset, p.numel).view(p.local_shape), s.mesh,
-                                           p.reduced_placements, spec.shape);
-        if (p.reduced_placements != spec.placements) g = dtensor::redistribute(g, spec.placements);  // local slices
+        at::Tensor g = dtensor::from_local(flat.narrow(0, p.offset, p.numel).view(p.local_shape),
+                                           s.mesh, p.reduced_placements, spec.shape);
+        if (p.reduced_placements != spec.placements)
+          g = dtensor::redistribute(g, spec.placements);  // local slices
         p.tensor.mutable_grad() = g;
       }
     }
@@ -419,15 +446,18 @@ std::string GradReducer::describe() const {
     std::string dims;
     for (int64_t d : b.dims) dims += (dims.empty() ? "" : ",") + s.mesh.dim_names()[d];
     char line[256];
-    std::snprintf(line, sizeof line, "bucket %zu: %s over %s%s, %zu params, %.2f MiB\n", i, dtype_name(b.dtype),
-                  dims.c_str(), b.dims.size() > 1 ? (s.options.fused ? " (fused)" : " (one per dim)") : "",
-                  b.params.size(), static_cast<double>(b.numel * c10::elementSize(b.dtype)) / (1024.0 * 1024.0));
+    std::snprintf(line, sizeof line, "bucket %zu: %s over %s%s, %zu params, %.2f MiB\n", i,
+                  dtype_name(b.dtype), dims.c_str(),
+                  b.dims.size() > 1 ? (s.options.fused ? " (fused)" : " (one per dim)") : "",
+                  b.params.size(),
+                  static_cast<double>(b.numel * c10::elementSize(b.dtype)) / (1024.0 * 1024.0));
     out += line;
     if (s.options.zero >= 1) {
-      std::snprintf(line, sizeof line, "  zero %d: this rank owns elements [%lld, %lld) of %lld (%zu segments)\n",
+      std::snprintf(line, sizeof line,
+                    "  zero %d: this rank owns elements [%lld, %lld) of %lld (%zu segments)\n",
                     s.options.zero, static_cast<long long>(b.shard_rank * b.chunk),
-                    static_cast<long long>((b.shard_rank + 1) * b.chunk), static_cast<long long>(b.padded),
-                    b.segments.size());
+                    static_cast<long long>((b.shard_rank + 1) * b.chunk),
+                    static_cast<long long>(b.padded), b.segments.size());
       out += line;
     }
   }

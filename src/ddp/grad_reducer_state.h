@@ -90,7 +90,8 @@ struct GradReducer::State {
   void slice_buckets();        // ZeRO: each rank's slice of every bucket
   // Adds parameter k to the open bucket of `key` (opening one if it would pass the cap).
   void place(size_t k, c10::ScalarType dtype, const std::vector<int64_t>& dims, dist::ReduceOp op,
-             std::map<std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>, int64_t>& open);
+             std::map<std::tuple<c10::ScalarType, std::vector<int64_t>, dist::ReduceOp, int64_t>,
+                      int64_t>& open);
   void launch(Bucket& b, bool in_backward);
   void launch_ready(const std::string& sequence);
   void count(const at::Tensor& flat);

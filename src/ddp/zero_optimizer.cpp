@@ -30,9 +30,10 @@ struct ZeroOptimizer::Impl {
     at::Tensor param, exp_avg, exp_avg_sq;
   };
   std::vector<Slice> slices;
-  std::vector<double> param_decay;                // per reducer param
-  std::vector<std::vector<int64_t>> norm_dims;    // per reducer param: the group its norm term sums over
-  std::unique_ptr<optim::AdamW> rest;             // parameters outside the buckets
+  std::vector<double> param_decay;  // per reducer param
+  std::vector<std::vector<int64_t>>
+      norm_dims;                       // per reducer param: the group its norm term sums over
+  std::unique_ptr<optim::AdamW> rest;  // parameters outside the buckets
   std::vector<at::Tensor> rest_params;
 
   // Stage 3: a unit's bucketed parameters hold storage only from just before its forward (or
@@ -75,7 +76,8 @@ void release_storage(const at::Tensor& local) {
 void restore_storage(const at::Tensor& local, size_t nbytes) {
   c10::StorageImpl* s = local.storage().unsafeGetStorageImpl();
   if (s->nbytes() == nbytes) return;
-  VESCALE_CHECK(s->allocator() != nullptr, "ZeRO-3: a parameter's storage has no allocator to re-allocate from");
+  VESCALE_CHECK(s->allocator() != nullptr,
+                "ZeRO-3: a parameter's storage has no allocator to re-allocate from");
   s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
   s->set_nbytes(nbytes);
 }
@@ -84,7 +86,8 @@ at::Tensor local_of(const ReducerParam& p) { return dtensor::to_local(p.tensor.d
 
 }  // namespace
 
-void ZeroOptimizer::Impl::copy_out(size_t k, std::vector<at::Tensor>& gathered, std::vector<dist::Work>& works) {
+void ZeroOptimizer::Impl::copy_out(size_t k, std::vector<at::Tensor>& gathered,
+                                   std::vector<dist::Work>& works) {
   if (!gathered[k].defined()) return;
   works[k].wait();
   for (size_t i : rs.buckets[k].params) {
@@ -103,7 +106,8 @@ void ZeroOptimizer::Impl::start_gather(size_t u) {
   for (size_t k : unit.buckets) {
     const Bucket& b = rs.buckets[k];
     unit.gathered.push_back(at::empty({b.padded}, slices[k].param.options().dtype(b.dtype)));
-    unit.works.push_back(rs.first_group(b).all_gather(unit.gathered.back(), slices[k].param.to(b.dtype)));
+    unit.works.push_back(
+        rs.first_group(b).all_gather(unit.gathered.back(), slices[k].param.to(b.dtype)));
   }
   unit.held = Held::Gathering;
 }
@@ -145,7 +149,8 @@ void ZeroOptimizer::Impl::install_hooks() {
     vescale::nn::ForwardHooks hooks = existing ? *existing : vescale::nn::ForwardHooks{};
     saved_hooks.emplace_back(m, hooks);
     auto inner = hooks.around;
-    hooks.around = [this, u, inner](const std::vector<at::Tensor>& in, const vescale::nn::ForwardHooks::Forward& fwd) {
+    hooks.around = [this, u, inner](const std::vector<at::Tensor>& in,
+                                    const vescale::nn::ForwardHooks::Forward& fwd) {
       ensure_full(u);
       if (u + 1 < units.size()) start_gather(u + 1);
       at::Tensor out = inner ? inner(in, fwd) : fwd(in);
@@ -175,7 +180,9 @@ void ZeroOptimizer::Impl::remove_hooks() {
 // The layout exists once the reducer's first finish() has run.
 void ZeroOptimizer::Impl::build() {
   if (built) return;
-  VESCALE_CHECK(rs.layout_built, "ZeroOptimizer: call GradReducer::finish() after backward, before clipping or stepping");
+  VESCALE_CHECK(
+      rs.layout_built,
+      "ZeroOptimizer: call GradReducer::finish() after backward, before clipping or stepping");
   c10::NoGradGuard no_grad;
   std::set<std::string> bucketed;
   for (const auto& p : rs.params)
@@ -212,8 +219,10 @@ void ZeroOptimizer::Impl::build() {
     const at::Tensor first = dtensor::to_local(rs.params[b.params.front()].tensor.detach());
     s.param = at::zeros({b.chunk}, first.options().dtype(at::kFloat));
     for (const auto& seg : b.segments) {
-      const at::Tensor local = dtensor::to_local(rs.params[seg.param].tensor.detach()).reshape({-1});
-      s.param.narrow(0, seg.shard_offset, seg.numel).copy_(local.narrow(0, seg.param_offset, seg.numel));
+      const at::Tensor local =
+          dtensor::to_local(rs.params[seg.param].tensor.detach()).reshape({-1});
+      s.param.narrow(0, seg.shard_offset, seg.numel)
+          .copy_(local.narrow(0, seg.param_offset, seg.numel));
     }
     s.exp_avg = at::zeros_like(s.param);
     s.exp_avg_sq = at::zeros_like(s.param);
@@ -225,21 +234,26 @@ void ZeroOptimizer::Impl::build() {
     param_nbytes.assign(rs.params.size(), 0);
     for (size_t i = 0; i < rs.params.size(); ++i) {
       const at::Tensor local = local_of(rs.params[i]);
-      VESCALE_CHECK(local.is_contiguous() && local.storage_offset() == 0 &&
-                        local.storage().nbytes() == static_cast<size_t>(local.numel()) * local.element_size(),
-                    "ZeRO-3: parameter '", rs.params[i].name, "' does not own its storage; it cannot be released");
+      VESCALE_CHECK(
+          local.is_contiguous() && local.storage_offset() == 0 &&
+              local.storage().nbytes() == static_cast<size_t>(local.numel()) * local.element_size(),
+          "ZeRO-3: parameter '", rs.params[i].name,
+          "' does not own its storage; it cannot be released");
       param_nbytes[i] = local.storage().nbytes();
     }
   }
   built = true;
 }
 
-ZeroOptimizer::ZeroOptimizer(GradReducer& reducer, std::vector<optim::ParamGroup> groups, optim::AdamWOptions options)
+ZeroOptimizer::ZeroOptimizer(GradReducer& reducer, std::vector<optim::ParamGroup> groups,
+                             optim::AdamWOptions options)
     : impl_(std::make_unique<Impl>(reducer.state())) {
   VESCALE_CHECK(impl_->rs.options.zero < 3 || !impl_->rs.unit_modules.empty(),
-                "ZeroOptimizer: ZeRO-3 needs units; set GradReducerOptions::unit_pattern (e.g. \"layers.*\")");
-  VESCALE_CHECK(impl_->rs.options.zero >= 1, "ZeroOptimizer: the GradReducer was built with zero=",
-                impl_->rs.options.zero, "; build it with GradReducerOptions::zero >= 1 (parallel.zero in the config)");
+                "ZeroOptimizer: ZeRO-3 needs units; set GradReducerOptions::unit_pattern (e.g. "
+                "\"layers.*\")");
+  VESCALE_CHECK(impl_->rs.options.zero >= 1,
+                "ZeroOptimizer: the GradReducer was built with zero=", impl_->rs.options.zero,
+                "; build it with GradReducerOptions::zero >= 1 (parallel.zero in the config)");
   impl_->groups = std::move(groups);
   impl_->options = options;
   if (impl_->rs.options.zero >= 3) {
@@ -253,7 +267,8 @@ ZeroOptimizer::ZeroOptimizer(GradReducer& reducer, std::vector<optim::ParamGroup
 ZeroOptimizer::~ZeroOptimizer() {
   if (!impl_->sharded) return;
   impl_->remove_hooks();
-  for (size_t u = 0; u < impl_->units.size(); ++u) impl_->ensure_full(u);  // hand back whole parameters
+  for (size_t u = 0; u < impl_->units.size(); ++u)
+    impl_->ensure_full(u);  // hand back whole parameters
 }
 
 void ZeroOptimizer::gather_params() {
@@ -270,32 +285,40 @@ at::Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
   // this rank owns a piece of it, so that every rank makes the same collectives.
   std::map<std::vector<int64_t>, at::Tensor> parts;
   for (auto& b : rs.buckets) {
-    VESCALE_CHECK(b.grad_shard.defined(), "ZeroOptimizer: no reduced gradient for a bucket; run backward and ",
+    VESCALE_CHECK(b.grad_shard.defined(),
+                  "ZeroOptimizer: no reduced gradient for a bucket; run backward and ",
                   "GradReducer::finish() before clipping");
-    for (size_t i : b.params) parts.try_emplace(z.norm_dims[i], at::zeros({}, b.grad_shard.options().dtype(at::kFloat)));
+    for (size_t i : b.params)
+      parts.try_emplace(z.norm_dims[i], at::zeros({}, b.grad_shard.options().dtype(at::kFloat)));
     for (const auto& seg : b.segments)
-      parts.at(z.norm_dims[seg.param]).add_(b.grad_shard.narrow(0, seg.shard_offset, seg.numel).to(at::kFloat).square().sum());
+      parts.at(z.norm_dims[seg.param])
+          .add_(b.grad_shard.narrow(0, seg.shard_offset, seg.numel).to(at::kFloat).square().sum());
   }
   std::vector<dist::Work> works;
-  for (auto& [dims, t] : parts) works.push_back(rs.mesh.group_over(rs.dim_names(dims)).all_reduce(t));
+  for (auto& [dims, t] : parts)
+    works.push_back(rs.mesh.group_over(rs.dim_names(dims)).all_reduce(t));
   for (auto& w : works) w.wait();
   at::Tensor total;
   for (auto& [dims, t] : parts) total = total.defined() ? total + t : t;
   at::Tensor rest = optim::grad_sum_of_squares(z.rest_params);
   if (rest.defined()) {
     if (dtensor::is_dtensor(rest))
-      rest = dtensor::to_local(dtensor::redistribute(rest, dtensor::Placements(rs.mesh.ndim(), dtensor::Replicate())));
+      rest = dtensor::to_local(
+          dtensor::redistribute(rest, dtensor::Placements(rs.mesh.ndim(), dtensor::Replicate())));
     total = total.defined() ? total + rest : rest;
   }
-  VESCALE_CHECK(total.defined(), "ZeroOptimizer::clip_grad_norm_: no parameter has a gradient; run backward first");
+  VESCALE_CHECK(total.defined(),
+                "ZeroOptimizer::clip_grad_norm_: no parameter has a gradient; run backward first");
   at::Tensor norm = total.sqrt();
   if (max_norm > 0) {
     at::Tensor factor = optim::clip_factor(norm, max_norm);
     for (auto& b : rs.buckets) b.grad_shard.mul_(factor.to(b.grad_shard.scalar_type()));
     if (!z.rest_params.empty())
-      optim::scale_grads_(z.rest_params,
-                          dtensor::from_local(factor, rs.mesh, dtensor::Placements(rs.mesh.ndim(), dtensor::Replicate()),
-                                              std::vector<int64_t>{}));
+      optim::scale_grads_(
+          z.rest_params,
+          dtensor::from_local(factor, rs.mesh,
+                              dtensor::Placements(rs.mesh.ndim(), dtensor::Replicate()),
+                              std::vector<int64_t>{}));
   }
   return norm;
 }
@@ -311,7 +334,8 @@ void ZeroOptimizer::step() {
   for (size_t k = 0; k < rs.buckets.size(); ++k) {
     Bucket& b = rs.buckets[k];
     Impl::Slice& s = z.slices[k];
-    VESCALE_CHECK(b.grad_shard.defined(), "ZeroOptimizer::step: no reduced gradient for a bucket; run backward and ",
+    VESCALE_CHECK(b.grad_shard.defined(),
+                  "ZeroOptimizer::step: no reduced gradient for a bucket; run backward and ",
                   "GradReducer::finish() first");
     for (const auto& seg : b.segments) {
       at::Tensor p = s.param.narrow(0, seg.shard_offset, seg.numel);
@@ -364,7 +388,9 @@ bool ZeroOptimizer::prepared() const { return impl_->built; }
 
 std::vector<ZeroOptimizer::StateRange> ZeroOptimizer::state_ranges() {
   Impl& z = *impl_;
-  VESCALE_CHECK(z.built, "ZeroOptimizer::state_ranges: no layout yet; call prepare() after GradReducer::finish()");
+  VESCALE_CHECK(
+      z.built,
+      "ZeroOptimizer::state_ranges: no layout yet; call prepare() after GradReducer::finish()");
   const auto& coord = z.rs.mesh.coordinate();
   std::vector<StateRange> out;
   for (size_t k = 0; k < z.rs.buckets.size(); ++k) {
@@ -374,15 +400,17 @@ std::vector<ZeroOptimizer::StateRange> ZeroOptimizer::state_ranges() {
       // Ranks that differ only on a dim the parameter is replicated on, outside the bucket's
       // slicing, hold the same range: the one at coordinate 0 there saves it.
       const auto& placements = dtensor::spec_of(p.tensor).placements;
-      const std::vector<int64_t> sliced = z.rs.options.fused ? b.dims : std::vector<int64_t>{b.dims[0]};
+      const std::vector<int64_t> sliced =
+          z.rs.options.fused ? b.dims : std::vector<int64_t>{b.dims[0]};
       bool owner = true;
       for (size_t d = 0; d < placements.size(); ++d) {
-        const bool in_slice = std::find(sliced.begin(), sliced.end(), static_cast<int64_t>(d)) != sliced.end();
+        const bool in_slice =
+            std::find(sliced.begin(), sliced.end(), static_cast<int64_t>(d)) != sliced.end();
         if (placements[d].is_replicate() && !in_slice && coord[d] != 0) owner = false;
       }
       const int64_t begin = seg.param_offset, end = seg.param_offset + seg.numel;
-      out.push_back({p.name + ".exp_avg", p.tensor, begin, end, z.slices[k].exp_avg.narrow(0, seg.shard_offset, seg.numel),
-                     owner});
+      out.push_back({p.name + ".exp_avg", p.tensor, begin, end,
+                     z.slices[k].exp_avg.narrow(0, seg.shard_offset, seg.numel), owner});
       out.push_back({p.name + ".exp_avg_sq", p.tensor, begin, end,
                      z.slices[k].exp_avg_sq.narrow(0, seg.shard_offset, seg.numel), owner});
     }
@@ -415,8 +443,11 @@ void ZeroOptimizer::reload_params() {
   c10::NoGradGuard no_grad;
   for (size_t k = 0; k < z.rs.buckets.size(); ++k) {
     for (const auto& seg : z.rs.buckets[k].segments) {
-      const at::Tensor local = dtensor::to_local(z.rs.params[seg.param].tensor.detach()).reshape({-1});
-      z.slices[k].param.narrow(0, seg.shard_offset, seg.numel).copy_(local.narrow(0, seg.param_offset, seg.numel));
+      const at::Tensor local =
+          dtensor::to_local(z.rs.params[seg.param].tensor.detach()).reshape({-1});
+      z.slices[k]
+          .param.narrow(0, seg.shard_offset, seg.numel)
+          .copy_(local.narrow(0, seg.param_offset, seg.numel));
     }
   }
 }
@@ -439,8 +470,8 @@ std::vector<dtensor::TensorBox> ZeroOptimizer::state_boxes(bool all) {
     for (const auto& box : dtensor::flat_range_boxes(spec.local_shape(), r.begin, r.end)) {
       int64_t n = 1;
       for (int64_t d : box.shape) n *= d;
-      dtensor::TensorBox p{r.name, r.values.narrow(0, box.flat_begin - r.begin, n).view(box.shape), spec.shape,
-                           box.offsets};
+      dtensor::TensorBox p{r.name, r.values.narrow(0, box.flat_begin - r.begin, n).view(box.shape),
+                           spec.shape, box.offsets};
       for (size_t d = 0; d < p.offsets.size(); ++d) p.offsets[d] += local_offset[d];
       out.push_back(std::move(p));
     }
@@ -452,19 +483,22 @@ optim::OptimizerState ZeroOptimizer::state_to_save() {
   optim::OptimizerState out;
   out.tensors = rest_state_dict();
   if (prepared() && step_count() > 0) {
-    for (const auto& name : bucketed_names()) out.tensors[name + ".step"] = at::scalar_tensor(step_count(), at::kLong);
+    for (const auto& name : bucketed_names())
+      out.tensors[name + ".step"] = at::scalar_tensor(step_count(), at::kLong);
     out.pieces = state_boxes(/*all=*/false);
   }
   return out;
 }
 
-optim::OptimizerState ZeroOptimizer::state_to_load(const std::map<std::string, std::vector<int64_t>>& saved) {
+optim::OptimizerState ZeroOptimizer::state_to_load(
+    const std::map<std::string, std::vector<int64_t>>& saved) {
   prepare();
   const auto names = bucketed_names();
   const std::set<std::string> bucketed(names.begin(), names.end());
   optim::NamedParams all;
   for (const auto& g : impl_->groups) all.insert(all.end(), g.params.begin(), g.params.end());
-  loading_rest_ = optim::adamw_state_targets(all, saved, [&](const std::string& n) { return !bucketed.count(n); });
+  loading_rest_ = optim::adamw_state_targets(
+      all, saved, [&](const std::string& n) { return !bucketed.count(n); });
   loading_steps_.clear();
   for (const auto& n : names)
     if (saved.count(n + ".step")) loading_steps_[n] = at::zeros({}, at::kLong);
@@ -480,7 +514,8 @@ void ZeroOptimizer::loaded() {
   int64_t step = 0;
   for (const auto& [n, t] : loading_steps_) {
     const int64_t s = t.item<int64_t>();
-    VESCALE_CHECK(step == 0 || s == step, "checkpoint: AdamW step counts differ between parameters (", s, " vs ", step,
+    VESCALE_CHECK(step == 0 || s == step,
+                  "checkpoint: AdamW step counts differ between parameters (", s, " vs ", step,
                   "); ZeRO keeps one count for all bucketed parameters");
     step = s;
   }

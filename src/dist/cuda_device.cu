@@ -18,8 +18,9 @@ int cuda_device_count() {
 
 void cuda_set_device(int device) {
   cudaError_t err = cudaSetDevice(device);
-  VESCALE_CHECK(err == cudaSuccess, "cuda: cannot use device ", device, " (", cudaGetErrorString(err),
-                "); there are ", cuda_device_count(), " visible devices. Use fewer ranks per node or set "
+  VESCALE_CHECK(err == cudaSuccess, "cuda: cannot use device ", device, " (",
+                cudaGetErrorString(err), "); there are ", cuda_device_count(),
+                " visible devices. Use fewer ranks per node or set "
                 "CUDA_VISIBLE_DEVICES");
 }
 

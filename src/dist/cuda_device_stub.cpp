@@ -7,8 +7,10 @@ namespace vescale::dist {
 int cuda_device_count() { return 0; }
 
 void cuda_set_device(int device) {
-  VESCALE_FAIL("cuda: this build has no CUDA support (nvcc was not found at configure time); cannot use "
-               "device ", device);
+  VESCALE_FAIL(
+      "cuda: this build has no CUDA support (nvcc was not found at configure time); cannot use "
+      "device ",
+      device);
 }
 
 }  // namespace vescale::dist

@@ -57,8 +57,8 @@ void validate_ranks(const LaunchEnv& e, const std::string& rank_key, const std::
   const std::string fam = "launch env (" + e.source + "): ";
   VESCALE_CHECK(e.world_size >= 1, fam, world_key, "=", e.world_size, " must be at least 1");
   VESCALE_CHECK(e.rank >= 0 && e.rank < e.world_size, fam, rank_key, "=", e.rank,
-                " is outside [0, ", world_key, "=", e.world_size, "); every rank needs 0 <= ",
-                rank_key, " < ", world_key);
+                " is outside [0, ", world_key, "=", e.world_size,
+                "); every rank needs 0 <= ", rank_key, " < ", world_key);
   VESCALE_CHECK(e.local_world_size >= 1 && e.local_world_size <= e.world_size, fam, lworld_key, "=",
                 e.local_world_size, " must be in [1, ", world_key, "=", e.world_size, "]");
   VESCALE_CHECK(e.local_rank >= 0 && e.local_rank < e.local_world_size, fam, lrank_key, "=",
@@ -79,9 +79,10 @@ void fill_master(const Env& env, LaunchEnv& e, const std::string& job_id_key) {
   if (auto* a = find(env, "MASTER_ADDR")) {
     e.master_addr = *a;
   } else {
-    VESCALE_CHECK(e.local_world_size == e.world_size, "launch env (", e.source,
-                  "): the job spans several nodes but MASTER_ADDR is not set; export MASTER_ADDR=<host "
-                  "of rank 0> (mpirun -x MASTER_ADDR, or in the Slurm script)");
+    VESCALE_CHECK(
+        e.local_world_size == e.world_size, "launch env (", e.source,
+        "): the job spans several nodes but MASTER_ADDR is not set; export MASTER_ADDR=<host "
+        "of rank 0> (mpirun -x MASTER_ADDR, or in the Slurm script)");
   }
   if (auto p = get_int(env, "MASTER_PORT")) {
     e.master_port = *p;
@@ -94,21 +95,24 @@ LaunchEnv from_torchrun(const Env& env) {
   LaunchEnv e;
   // Our launcher sets the same variables as torchrun, and says so.
   e.source = find(env, "VESCALE_LAUNCHED") ? "vescale-run" : "torchrun";
-  VESCALE_CHECK(find(env, "RANK") && find(env, "WORLD_SIZE"), "launch env (torchrun): ",
-                find(env, "RANK") ? "RANK is set but WORLD_SIZE is not" : "WORLD_SIZE is set but RANK is not",
-                "; set both, or neither for a single process");
+  VESCALE_CHECK(
+      find(env, "RANK") && find(env, "WORLD_SIZE"), "launch env (torchrun): ",
+      find(env, "RANK") ? "RANK is set but WORLD_SIZE is not" : "WORLD_SIZE is set but RANK is not",
+      "; set both, or neither for a single process");
   e.rank = parse_int("RANK", *find(env, "RANK"));
   e.world_size = parse_int("WORLD_SIZE", *find(env, "WORLD_SIZE"));
   // Without LOCAL_* everything is taken to run on one node.
   e.local_world_size = get_int(env, "LOCAL_WORLD_SIZE").value_or(e.world_size);
-  e.local_rank = get_int(env, "LOCAL_RANK").value_or(e.local_world_size > 0 ? e.rank % e.local_world_size : 0);
+  e.local_rank =
+      get_int(env, "LOCAL_RANK").value_or(e.local_world_size > 0 ? e.rank % e.local_world_size : 0);
   validate_ranks(e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   if (e.world_size > 1) {
     if (auto* a = find(env, "MASTER_ADDR")) {
       e.master_addr = *a;
     } else {
       VESCALE_CHECK(e.local_world_size == e.world_size,
-                    "launch env (torchrun): MASTER_ADDR is not set for a multi-node job; set it to rank 0's host");
+                    "launch env (torchrun): MASTER_ADDR is not set for a multi-node job; set it to "
+                    "rank 0's host");
     }
     e.master_port = require_int(env, "MASTER_PORT", "torchrun", "WORLD_SIZE > 1");
   }
@@ -124,7 +128,7 @@ LaunchEnv from_openmpi(const Env& env) {
   e.local_rank = get_int(env, "OMPI_COMM_WORLD_LOCAL_RANK").value_or(e.rank);
   e.local_world_size = get_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE").value_or(e.world_size);
   validate_ranks(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-           "OMPI_COMM_WORLD_LOCAL_SIZE");
+                 "OMPI_COMM_WORLD_LOCAL_SIZE");
   fill_master(env, e, "OMPI_MCA_ess_base_jobid");
   validate_master(e);
   return e;
@@ -149,7 +153,8 @@ LaunchEnv from_slurm(const Env& env) {
   e.rank = require_int(env, "SLURM_PROCID", e.source, "Slurm task variables are present");
   e.world_size = require_int(env, "SLURM_NTASKS", e.source, "SLURM_PROCID is set");
   e.local_world_size = slurm_tasks_per_node(env).value_or(e.world_size);
-  e.local_rank = get_int(env, "SLURM_LOCALID").value_or(e.local_world_size > 0 ? e.rank % e.local_world_size : 0);
+  e.local_rank = get_int(env, "SLURM_LOCALID")
+                     .value_or(e.local_world_size > 0 ? e.rank % e.local_world_size : 0);
   validate_ranks(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE");
   fill_master(env, e, "SLURM_JOB_ID");
   validate_master(e);
@@ -160,7 +165,8 @@ LaunchEnv from_slurm(const Env& env) {
 
 LaunchEnv parse_launch_env(const Env& env) {
   if (find(env, "RANK") || find(env, "WORLD_SIZE")) return from_torchrun(env);
-  if (find(env, "OMPI_COMM_WORLD_RANK") || find(env, "OMPI_COMM_WORLD_SIZE")) return from_openmpi(env);
+  if (find(env, "OMPI_COMM_WORLD_RANK") || find(env, "OMPI_COMM_WORLD_SIZE"))
+    return from_openmpi(env);
   if (find(env, "PMI_RANK") || find(env, "PMI_SIZE")) return from_pmi(env);
   if (find(env, "SLURM_PROCID") && find(env, "SLURM_NTASKS")) return from_slurm(env);
   LaunchEnv e;  // a plain single process

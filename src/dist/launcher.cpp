@@ -94,8 +94,8 @@ void signal_all(std::vector<Rank>& ranks, int sig) {
 // The pipes are close-on-exec (dup2 onto stdout/stderr clears the flag for those two), so a
 // rank holds no other rank's pipe ends. A rank dies with the launcher (SIGKILL, not SIGTERM: a
 // SIGTERM would make vescale-train save and move `latest` with nobody watching).
-pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
-            int out_w, int err_w) {
+pid_t spawn(const std::vector<std::string>& argv,
+            const std::vector<std::pair<std::string, std::string>>& env, int out_w, int err_w) {
   const pid_t launcher = ::getpid();
   pid_t pid = ::fork();
   VESCALE_CHECK(pid >= 0, "launcher: fork failed: ", std::strerror(errno));
@@ -110,7 +110,8 @@ pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::pair<st
     for (auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
     // Launches by other tools would shadow ours; the torchrun-style variables win anyway,
     // but removing these keeps a rank's view unambiguous.
-    for (const char* k : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID"})
+    for (const char* k :
+         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID"})
       ::unsetenv(k);
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -135,33 +136,37 @@ int find_free_port() {
   bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
             ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   ::close(fd);
-  VESCALE_CHECK(ok, "launcher: could not find a free port: ", std::strerror(errno), "; pass --master-port");
+  VESCALE_CHECK(ok, "launcher: could not find a free port: ", std::strerror(errno),
+                "; pass --master-port");
   return ntohs(addr.sin_port);
 }
 
 void validate(const LauncherOptions& o) {
-  VESCALE_CHECK(o.nproc_per_node >= 1, "launcher: --nproc-per-node=", o.nproc_per_node, " must be at least 1");
+  VESCALE_CHECK(o.nproc_per_node >= 1, "launcher: --nproc-per-node=", o.nproc_per_node,
+                " must be at least 1");
   VESCALE_CHECK(o.nnodes >= 1, "launcher: --nnodes=", o.nnodes, " must be at least 1");
   VESCALE_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "launcher: --node-rank=", o.node_rank,
                 " must be in [0, --nnodes=", o.nnodes, ")");
-  VESCALE_CHECK(o.master_port >= 0 && o.master_port < 65536, "launcher: --master-port=", o.master_port,
-                " is not a TCP port");
+  VESCALE_CHECK(o.master_port >= 0 && o.master_port < 65536,
+                "launcher: --master-port=", o.master_port, " is not a TCP port");
   VESCALE_CHECK(o.nnodes == 1 || (o.master_addr != "127.0.0.1" && o.master_addr != "localhost"),
-                "launcher: --nnodes=", o.nnodes, " needs --master-addr set to node 0's address, not ",
-                o.master_addr);
+                "launcher: --nnodes=", o.nnodes,
+                " needs --master-addr set to node 0's address, not ", o.master_addr);
   VESCALE_CHECK(o.grace_seconds >= 0, "launcher: the grace period must not be negative");
 }
 
 int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
   validate(o);
-  VESCALE_CHECK(!argv.empty(), "launcher: no program given; usage: vescale-run --nproc-per-node N -- prog args");
+  VESCALE_CHECK(!argv.empty(),
+                "launcher: no program given; usage: vescale-run --nproc-per-node N -- prog args");
   const int port = o.master_port > 0 ? o.master_port : (o.nnodes == 1 ? find_free_port() : 29500);
   const int world = o.nnodes * o.nproc_per_node;
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   g_signal = 0;
@@ -172,8 +177,8 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
     Rank& r = ranks[local];
     r.rank = o.node_rank * o.nproc_per_node + local;
     int out_p[2], err_p[2];
-    VESCALE_CHECK(::pipe2(out_p, O_CLOEXEC) == 0 && ::pipe2(err_p, O_CLOEXEC) == 0, "launcher: pipe failed: ",
-                  std::strerror(errno));
+    VESCALE_CHECK(::pipe2(out_p, O_CLOEXEC) == 0 && ::pipe2(err_p, O_CLOEXEC) == 0,
+                  "launcher: pipe failed: ", std::strerror(errno));
     std::vector<std::pair<std::string, std::string>> env = {
         {"RANK", std::to_string(r.rank)},
         {"WORLD_SIZE", std::to_string(world)},
@@ -183,7 +188,8 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
         {"MASTER_ADDR", o.master_addr},
         {"MASTER_PORT", std::to_string(port)},
         {"VESCALE_RANK_PREFIXED", "1"},
-        {"VESCALE_LAUNCHED", "1"},  // apps that launch themselves (vescale-train) know they're a rank
+        {"VESCALE_LAUNCHED",
+         "1"},  // apps that launch themselves (vescale-train) know they're a rank
     };
     r.pid = spawn(argv, env, out_p[1], err_p[1]);
     ::close(out_p[1]);
@@ -212,7 +218,8 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
       const int sig = g_signal;
       std::fprintf(stderr, "vescale-run: received %s; %s\n", strsignal(sig),
                    forwarded == 1 ? "passing it to every rank (send it again to stop them at once)"
-                   : forwarded == 2 ? "passing it on again" : "killing every rank");
+                   : forwarded == 2 ? "passing it on again"
+                                    : "killing every rank");
       signal_all(ranks, forwarded >= 3 ? SIGKILL : sig);
     }
     // Output.
@@ -226,8 +233,10 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
       for (size_t i = 0; i < fds.size(); ++i) {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         Rank& r = *owners[i].first;
-        if (owners[i].second) drain(r, r.err_fd, r.err_buf, STDERR_FILENO);
-        else drain(r, r.out_fd, r.out_buf, STDOUT_FILENO);
+        if (owners[i].second)
+          drain(r, r.err_fd, r.err_buf, STDERR_FILENO);
+        else
+          drain(r, r.out_fd, r.out_buf, STDOUT_FILENO);
       }
     } else if (fds.empty()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -251,8 +260,8 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
           exit_code = exit_code_of(status);
           // Also after a forwarded signal: a rank that died cannot join its peers' last save,
           // so they stop at once (for vescale-train this SIGTERM is the second signal).
-          stop_others("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") failed with " +
-                      describe_status(status));
+          stop_others("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) +
+                      ") failed with " + describe_status(status));
         }
       } else {
         any_running = true;

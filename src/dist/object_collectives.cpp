@@ -40,7 +40,8 @@ std::vector<std::string> all_gather_text(const std::string& mine) {
   world().all_gather(all, bytes.to(dev)).wait();
   const auto host = all.cpu();
   for (int r = 0; r < w; ++r) {
-    out[r].assign(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()) + r * longest, static_cast<size_t>(lengths[r]));
+    out[r].assign(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()) + r * longest,
+                  static_cast<size_t>(lengths[r]));
   }
   return out;
 }

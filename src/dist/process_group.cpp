@@ -43,7 +43,8 @@ void Work::wait() {
 namespace {
 bool mentions_timeout(const std::string& s) {
   std::string low(s);
-  std::transform(low.begin(), low.end(), low.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(low.begin(), low.end(), low.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return low.find("timed out") != std::string::npos || low.find("timeout") != std::string::npos;
 }
 }  // namespace
@@ -55,10 +56,11 @@ void Work::wait(std::chrono::milliseconds timeout) {
   } catch (const std::exception& e) {
     impl_->done = true;
     if (mentions_timeout(e.what())) {
-      throw TimeoutError(detail::cat(impl_->what, " did not finish within ", timeout.count(),
-                                     " ms: a peer rank is hung, dead, or calling a different collective. "
-                                     "Raise VESCALE_COLLECTIVE_TIMEOUT_S if this wait is expected. (",
-                                     e.what(), ")"));
+      throw TimeoutError(
+          detail::cat(impl_->what, " did not finish within ", timeout.count(),
+                      " ms: a peer rank is hung, dead, or calling a different collective. "
+                      "Raise VESCALE_COLLECTIVE_TIMEOUT_S if this wait is expected. (",
+                      e.what(), ")"));
     }
     VESCALE_FAIL(impl_->what, " failed: ", e.what());
   }
@@ -69,7 +71,9 @@ void Work::wait(std::chrono::milliseconds timeout) {
 // ---- ProcessGroup ----------------------------------------------------------------------
 
 ProcessGroup::Impl& ProcessGroup::impl() const {
-  VESCALE_CHECK(impl_, "process group: this handle is empty; create groups with dist::init or DeviceMesh::init");
+  VESCALE_CHECK(
+      impl_,
+      "process group: this handle is empty; create groups with dist::init or DeviceMesh::init");
   return *impl_;
 }
 int ProcessGroup::rank() const { return impl().rank; }
@@ -84,10 +88,14 @@ namespace {
 c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return c10d::ReduceOp::SUM;  // avg = sum, then divide (Gloo has no AVG)
-    case ReduceOp::Max: return c10d::ReduceOp::MAX;
-    case ReduceOp::Min: return c10d::ReduceOp::MIN;
-    case ReduceOp::Product: return c10d::ReduceOp::PRODUCT;
+    case ReduceOp::Avg:
+      return c10d::ReduceOp::SUM;  // avg = sum, then divide (Gloo has no AVG)
+    case ReduceOp::Max:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::Min:
+      return c10d::ReduceOp::MIN;
+    case ReduceOp::Product:
+      return c10d::ReduceOp::PRODUCT;
   }
   return c10d::ReduceOp::SUM;
 }
@@ -96,7 +104,8 @@ std::string describe(const ProcessGroup::Impl& g, const char* op) {
   return detail::cat(op, " on group '", g.name, "' (rank ", g.rank, " of ", g.size, ")");
 }
 
-void check_tensor(const ProcessGroup::Impl& g, const char* op, const char* which, const at::Tensor& t) {
+void check_tensor(const ProcessGroup::Impl& g, const char* op, const char* which,
+                  const at::Tensor& t) {
   VESCALE_CHECK(t.defined(), describe(g, op), ": ", which, " tensor is undefined");
   VESCALE_CHECK(t.is_contiguous(), describe(g, op), ": ", which,
                 " tensor must be contiguous; call .contiguous() first");
@@ -112,10 +121,11 @@ void check_tensor(const ProcessGroup::Impl& g, const char* op, const char* which
 void check_rows(const ProcessGroup::Impl& g, const char* op, const at::Tensor& out, int64_t rows,
                 const at::Tensor& in) {
   VESCALE_CHECK(out.dim() == in.dim() && out.dim() >= 1 && out.size(0) == rows &&
-                    out.sizes().slice(1) == in.sizes().slice(1) && out.scalar_type() == in.scalar_type(),
+                    out.sizes().slice(1) == in.sizes().slice(1) &&
+                    out.scalar_type() == in.scalar_type(),
                 describe(g, op), ": output shape ", out.sizes(), " (", out.scalar_type(),
-                ") does not fit input shape ", in.sizes(), " (", in.scalar_type(), "); expected ", rows,
-                " rows along dim 0 and the same trailing dims and dtype");
+                ") does not fit input shape ", in.sizes(), " (", in.scalar_type(), "); expected ",
+                rows, " rows along dim 0 and the same trailing dims and dtype");
 }
 
 Work make_work(const ProcessGroup::Impl& g, const char* op, c10::intrusive_ptr<c10d::Work> w,
@@ -128,17 +138,23 @@ Work make_work(const ProcessGroup::Impl& g, const char* op, c10::intrusive_ptr<c
   return Work(std::move(impl));
 }
 
-std::atomic<int64_t> g_all_reduce{0}, g_all_gather{0}, g_reduce_scatter{0}, g_all_to_all{0}, g_broadcast{0},
-    g_send_recv{0};
+std::atomic<int64_t> g_all_reduce{0}, g_all_gather{0}, g_reduce_scatter{0}, g_all_to_all{0},
+    g_broadcast{0}, g_send_recv{0};
 
 void count(const char* op) {
   const std::string_view o(op);
-  if (o == "all_reduce") ++g_all_reduce;
-  else if (o == "all_gather") ++g_all_gather;
-  else if (o == "reduce_scatter") ++g_reduce_scatter;
-  else if (o == "all_to_all") ++g_all_to_all;
-  else if (o == "broadcast") ++g_broadcast;
-  else if (o == "send" || o == "recv") ++g_send_recv;
+  if (o == "all_reduce")
+    ++g_all_reduce;
+  else if (o == "all_gather")
+    ++g_all_gather;
+  else if (o == "reduce_scatter")
+    ++g_reduce_scatter;
+  else if (o == "all_to_all")
+    ++g_all_to_all;
+  else if (o == "broadcast")
+    ++g_broadcast;
+  else if (o == "send" || o == "recv")
+    ++g_send_recv;
 }
 
 // Runs a c10d call, turning its synchronous throws (bad args, a dead peer) into our errors.
@@ -162,14 +178,15 @@ std::function<void()> maybe_divide(ReduceOp op, at::Tensor t, int size) {
 
 void check_avg(const ProcessGroup::Impl& g, const char* op, ReduceOp r, const at::Tensor& t) {
   VESCALE_CHECK(r != ReduceOp::Avg || at::isFloatingType(t.scalar_type()), describe(g, op),
-                ": avg needs a floating-point tensor, got ", t.scalar_type(), "; use sum and divide");
+                ": avg needs a floating-point tensor, got ", t.scalar_type(),
+                "; use sum and divide");
 }
 
 }  // namespace
 
 CollectiveStats collective_stats() {
-  return {g_all_reduce.load(), g_all_gather.load(), g_reduce_scatter.load(), g_all_to_all.load(), g_broadcast.load(),
-          g_send_recv.load()};
+  return {g_all_reduce.load(), g_all_gather.load(), g_reduce_scatter.load(),
+          g_all_to_all.load(), g_broadcast.load(),  g_send_recv.load()};
 }
 
 Work ProcessGroup::all_reduce(at::Tensor t, ReduceOp op) {
@@ -209,12 +226,13 @@ Work ProcessGroup::all_gather_uneven(at::Tensor out, const at::Tensor& in,
                                      const std::vector<int64_t>& dim0_sizes) {
   auto& g = impl();
   VESCALE_CHECK(static_cast<int>(dim0_sizes.size()) == g.size, describe(g, "all_gather_uneven"),
-                ": dim0_sizes has ", dim0_sizes.size(), " entries but the group has ", g.size, " ranks");
+                ": dim0_sizes has ", dim0_sizes.size(), " entries but the group has ", g.size,
+                " ranks");
   check_tensor(g, "all_gather_uneven", "input", in);
   check_tensor(g, "all_gather_uneven", "output", out);
   VESCALE_CHECK(in.dim() >= 1 && in.size(0) == dim0_sizes[g.rank], describe(g, "all_gather_uneven"),
-                ": this rank's input has ", in.dim() ? in.size(0) : 0, " rows but dim0_sizes[", g.rank,
-                "] = ", dim0_sizes[g.rank]);
+                ": this rank's input has ", in.dim() ? in.size(0) : 0, " rows but dim0_sizes[",
+                g.rank, "] = ", dim0_sizes[g.rank]);
   const int64_t total = std::accumulate(dim0_sizes.begin(), dim0_sizes.end(), int64_t{0});
   check_rows(g, "all_gather_uneven", out, total, in);
   const int64_t max_rows = *std::max_element(dim0_sizes.begin(), dim0_sizes.end());
@@ -248,10 +266,12 @@ Work ProcessGroup::reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp
   opts.timeout = g.timeout;
   if (g.kind == Backend::Nccl) {
     at::Tensor i = in;
-    auto w = call(g, "reduce_scatter", [&] { return g.backend->_reduce_scatter_base(out, i, opts); });
+    auto w =
+        call(g, "reduce_scatter", [&] { return g.backend->_reduce_scatter_base(out, i, opts); });
     return make_work(g, "reduce_scatter", std::move(w), maybe_divide(op, out, g.size));
   }
-  // Gloo's reduce-scatter is an all-reduce and a slice anyway (docs/architecture.md, libtorch facts); do it in the open.
+  // Gloo's reduce-scatter is an all-reduce and a slice anyway (docs/architecture.md, libtorch
+  // facts); do it in the open.
   at::Tensor full = in.clone();
   std::vector<at::Tensor> ts{full};
   c10d::AllreduceOptions ar;
@@ -267,7 +287,8 @@ Work ProcessGroup::reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp
   });
 }
 
-Work ProcessGroup::all_to_all(at::Tensor out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
+Work ProcessGroup::all_to_all(at::Tensor out, const at::Tensor& in,
+                              const std::vector<int64_t>& out_splits,
                               const std::vector<int64_t>& in_splits) {
   auto& g = impl();
   check_tensor(g, "all_to_all", "input", in);
@@ -291,9 +312,10 @@ Work ProcessGroup::all_to_all(at::Tensor out, const at::Tensor& in, const std::v
   };
   check_splits(in_splits, in, "input");
   check_splits(out_splits, out, "output");
-  VESCALE_CHECK(out.sizes().slice(1) == in.sizes().slice(1) && out.scalar_type() == in.scalar_type(),
-                describe(g, "all_to_all"), ": input ", in.sizes(), " and output ", out.sizes(),
-                " must share trailing dims and dtype");
+  VESCALE_CHECK(
+      out.sizes().slice(1) == in.sizes().slice(1) && out.scalar_type() == in.scalar_type(),
+      describe(g, "all_to_all"), ": input ", in.sizes(), " and output ", out.sizes(),
+      " must share trailing dims and dtype");
   c10d::AllToAllOptions opts;
   opts.timeout = g.timeout;
   at::Tensor i = in;
@@ -305,7 +327,8 @@ Work ProcessGroup::all_to_all(at::Tensor out, const at::Tensor& in, const std::v
 Work ProcessGroup::broadcast(at::Tensor t, int root) {
   auto& g = impl();
   check_tensor(g, "broadcast", "input", t);
-  VESCALE_CHECK(root >= 0 && root < g.size, describe(g, "broadcast"), ": root ", root, " is not a group rank");
+  VESCALE_CHECK(root >= 0 && root < g.size, describe(g, "broadcast"), ": root ", root,
+                " is not a group rank");
   std::vector<at::Tensor> ts{t};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
@@ -370,21 +393,25 @@ ProcessGroup make_process_group(const c10::intrusive_ptr<c10d::Store>& store, co
         }
       }
       opts->devices = {dev};
-      impl->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, spec.rank, impl->size, opts);
+      impl->backend =
+          c10::make_intrusive<c10d::ProcessGroupGloo>(store, spec.rank, impl->size, opts);
     } else {
 #ifdef VESCALE_WITH_CUDA
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = spec.timeout;
-      impl->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, spec.rank, impl->size, opts);
+      impl->backend =
+          c10::make_intrusive<c10d::ProcessGroupNCCL>(store, spec.rank, impl->size, opts);
 #else
-      VESCALE_FAIL("process group '", spec.name, "': this build has no CUDA/NCCL; rebuild with nvcc on PATH");
+      VESCALE_FAIL("process group '", spec.name,
+                   "': this build has no CUDA/NCCL; rebuild with nvcc on PATH");
 #endif
     }
   } catch (const vescale::Error&) {
     throw;
   } catch (const std::exception& e) {
-    VESCALE_FAIL("process group '", spec.name, "' (", to_string(spec.kind), ", rank ", spec.rank, " of ",
-                 impl->size, "): could not connect all members within ", spec.timeout.count(),
+    VESCALE_FAIL("process group '", spec.name, "' (", to_string(spec.kind), ", rank ", spec.rank,
+                 " of ", impl->size, "): could not connect all members within ",
+                 spec.timeout.count(),
                  " ms; check that every rank reached this point and that the hosts can reach each "
                  "other (GLOO_SOCKET_IFNAME). (",
                  e.what(), ")");

@@ -33,9 +33,12 @@ std::string printable(const char* p, size_t n) {
   std::string s;
   for (size_t i = 0; i < n && s.size() < 40; ++i) {
     const unsigned char c = static_cast<unsigned char>(p[i]);
-    if (c >= 32 && c < 127) s += static_cast<char>(c);
-    else if (c == '\r' || c == '\n') s += ' ';
-    else s += '.';
+    if (c >= 32 && c < 127)
+      s += static_cast<char>(c);
+    else if (c == '\r' || c == '\n')
+      s += ' ';
+    else
+      s += '.';
   }
   return s;
 }
@@ -48,7 +51,8 @@ int connect_once(const addrinfo* a, int timeout_ms) {
     pollfd p{fd, POLLOUT, 0};
     int err = 0;
     socklen_t len = sizeof err;
-    if (::poll(&p, 1, timeout_ms) != 1 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0)
+    if (::poll(&p, 1, timeout_ms) != 1 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 ||
+        err != 0)
       return ::close(fd), -1;
   }
   return fd;
@@ -63,9 +67,11 @@ void probe_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
   addrinfo hints{}, *found = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  const int gai = ::getaddrinfo(env.master_addr.c_str(), std::to_string(env.master_port).c_str(), &hints, &found);
-  VESCALE_CHECK(gai == 0, "rendezvous: rank ", env.rank, " cannot resolve MASTER_ADDR '", env.master_addr,
-                "': ", gai_strerror(gai), "; set MASTER_ADDR to rank 0's host name or address");
+  const int gai = ::getaddrinfo(env.master_addr.c_str(), std::to_string(env.master_port).c_str(),
+                                &hints, &found);
+  VESCALE_CHECK(gai == 0, "rendezvous: rank ", env.rank, " cannot resolve MASTER_ADDR '",
+                env.master_addr, "': ", gai_strerror(gai),
+                "; set MASTER_ADDR to rank 0's host name or address");
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> hold(found, ::freeaddrinfo);
   auto left_ms = [&] {
     return static_cast<int>(std::max<int64_t>(
@@ -73,10 +79,12 @@ void probe_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
   };
   int fd = -1;
   while (fd < 0) {
-    for (const addrinfo* a = found; a && fd < 0; a = a->ai_next) fd = connect_once(a, std::min(left_ms(), 1000));
+    for (const addrinfo* a = found; a && fd < 0; a = a->ai_next)
+      fd = connect_once(a, std::min(left_ms(), 1000));
     if (fd >= 0) break;
-    VESCALE_CHECK(left_ms() > 0, "rendezvous: rank ", env.rank, " could not reach rank 0's store at ", where,
-                  " within ", timeout.count(), " ms. Check MASTER_ADDR/MASTER_PORT and that rank 0 started");
+    VESCALE_CHECK(left_ms() > 0, "rendezvous: rank ", env.rank,
+                  " could not reach rank 0's store at ", where, " within ", timeout.count(),
+                  " ms. Check MASTER_ADDR/MASTER_PORT and that rank 0 started");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const uint32_t nonce = static_cast<uint32_t>(::getpid()) ^ 0x5eedf00du;
@@ -99,13 +107,16 @@ void probe_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
   uint32_t echoed = 0;
   if (got == 4) std::memcpy(&echoed, reply, 4);
   if (got == 4 && echoed == nonce) return;
-  const std::string fix = " Another program holds that port, or rank 0 of this job uses another one: check "
-                          "MASTER_ADDR/MASTER_PORT (vescale-run --master-port)";
-  VESCALE_CHECK(got > 0, "rendezvous: rank ", env.rank, " connected to ", where, " but it ",
-                sent ? "did not answer the store handshake within " + std::to_string(timeout.count()) + " ms"
-                     : "closed the connection",
-                "; it is not a vescale (c10d) store.", fix);
-  VESCALE_FAIL("rendezvous: rank ", env.rank, " connected to ", where, " but it answered '", printable(reply, got),
+  const std::string fix =
+      " Another program holds that port, or rank 0 of this job uses another one: check "
+      "MASTER_ADDR/MASTER_PORT (vescale-run --master-port)";
+  VESCALE_CHECK(
+      got > 0, "rendezvous: rank ", env.rank, " connected to ", where, " but it ",
+      sent ? "did not answer the store handshake within " + std::to_string(timeout.count()) + " ms"
+           : "closed the connection",
+      "; it is not a vescale (c10d) store.", fix);
+  VESCALE_FAIL("rendezvous: rank ", env.rank, " connected to ", where, " but it answered '",
+               printable(reply, got),
                "', not the store protocol; it is not a vescale (c10d) store.", fix);
 }
 
@@ -114,16 +125,20 @@ void check_port_free(const LaunchEnv& env) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
   const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as the store does: TIME_WAIT is no conflict
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one,
+               sizeof one);  // as the store does: TIME_WAIT is no conflict
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
   addr.sin_port = htons(static_cast<uint16_t>(env.master_port));
-  const bool in_use = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 && errno == EADDRINUSE;
+  const bool in_use =
+      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 && errno == EADDRINUSE;
   ::close(fd);
   VESCALE_CHECK(!in_use, "rendezvous: rank 0 cannot serve the store on port ", env.master_port,
-                ": another program is listening there. Pick another MASTER_PORT (vescale-run --master-port), or "
-                "stop what holds it (ss -ltnp | grep :", env.master_port, ")");
+                ": another program is listening there. Pick another MASTER_PORT (vescale-run "
+                "--master-port), or "
+                "stop what holds it (ss -ltnp | grep :",
+                env.master_port, ")");
 }
 
 std::string without_backtrace(const std::exception& e) {
@@ -133,10 +148,13 @@ std::string without_backtrace(const std::exception& e) {
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env,
+                                           std::chrono::milliseconds timeout) {
   if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
-  if (env.rank == 0) check_port_free(env);
-  else probe_store(env, timeout);
+  if (env.rank == 0)
+    check_port_free(env);
+  else
+    probe_store(env, timeout);
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(env.master_port);
   opts.isServer = env.rank == 0;
@@ -149,22 +167,26 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, std::chrono::mi
   } catch (const std::exception& e) {
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     if (env.rank == 0 && waited < timeout) {
-      VESCALE_FAIL("rendezvous: rank 0 could not serve the store on ", env.master_addr, ":", env.master_port,
-                   " (", without_backtrace(e), "). If the port is in use, pick another MASTER_PORT");
+      VESCALE_FAIL("rendezvous: rank 0 could not serve the store on ", env.master_addr, ":",
+                   env.master_port, " (", without_backtrace(e),
+                   "). If the port is in use, pick another MASTER_PORT");
     }
     if (env.rank == 0) {
-      VESCALE_FAIL("rendezvous: not all ", env.world_size, " ranks joined rank 0's store at ", env.master_addr, ":",
-                   env.master_port, " within ", timeout.count(),
-                   " ms; check that every rank was started with the same MASTER_ADDR/MASTER_PORT and WORLD_SIZE (",
+      VESCALE_FAIL("rendezvous: not all ", env.world_size, " ranks joined rank 0's store at ",
+                   env.master_addr, ":", env.master_port, " within ", timeout.count(),
+                   " ms; check that every rank was started with the same MASTER_ADDR/MASTER_PORT "
+                   "and WORLD_SIZE (",
                    without_backtrace(e), ")");
     }
-    VESCALE_FAIL("rendezvous: rank ", env.rank, " could not join rank 0's store at ", env.master_addr, ":",
-                 env.master_port, " within ", timeout.count(), " ms. Check MASTER_ADDR/MASTER_PORT and that rank 0 ",
-                 "started (", without_backtrace(e), ")");
+    VESCALE_FAIL("rendezvous: rank ", env.rank, " could not join rank 0's store at ",
+                 env.master_addr, ":", env.master_port, " within ", timeout.count(),
+                 " ms. Check MASTER_ADDR/MASTER_PORT and that rank 0 ", "started (",
+                 without_backtrace(e), ")");
   }
 }
 
-c10::intrusive_ptr<c10d::Store> prefixed(const std::string& prefix, const c10::intrusive_ptr<c10d::Store>& store) {
+c10::intrusive_ptr<c10d::Store> prefixed(const std::string& prefix,
+                                         const c10::intrusive_ptr<c10d::Store>& store) {
   return c10::make_intrusive<c10d::PrefixStore>(prefix, store);
 }
 

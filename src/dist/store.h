@@ -13,6 +13,7 @@ namespace vescale::dist {
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, std::chrono::milliseconds timeout);
 
 // The store seen through "prefix/", so that groups don't read each other's keys.
-c10::intrusive_ptr<c10d::Store> prefixed(const std::string& prefix, const c10::intrusive_ptr<c10d::Store>& store);
+c10::intrusive_ptr<c10d::Store> prefixed(const std::string& prefix,
+                                         const c10::intrusive_ptr<c10d::Store>& store);
 
 }  // namespace vescale::dist

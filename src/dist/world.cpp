@@ -30,15 +30,17 @@ std::chrono::milliseconds resolve_timeout(std::chrono::milliseconds requested) {
 }
 
 std::string resolve_device(const std::string& requested) {
-  VESCALE_CHECK(requested == "auto" || requested == "cpu" || requested == "cuda", "dist::init: device '",
-                requested, "' is unknown; use cpu, cuda, or auto");
+  VESCALE_CHECK(requested == "auto" || requested == "cpu" || requested == "cuda",
+                "dist::init: device '", requested, "' is unknown; use cpu, cuda, or auto");
   if (requested != "auto") return requested;
   return cuda_device_count() > 0 ? "cuda" : "cpu";
 }
 
-// Where Gloo binds: an interface if asked, loopback when the job is on one node, else the host's name.
+// Where Gloo binds: an interface if asked, loopback when the job is on one node, else the host's
+// name.
 std::string gloo_host_for(const LaunchEnv& env) {
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) return std::string("if:") + ifname;
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+    return std::string("if:") + ifname;
   if (env.local_world_size == env.world_size) return "127.0.0.1";
   return "";
 }
@@ -51,7 +53,8 @@ WorldState& world_state() {
 }
 
 void init(const InitOptions& options) {
-  VESCALE_CHECK(!g_world, "dist::init: already initialised; call dist::shutdown() before initialising again");
+  VESCALE_CHECK(!g_world,
+                "dist::init: already initialised; call dist::shutdown() before initialising again");
   auto state = std::make_unique<WorldState>();
   state->env = launch_env_from_process();
   state->timeout = resolve_timeout(options.timeout);
@@ -70,8 +73,9 @@ void init(const InitOptions& options) {
   spec.timeout = state->timeout;
   state->world = make_process_group(prefixed("world/", state->store), spec, state->gloo_host);
   g_world = state.release();
-  log::debug(detail::cat("dist: rank ", rank(), " of ", world_size(), " joined (", g_world->env.source, ", ",
-                         to_string(g_world->kind), ", timeout ", g_world->timeout.count(), " ms)"));
+  log::debug(detail::cat("dist: rank ", rank(), " of ", world_size(), " joined (",
+                         g_world->env.source, ", ", to_string(g_world->kind), ", timeout ",
+                         g_world->timeout.count(), " ms)"));
 }
 
 bool is_initialized() { return g_world != nullptr; }
@@ -99,9 +103,10 @@ std::string device_string() {
 
 ProcessGroup new_group(const std::string& key, const std::vector<int>& global_ranks) {
   auto& s = world_state();
-  VESCALE_CHECK(!global_ranks.empty() && std::is_sorted(global_ranks.begin(), global_ranks.end()) &&
-                    std::adjacent_find(global_ranks.begin(), global_ranks.end()) == global_ranks.end(),
-                "dist::new_group('", key, "'): ranks must be non-empty, sorted, and distinct");
+  VESCALE_CHECK(
+      !global_ranks.empty() && std::is_sorted(global_ranks.begin(), global_ranks.end()) &&
+          std::adjacent_find(global_ranks.begin(), global_ranks.end()) == global_ranks.end(),
+      "dist::new_group('", key, "'): ranks must be non-empty, sorted, and distinct");
   auto me = std::find(global_ranks.begin(), global_ranks.end(), s.env.rank);
   VESCALE_CHECK(me != global_ranks.end(), "dist::new_group('", key, "'): this rank (", s.env.rank,
                 ") is not a member; only members may create a group");

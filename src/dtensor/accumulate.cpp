@@ -32,14 +32,16 @@ at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const c10::Scalar& a
   if (is_dtensor(self) && is_dtensor(other)) {
     const DTensorMeta* a = dtensor_impl(self);
     const DTensorMeta* b = dtensor_impl(other);
-    if (same_layout(a->spec(), b->spec()) && at::has_internal_overlap(a->local()) != at::MemOverlap::Yes) {
+    if (same_layout(a->spec(), b->spec()) &&
+        at::has_internal_overlap(a->local()) != at::MemOverlap::Yes) {
       at::AutoDispatchBelowADInplaceOrView guard;
       a->local().add_(b->local(), alpha);
       count_in_place_sum();
       return self;
     }
   }
-  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::add_", "Tensor");
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::add_", "Tensor");
   torch::jit::Stack stack{self, other, alpha};
   dtensor_fallback(op, &stack);
   return self;

@@ -30,7 +30,8 @@ struct ConversionBackward : torch::autograd::Node {
 at::Tensor link(at::Tensor out, const at::Tensor& in, const char* label,
                 std::function<at::Tensor(const at::Tensor&)> fn) {
   if (!in.requires_grad() || !torch::autograd::GradMode::is_enabled()) return out;
-  auto node = std::shared_ptr<ConversionBackward>(new ConversionBackward(), torch::autograd::deleteNode);
+  auto node =
+      std::shared_ptr<ConversionBackward>(new ConversionBackward(), torch::autograd::deleteNode);
   node->label = label;
   node->fn = std::move(fn);
   node->set_next_edges(torch::autograd::collect_next_edges(in));
@@ -62,8 +63,9 @@ Placements grad_placements(const Placements& p) {
 }
 
 at::Tensor redistribute_grad(const at::Tensor& grad, const Placements& target) {
-  VESCALE_CHECK(is_dtensor(grad), "DTensor backward: the incoming gradient is a plain tensor; gradients of "
-                                  "DTensors must be DTensors");
+  VESCALE_CHECK(is_dtensor(grad),
+                "DTensor backward: the incoming gradient is a plain tensor; gradients of "
+                "DTensors must be DTensors");
   const auto& gs = spec_of(grad);
   if (gs.placements == target) return grad;
   log_redistribution("redistribute backward", -1, gs.placements, target);
@@ -88,7 +90,8 @@ at::Tensor redistribute(const at::Tensor& dt, Placements placements) {
       at::AutoDispatchBelowADInplaceOrView guard;
       alias = make_dtensor(dtensor_impl(dt)->local(), dtensor_impl(dt)->spec_ptr());
     }
-    return link(alias, dt, "RedistributeBackward", [back](const at::Tensor& g) { return redistribute_grad(g, back); });
+    return link(alias, dt, "RedistributeBackward",
+                [back](const at::Tensor& g) { return redistribute_grad(g, back); });
   }
   log_redistribution("redistribute", -1, src.placements, dst->placements);
   at::Tensor out;
@@ -96,7 +99,8 @@ at::Tensor redistribute(const at::Tensor& dt, Placements placements) {
     at::AutoDispatchBelowADInplaceOrView guard;
     out = make_dtensor(redistribute_local(dtensor_impl(dt)->local(), src, dst->placements), dst);
   }
-  return link(out, dt, "RedistributeBackward", [back](const at::Tensor& g) { return redistribute_grad(g, back); });
+  return link(out, dt, "RedistributeBackward",
+              [back](const at::Tensor& g) { return redistribute_grad(g, back); });
 }
 
 at::Tensor from_local(const at::Tensor& local, const mesh::DeviceMesh& mesh, Placements placements,
@@ -112,14 +116,16 @@ at::Tensor from_local(const at::Tensor& local, const mesh::DeviceMesh& mesh, Pla
     for (int64_t m = 0; m < mesh.ndim(); ++m) {
       const auto& p = probe->placements[m];
       if (!p.is_shard()) continue;
-      at::Tensor n = at::full({1}, global[p.dim], at::TensorOptions().dtype(at::kLong).device(local.device()));
+      at::Tensor n =
+          at::full({1}, global[p.dim], at::TensorOptions().dtype(at::kLong).device(local.device()));
       mesh.group(mesh.dim_names()[m]).all_reduce(n).wait();
       global[p.dim] = n.item<int64_t>();
     }
     probe = make_spec(mesh, probe->placements, global, local.scalar_type());
   }
-  VESCALE_CHECK(c10::IntArrayRef(probe->local_shape()) == local.sizes(), "from_local: this rank's tensor has shape ",
-                local.sizes(), " but ", probe->to_string(), " gives it ", c10::IntArrayRef(probe->local_shape()),
+  VESCALE_CHECK(c10::IntArrayRef(probe->local_shape()) == local.sizes(),
+                "from_local: this rank's tensor has shape ", local.sizes(), " but ",
+                probe->to_string(), " gives it ", c10::IntArrayRef(probe->local_shape()),
                 "; pass the right global shape, or shards that follow torch.chunk");
   at::Tensor out;
   {
@@ -127,8 +133,9 @@ at::Tensor from_local(const at::Tensor& local, const mesh::DeviceMesh& mesh, Pla
     out = make_dtensor(local.variable_data().contiguous(), probe);
   }
   const Placements target = probe->placements;
-  return link(out, local, "FromLocalBackward",
-              [target](const at::Tensor& g) { return dtensor_impl(redistribute_grad(g, target))->local(); });
+  return link(out, local, "FromLocalBackward", [target](const at::Tensor& g) {
+    return dtensor_impl(redistribute_grad(g, target))->local();
+  });
 }
 
 at::Tensor to_local(const at::Tensor& dt) {
@@ -153,20 +160,22 @@ std::string describe(const at::Tensor& dt) {
          c10::str(dtensor_impl(dt)->local().sizes()) + ")";
 }
 
-at::Tensor distribute_tensor(const at::Tensor& full, const mesh::DeviceMesh& mesh, Placements placements,
-                             int src_rank) {
-  VESCALE_CHECK(!is_dtensor(full), "distribute_tensor: the tensor is already a DTensor; use redistribute");
+at::Tensor distribute_tensor(const at::Tensor& full, const mesh::DeviceMesh& mesh,
+                             Placements placements, int src_rank) {
+  VESCALE_CHECK(!is_dtensor(full),
+                "distribute_tensor: the tensor is already a DTensor; use redistribute");
   check_device(full, mesh, "distribute_tensor");
   set_default_mesh(mesh);
   auto spec = make_spec(mesh, std::move(placements), full.sizes().vec(), full.scalar_type());
   at::Tensor data = full.detach().contiguous();
   if (src_rank >= 0) {
-    VESCALE_CHECK(src_rank < mesh.size(), "distribute_tensor: src_rank ", src_rank, " is outside the mesh of ",
-                  mesh.size());
+    VESCALE_CHECK(src_rank < mesh.size(), "distribute_tensor: src_rank ", src_rank,
+                  " is outside the mesh of ", mesh.size());
     data = data.clone();
     dist::world().broadcast(data, src_rank).wait();
   }
-  DTensorSpec replicated{mesh, Placements(mesh.ndim(), Placement::replicate()), spec->shape, spec->dtype};
+  DTensorSpec replicated{mesh, Placements(mesh.ndim(), Placement::replicate()), spec->shape,
+                         spec->dtype};
   at::Tensor out;
   {
     at::AutoDispatchBelowADInplaceOrView guard;

@@ -33,7 +33,8 @@ struct DTensorGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Stream exchangeStream(c10::Stream) const noexcept override { return stream(); }
   static c10::Stream stream() { return c10::Stream(c10::Stream::DEFAULT, c10::Device(kType, 0)); }
   c10::DeviceIndex deviceCount() const noexcept override { return 1; }
-  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  void record(void**, const c10::Stream&, const c10::DeviceIndex,
+              const c10::EventFlag) const override {}
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
   void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
@@ -50,7 +51,9 @@ struct DTensorHooks final : at::PrivateUse1HooksInterface {
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, DTensorGuardImpl);
 
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&dtensor_fallback>()); }
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&dtensor_fallback>());
+}
 
 namespace {
 // detach runs on every gradient AccumulateGrad stores and wherever a model or the framework
@@ -65,7 +68,9 @@ at::Tensor detach(const at::Tensor& self) {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("detach", TORCH_FN(detach)); }
 // libtorch has no autograd fallback for the private-use keys; ops without a derivative formula
 // then fail in backward with a clear message instead of silently dropping the gradient.
-TORCH_LIBRARY_IMPL(_, AutogradPrivateUse1, m) { m.fallback(torch::autograd::basicAutogradNotImplementedFallback()); }
+TORCH_LIBRARY_IMPL(_, AutogradPrivateUse1, m) {
+  m.fallback(torch::autograd::basicAutogradNotImplementedFallback());
+}
 
 void ensure_backend_registered() {
   static std::once_flag once;
@@ -75,14 +80,17 @@ void ensure_backend_registered() {
     // Ops with a CompositeExplicitAutograd(NonFunctional) kernel would run that kernel on the
     // wrapper itself (mm as empty + mm.out, transpose as as_strided). Give every such aten op
     // our fallback as an explicit PrivateUse1 kernel so that the functional op reaches the rules.
-    static torch::Library lib(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    static torch::Library lib(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
+                              __LINE__);
     auto& d = c10::Dispatcher::singleton();
-    for (auto key : {c10::DispatchKey::CompositeExplicitAutograd, c10::DispatchKey::CompositeExplicitAutogradNonFunctional}) {
+    for (auto key : {c10::DispatchKey::CompositeExplicitAutograd,
+                     c10::DispatchKey::CompositeExplicitAutogradNonFunctional}) {
       for (const auto& name : d.getAllOpNamesForDispatchKey(key)) {
         if (name.name.rfind("aten::", 0) != 0) continue;
         auto h = d.findOp(name);
         if (!h || h->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
-        std::string full = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+        std::string full =
+            name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
         lib.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&dtensor_fallback>());
       }
     }

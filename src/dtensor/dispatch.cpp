@@ -103,8 +103,11 @@ bool key_of(const c10::IValue& v, std::vector<int64_t>& key) {
   if (v.isInt()) return key.push_back(v.toInt()), true;
   if (v.isDouble()) return dbl(v.toDouble()), true;
   if (v.isBool()) return key.push_back(v.toBool()), true;
-  if (v.isString()) return key.push_back(static_cast<int64_t>(std::hash<std::string>{}(v.toStringRef()))), true;
-  if (v.isDevice()) return key.push_back(static_cast<int64_t>(v.toDevice().type()) * 1000 + v.toDevice().index()), true;
+  if (v.isString())
+    return key.push_back(static_cast<int64_t>(std::hash<std::string>{}(v.toStringRef()))), true;
+  if (v.isDevice())
+    return key.push_back(static_cast<int64_t>(v.toDevice().type()) * 1000 + v.toDevice().index()),
+           true;
   if (v.isComplexDouble()) {
     dbl(v.toComplexDouble().real());
     dbl(v.toComplexDouble().imag());
@@ -169,13 +172,15 @@ const OpFacts& op_facts(const c10::FunctionSchema& schema) {
     OpFacts::Return fr;
     const auto kind = r.type()->kind();
     fr.tensor_like = kind == c10::TypeKind::TensorType ||
-                     (kind == c10::TypeKind::ListType && r.type()->containedType(0)->kind() == c10::TypeKind::TensorType);
+                     (kind == c10::TypeKind::ListType &&
+                      r.type()->containedType(0)->kind() == c10::TypeKind::TensorType);
     if (const auto* ra = r.alias_info(); ra && ra->isWrite()) {
       fr.written = true;
       f.returns_written = true;
       for (size_t a = 0; a < args.size() && fr.written_arg < 0; ++a) {
         const auto* aa = args[a].alias_info();
-        if (aa && aa->isWrite() && aa->beforeSets() == ra->beforeSets()) fr.written_arg = static_cast<int>(a);
+        if (aa && aa->isWrite() && aa->beforeSets() == ra->beforeSets())
+          fr.written_arg = static_cast<int>(a);
       }
     }
     f.returns.push_back(fr);
@@ -185,7 +190,8 @@ const OpFacts& op_facts(const c10::FunctionSchema& schema) {
 
 void key_of(const DTensorSpec& s, std::vector<int64_t>& key) {
   key.push_back(reinterpret_cast<int64_t>(s.mesh.id()));
-  for (auto& p : s.placements) key.push_back(static_cast<int64_t>(p.kind) * 4096 + p.dim * 8 + static_cast<int64_t>(p.reduce));
+  for (auto& p : s.placements)
+    key.push_back(static_cast<int64_t>(p.kind) * 4096 + p.dim * 8 + static_cast<int64_t>(p.reduce));
   key.push_back(static_cast<int64_t>(s.dtype));
   for (auto d : s.shape) key.push_back(d);
   key.push_back(-1);
@@ -199,7 +205,8 @@ void for_each_tensor(c10::ArrayRef<c10::IValue> args, F&& f) {
       if (v.toTensor().defined()) f(i, -1, v.toTensor());
     } else if (v.isTensorList()) {
       auto l = v.toTensorList();
-      for (size_t j = 0; j < l.size(); ++j) f(i, static_cast<int64_t>(j), static_cast<at::Tensor>(l[j]));
+      for (size_t j = 0; j < l.size(); ++j)
+        f(i, static_cast<int64_t>(j), static_cast<at::Tensor>(l[j]));
     } else if (v.isList()) {
       auto l = v.toList();
       for (size_t j = 0; j < l.size(); ++j) {
@@ -227,8 +234,10 @@ void map_args(std::vector<c10::IValue>& args, const c10::Device& device, F&& fn)
       c10::List<std::optional<at::Tensor>> out;
       for (size_t j = 0; j < l.size(); ++j) {
         c10::IValue e = l.get(j);
-        if (e.isTensor() && e.toTensor().defined()) out.push_back(fn(i, static_cast<int64_t>(j), e.toTensor()));
-        else out.push_back(std::nullopt);
+        if (e.isTensor() && e.toTensor().defined())
+          out.push_back(fn(i, static_cast<int64_t>(j), e.toTensor()));
+        else
+          out.push_back(std::nullopt);
       }
       v = out;
     } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
@@ -239,13 +248,15 @@ void map_args(std::vector<c10::IValue>& args, const c10::Device& device, F&& fn)
 
 std::string describe_inputs(const std::vector<DTensorSpec>& specs) {
   std::string s;
-  for (auto& x : specs) s += (s.empty() ? "" : ", ") + to_string(x.placements) + c10::str(c10::IntArrayRef(x.shape));
+  for (auto& x : specs)
+    s += (s.empty() ? "" : ", ") + to_string(x.placements) + c10::str(c10::IntArrayRef(x.shape));
   return "(" + s + ")";
 }
 
 // Output global shapes and dtypes: run the op on meta tensors of the global shapes.
 std::vector<std::vector<std::pair<std::vector<int64_t>, c10::ScalarType>>> meta_outputs(
-    const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, const std::vector<DTensorSpec>& specs) {
+    const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+    const std::vector<DTensorSpec>& specs) {
   std::vector<c10::IValue> meta(args.begin(), args.end());
   size_t k = 0;
   map_args(meta, c10::Device(c10::kMeta), [&](size_t, int64_t, const at::Tensor&) {
@@ -263,7 +274,8 @@ std::vector<std::vector<std::pair<std::vector<int64_t>, c10::ScalarType>>> meta_
     if (r.isTensor()) {
       elems.emplace_back(r.toTensor().sizes().vec(), r.toTensor().scalar_type());
     } else if (r.isTensorList()) {
-      for (const at::Tensor& t : r.toTensorList()) elems.emplace_back(t.sizes().vec(), t.scalar_type());
+      for (const at::Tensor& t : r.toTensorList())
+        elems.emplace_back(t.sizes().vec(), t.scalar_type());
     }
     if (r.isTensor() || r.isTensorList()) out.push_back(std::move(elems));
   }
@@ -271,8 +283,10 @@ std::vector<std::vector<std::pair<std::vector<int64_t>, c10::ScalarType>>> meta_
 }
 
 std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::string& name,
-                                      c10::ArrayRef<c10::IValue> args, const std::vector<DTensorSpec>& specs,
-                                      const std::vector<size_t>& spec_arg, const mesh::DeviceMesh& mesh) {
+                                      c10::ArrayRef<c10::IValue> args,
+                                      const std::vector<DTensorSpec>& specs,
+                                      const std::vector<size_t>& spec_arg,
+                                      const mesh::DeviceMesh& mesh) {
   const auto& schema = op.schema();
   const size_t n_out = tensor_return_count(schema);
   const int64_t nm = mesh.ndim();
@@ -282,15 +296,17 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
   // every element must come from the consistent stream.
   const bool random = op.hasTag(at::Tag::nondeterministic_seeded);
   const Rule* rule = find_rule(op, name);
-  VESCALE_CHECK(!random || rule, "DTensor: ", name, " draws random numbers, and the consistent RNG "
-                                 "(vescale/random) has no rule for it yet; use vescale::random functions");
+  VESCALE_CHECK(!random || rule, "DTensor: ", name,
+                " draws random numbers, and the consistent RNG "
+                "(vescale/random) has no rule for it yet; use vescale::random functions");
   // view must go through its rule even when replicated: the shard may be a transposed view
   // that only a reshape can handle (see rules/view.cpp). Permutations too: their rule gives the
   // output's strides (Strategy::dims_from). The fused attention ops have no CPU kernel of their
   // own: their rule's local_fn is the computation (rules/attention.cpp).
-  const bool always_rule = name == "aten::view" || name == "aten::_unsafe_view" || name == "aten::t" ||
-                           name == "aten::transpose.int" || name == "aten::permute" ||
-                           name.rfind("aten::_scaled_dot_product_fused_attention_overrideable", 0) == 0;
+  const bool always_rule =
+      name == "aten::view" || name == "aten::_unsafe_view" || name == "aten::t" ||
+      name == "aten::transpose.int" || name == "aten::permute" ||
+      name.rfind("aten::_scaled_dot_product_fused_attention_overrideable", 0) == 0;
   Strategy strategy;
   if (all_replicated && !always_rule && !random) {
     // Bypass: a deterministic op on replicated inputs gives replicated outputs, no rule needed.
@@ -302,21 +318,25 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
     strategy = (*rule)(call);
   } else {
     VESCALE_CHECK(replicate_fallback_on(), "DTensor: no sharding rule for ", name, " with inputs ",
-                  describe_inputs(specs), ". Add a rule in src/dtensor/rules, redistribute the inputs to "
-                  "Replicate first, or set VESCALE_DTENSOR_REPLICATE_FALLBACK=1 to gather them automatically");
+                  describe_inputs(specs),
+                  ". Add a rule in src/dtensor/rules, redistribute the inputs to "
+                  "Replicate first, or set VESCALE_DTENSOR_REPLICATE_FALLBACK=1 to gather them "
+                  "automatically");
     static std::mutex mu;
     static std::set<std::string> warned;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (warned.insert(name).second)
-        log::warn("DTensor: no sharding rule for " + name + "; gathering its inputs to Replicate (slow)");
+        log::warn("DTensor: no sharding rule for " + name +
+                  "; gathering its inputs to Replicate (slow)");
     }
     strategy.inputs.assign(specs.size(), replicate_all(nm));
     strategy.outputs.assign(n_out, replicate_all(nm));
   }
   VESCALE_CHECK(strategy.inputs.size() == specs.size() && strategy.outputs.size() == n_out,
                 "DTensor: the rule for ", name, " gave ", strategy.inputs.size(), " input and ",
-                strategy.outputs.size(), " output placements for ", specs.size(), " inputs and ", n_out, " outputs");
+                strategy.outputs.size(), " output placements for ", specs.size(), " inputs and ",
+                n_out, " outputs");
 
   log::debug("DTensor: " + name + describe_inputs(specs) + (all_replicated ? " bypass" : ""));
   auto plan = std::make_shared<Plan>();
@@ -329,7 +349,8 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
     std::vector<std::shared_ptr<const DTensorSpec>> elems;
     for (size_t j = 0; j < strategy.element_outputs.size(); ++j)
       elems.push_back(std::make_shared<const DTensorSpec>(
-          DTensorSpec{mesh, strategy.element_outputs[j], strategy.element_shapes[j], c10::ScalarType::Undefined}));
+          DTensorSpec{mesh, strategy.element_outputs[j], strategy.element_shapes[j],
+                      c10::ScalarType::Undefined}));
     plan->outputs.push_back(std::move(elems));
     return plan;
   }
@@ -347,12 +368,13 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
       bool all_rep = true;
       for (auto& p : plan->output_placements)
         for (auto& x : p) all_rep &= x.is_replicate();
-      VESCALE_CHECK(all_rep, "DTensor: cannot infer the global output shape of ", name, " (no meta kernel: ",
-                    e.what(), "); its rule must give output_shapes");
+      VESCALE_CHECK(all_rep, "DTensor: cannot infer the global output shape of ", name,
+                    " (no meta kernel: ", e.what(), "); its rule must give output_shapes");
       return plan;
     }
   }
-  VESCALE_CHECK(shapes.size() == n_out, "DTensor: ", name, ": meta run gave ", shapes.size(), " outputs, not ", n_out);
+  VESCALE_CHECK(shapes.size() == n_out, "DTensor: ", name, ": meta run gave ", shapes.size(),
+                " outputs, not ", n_out);
   for (size_t r = 0; r < n_out; ++r) {
     std::vector<std::shared_ptr<const DTensorSpec>> elems;
     for (auto& [shape, dtype] : shapes[r]) {
@@ -366,8 +388,8 @@ std::shared_ptr<const Plan> propagate(const c10::OperatorHandle& op, const std::
 }
 
 // The spec of output (r, j): cached by the plan; else built from the local result.
-std::shared_ptr<const DTensorSpec> output_spec(const Plan& plan, const mesh::DeviceMesh& mesh, size_t r, size_t j,
-                                               const at::Tensor& local) {
+std::shared_ptr<const DTensorSpec> output_spec(const Plan& plan, const mesh::DeviceMesh& mesh,
+                                               size_t r, size_t j, const at::Tensor& local) {
   if (!plan.outputs.empty()) {
     auto& elems = plan.outputs[r];
     VESCALE_CHECK(j < elems.size(), "DTensor: an op returned more tensors than its meta run");
@@ -396,10 +418,13 @@ bool static_eager() { return g_static_eager.load(); }
 
 void static_eager_step() { ++g_step; }
 
-StaticEagerStats static_eager_stats() { return {g_replayed.load(), g_recorded.load(), g_diverged.load()}; }
+StaticEagerStats static_eager_stats() {
+  return {g_replayed.load(), g_recorded.load(), g_diverged.load()};
+}
 
 DispatchStats dispatch_stats() {
-  return {g_calls.load(), g_hits.load(), g_bypasses.load(), g_redistributions.load(), g_in_place_sums.load()};
+  return {g_calls.load(), g_hits.load(), g_bypasses.load(), g_redistributions.load(),
+          g_in_place_sums.load()};
 }
 
 void count_in_place_sum() { g_in_place_sums.fetch_add(1, std::memory_order_relaxed); }
@@ -418,7 +443,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   ++g_calls;
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
-  std::vector<c10::IValue> args(std::make_move_iterator(stack->end() - nargs), std::make_move_iterator(stack->end()));
+  std::vector<c10::IValue> args(std::make_move_iterator(stack->end() - nargs),
+                                std::make_move_iterator(stack->end()));
   torch::jit::drop(*stack, nargs);
 
   // 1. The inputs: DTensors with their specs; plain tensors count as Replicate. The hot path
@@ -430,7 +456,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   };
   thread_local std::vector<Input> inputs;
   inputs.clear();
-  std::optional<mesh::DeviceMesh> mesh_holder;  // a handle, not a pointer: an in-place reset may drop the spec
+  std::optional<mesh::DeviceMesh>
+      mesh_holder;  // a handle, not a pointer: an in-place reset may drop the spec
   for_each_tensor(args, [&](size_t i, int64_t, const at::Tensor& t) {
     const DTensorSpec* s = is_dtensor(t) ? &dtensor_impl(t)->spec() : nullptr;
     if (s && !mesh_holder) mesh_holder = s->mesh;
@@ -445,14 +472,15 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // shape of plain-tensor inputs.
   // On replay the facts come with the tape entry; else from the per-thread table.
   const OpFacts* facts = nullptr;
-  auto replay_key = [](const OpFacts& f, c10::ArrayRef<c10::IValue> call_args, const std::vector<Input>& ins,
-                       std::vector<int64_t>& out) {
+  auto replay_key = [](const OpFacts& f, c10::ArrayRef<c10::IValue> call_args,
+                       const std::vector<Input>& ins, std::vector<int64_t>& out) {
     out.clear();
     for (size_t i = 0; i < call_args.size(); ++i) {
       const auto& v = call_args[i];
       if (!ins.empty() && f.neutral[i]) continue;
-      const bool tensors = v.isTensor() || v.isTensorList() ||
-                           (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType);
+      const bool tensors =
+          v.isTensor() || v.isTensorList() ||
+          (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType);
       if (tensors) continue;
       if (!key_of(v, out)) return false;
     }
@@ -479,7 +507,8 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (tape.cursor < tape.entries.size()) {
       const TapeEntry& e = tape.entries[tape.cursor];
       bool same = e.schema == &schema && e.specs.size() == inputs.size();
-      for (size_t i = 0; same && i < inputs.size(); ++i) same = same_spec(e.specs[i], inputs[i].spec);
+      for (size_t i = 0; same && i < inputs.size(); ++i)
+        same = same_spec(e.specs[i], inputs[i].spec);
       if (same) {
         thread_local std::vector<int64_t> arg_key;
         same = replay_key(*e.facts, args, inputs, arg_key) && arg_key == e.arg_key;
@@ -494,73 +523,78 @@ void dtensor_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       ++g_diverged;
       if (std::getenv("VESCALE_DEBUG_TAPE"))
         std::fprintf(stderr, "tape: step %lld call %zu: %s differs from the recorded %s\n",
-                     static_cast<long long>(step), tape.cursor, op_name().c_str(), e.schema->name().c_str());
+                     static_cast<long long>(step), tape.cursor, op_name().c_str(),
+                     e.schema->name().c_str());
     }
   }
   {
-  facts = &op_facts(schema);
-  // 2. Propagation, cached by (op, mesh, input specs, other arguments). The mesh is part of the
-  //    key: factory calls have no input spec that would name it.
-  thread_local std::vector<int64_t> key;
-  key.clear();
-  key.push_back(reinterpret_cast<int64_t>(&schema));
-  key.push_back(reinterpret_cast<int64_t>(mesh->id()));
-  for (auto& in : inputs) {
-    if (in.spec) {
-      VESCALE_CHECK(in.spec->mesh == *mesh, "DTensor: ", schema.operator_name(), " mixes DTensors on different meshes");
-      key_of(*in.spec, key);
-    } else {
-      key.push_back(-2);
-      key.push_back(static_cast<int64_t>(in.tensor.scalar_type()));
-      for (auto d : in.tensor.sizes()) key.push_back(d);
-      key.push_back(-1);
-    }
-  }
-  bool cacheable = true;
-  for (size_t i = 0; i < args.size() && cacheable; ++i) {
-    const auto& v = args[i];
-    const bool tensors = v.isTensor() || v.isTensorList() ||
-                         (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType);
-    if (tensors) continue;  // keyed through their specs
-    if (!inputs.empty() && facts->neutral[i]) continue;
-    cacheable = key_of(v, key);
-  }
-  if (cacheable) {
-    if (auto it = t_cache.find(key); it != t_cache.end()) {
-      plan = it->second;
-      ++g_hits;
-    }
-  }
-  if (tape_on && cacheable) {
-    // Missed the replay: record this call (after propagation, below) at this position.
-    tape.entries.resize(tape.cursor);
-    record = true;
-  }
-  if (!plan) {
-    std::vector<DTensorSpec> specs;
-    std::vector<size_t> spec_arg;
+    facts = &op_facts(schema);
+    // 2. Propagation, cached by (op, mesh, input specs, other arguments). The mesh is part of the
+    //    key: factory calls have no input spec that would name it.
+    thread_local std::vector<int64_t> key;
+    key.clear();
+    key.push_back(reinterpret_cast<int64_t>(&schema));
+    key.push_back(reinterpret_cast<int64_t>(mesh->id()));
     for (auto& in : inputs) {
-      specs.push_back(in.spec ? *in.spec : plain_spec(in.tensor));
-      spec_arg.push_back(in.arg);
+      if (in.spec) {
+        VESCALE_CHECK(in.spec->mesh == *mesh, "DTensor: ", schema.operator_name(),
+                      " mixes DTensors on different meshes");
+        key_of(*in.spec, key);
+      } else {
+        key.push_back(-2);
+        key.push_back(static_cast<int64_t>(in.tensor.scalar_type()));
+        for (auto d : in.tensor.sizes()) key.push_back(d);
+        key.push_back(-1);
+      }
     }
-    plan = propagate(op, op_name(), args, specs, spec_arg, *mesh);
-    if (cacheable) t_cache.emplace(key, plan);
-  }
-  if (record) {
-    TapeEntry e{&schema, facts, {}, {}, plan};
-    for (auto& in : inputs) e.specs.push_back(in.spec ? dtensor_impl(in.tensor)->spec_ptr() : nullptr);
-    replay_key(*facts, args, inputs, e.arg_key);
-    tape.entries.push_back(std::move(e));
-    ++tape.cursor;
-    ++g_recorded;
-  }
+    bool cacheable = true;
+    for (size_t i = 0; i < args.size() && cacheable; ++i) {
+      const auto& v = args[i];
+      const bool tensors =
+          v.isTensor() || v.isTensorList() ||
+          (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType);
+      if (tensors) continue;  // keyed through their specs
+      if (!inputs.empty() && facts->neutral[i]) continue;
+      cacheable = key_of(v, key);
+    }
+    if (cacheable) {
+      if (auto it = t_cache.find(key); it != t_cache.end()) {
+        plan = it->second;
+        ++g_hits;
+      }
+    }
+    if (tape_on && cacheable) {
+      // Missed the replay: record this call (after propagation, below) at this position.
+      tape.entries.resize(tape.cursor);
+      record = true;
+    }
+    if (!plan) {
+      std::vector<DTensorSpec> specs;
+      std::vector<size_t> spec_arg;
+      for (auto& in : inputs) {
+        specs.push_back(in.spec ? *in.spec : plain_spec(in.tensor));
+        spec_arg.push_back(in.arg);
+      }
+      plan = propagate(op, op_name(), args, specs, spec_arg, *mesh);
+      if (cacheable) t_cache.emplace(key, plan);
+    }
+    if (record) {
+      TapeEntry e{&schema, facts, {}, {}, plan};
+      for (auto& in : inputs)
+        e.specs.push_back(in.spec ? dtensor_impl(in.tensor)->spec_ptr() : nullptr);
+      replay_key(*facts, args, inputs, e.arg_key);
+      tape.entries.push_back(std::move(e));
+      ++tape.cursor;
+      ++g_recorded;
+    }
   }
 run_plan:
 
   // 3. Local inputs, redistributed where the plan says so.
   // `inputs` holds the caller's tensors (the stack no longer does) while their specs are in
   // use; returns that alias a written input give back the caller's tensor, kept here.
-  const std::vector<c10::IValue> caller_args = facts->returns_written ? args : std::vector<c10::IValue>{};
+  const std::vector<c10::IValue> caller_args =
+      facts->returns_written ? args : std::vector<c10::IValue>{};
   static const c10::Device device = [] { return c10::Device(dist::device_string()); }();
   size_t k = 0;
   map_args(args, device, [&](size_t i, int64_t, const at::Tensor& t) -> at::Tensor {
@@ -568,7 +602,8 @@ run_plan:
     const DTensorSpec* have_ptr = inputs[k++].spec;
     at::Tensor local = have_ptr ? dtensor_impl(t)->local() : t;
     const Placements& have_p = have_ptr ? have_ptr->placements : want;
-    if (have_ptr ? want == have_p : std::all_of(want.begin(), want.end(), [](auto& p) { return p.is_replicate(); }))
+    if (have_ptr ? want == have_p
+                 : std::all_of(want.begin(), want.end(), [](auto& p) { return p.is_replicate(); }))
       return local;
     ++g_redistributions;
     const DTensorSpec have = have_ptr ? *have_ptr : plain_spec(t);
@@ -578,7 +613,8 @@ run_plan:
     if (alias && alias->isWrite()) {
       // An in-place op on a tensor in the wrong placements: the tensor itself changes
       // representation (same global value), then the op writes into its new shard.
-      VESCALE_CHECK(have_ptr, "DTensor: ", op_name(), " writes into a plain tensor with DTensor inputs");
+      VESCALE_CHECK(have_ptr, "DTensor: ", op_name(),
+                    " writes into a plain tensor with DTensor inputs");
       DTensorSpec spec = have;
       spec.placements = want;
       if (!moved.is_contiguous() || moved.data_ptr() == local.data_ptr()) moved = moved.clone();
@@ -591,15 +627,18 @@ run_plan:
   for (auto& a : args) stack->push_back(std::move(a));
   {
     at::AutoDispatchBelowADInplaceOrView guard;
-    if (plan->local_fn) plan->local_fn(*stack);
-    else op.callBoxed(*stack);
+    if (plan->local_fn)
+      plan->local_fn(*stack);
+    else
+      op.callBoxed(*stack);
   }
 
   // 5. Wrap: a return that aliases a mutated input is that input (the caller's DTensor, whose
   //    shard was updated in place); the other tensor returns become new DTensors.
   const size_t n_returns = facts->returns.size();
-  std::vector<c10::IValue> results(std::make_move_iterator(stack->end() - static_cast<long>(n_returns)),
-                                   std::make_move_iterator(stack->end()));
+  std::vector<c10::IValue> results(
+      std::make_move_iterator(stack->end() - static_cast<long>(n_returns)),
+      std::make_move_iterator(stack->end()));
   torch::jit::drop(*stack, n_returns);
   size_t out_i = 0;
   for (size_t r = 0; r < n_returns; ++r) {
@@ -607,7 +646,8 @@ run_plan:
     c10::IValue v = std::move(results[r]);
     if (fr.written) {
       if (const int a = fr.written_arg; a >= 0) {
-        VESCALE_CHECK(!caller_args[a].isTensor() || is_dtensor(caller_args[a].toTensor()), "DTensor: ", op_name(),
+        VESCALE_CHECK(!caller_args[a].isTensor() || is_dtensor(caller_args[a].toTensor()),
+                      "DTensor: ", op_name(),
                       " writes into a plain tensor with DTensor inputs; make it a DTensor first");
         v = caller_args[a];
       }

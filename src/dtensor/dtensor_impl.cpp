@@ -26,7 +26,8 @@ const c10::Device kDTensorDevice(c10::DeviceType::PrivateUse1, 0);
 class DTensorImplInit : public c10::TensorImpl {
  public:
   DTensorImplInit(const at::Tensor& local, const DTensorSpec& spec)
-      : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), local.dtype(), kDTensorDevice) {
+      : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), local.dtype(),
+                        kDTensorDevice) {
     borrow(local);
     // Global sizes with contiguous strides: autograd (AccumulateGrad, validate_outputs) reads them.
     sizes_and_strides_.set_sizes(spec.shape);
@@ -44,7 +45,8 @@ class DTensorImplInit : public c10::TensorImpl {
   void borrow(const at::Tensor& local) {
     unborrow();
     if (local.has_storage() && local.is_non_overlapping_and_dense())
-      storage_ = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim(local.storage().unsafeGetStorageImpl()));
+      storage_ = c10::Storage(
+          c10::intrusive_ptr<c10::StorageImpl>::reclaim(local.storage().unsafeGetStorageImpl()));
     // Without one, reaching for the storage is a bug in a rule, as for any storage-less impl.
     storage_access_should_throw_ = !storage_;
   }
@@ -84,7 +86,8 @@ void reset_dtensor(const at::Tensor& t, at::Tensor local, std::shared_ptr<const 
   m->spec_ = std::move(spec);
 }
 
-c10::intrusive_ptr<c10::BackendMeta> DTensorMeta::clone(const c10::intrusive_ptr<c10::BackendMeta>&) const {
+c10::intrusive_ptr<c10::BackendMeta> DTensorMeta::clone(
+    const c10::intrusive_ptr<c10::BackendMeta>&) const {
   return c10::make_intrusive<DTensorMeta>(local_, spec_);
 }
 
@@ -93,11 +96,13 @@ at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spe
   VESCALE_CHECK(!is_dtensor(local), "DTensor: the local shard is itself a DTensor");
   local = sole_handle(std::move(local));
   at::Tensor t = at::detail::make_tensor<DTensorImplInit>(local, *spec);
-  t.unsafeGetTensorImpl()->set_backend_meta(c10::make_intrusive<DTensorMeta>(std::move(local), std::move(spec)));
+  t.unsafeGetTensorImpl()->set_backend_meta(
+      c10::make_intrusive<DTensorMeta>(std::move(local), std::move(spec)));
   return t;
 }
 
-at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spec, c10::IntArrayRef strides) {
+at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spec,
+                        c10::IntArrayRef strides) {
   at::Tensor t = make_dtensor(std::move(local), std::move(spec));
   t.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), strides);
   return t;
@@ -125,11 +130,12 @@ bool is_dtensor(const at::Tensor& t) {
 void become_dtensor(const at::Tensor& t, const at::Tensor& dtensor) {
   VESCALE_CHECK(t.defined() && !is_dtensor(t), "become_dtensor: expected a plain tensor");
   VESCALE_CHECK(is_dtensor(dtensor), "become_dtensor: the source is not a DTensor");
-  VESCALE_CHECK(!t.grad().defined(), "become_dtensor: the tensor already has a gradient; convert parameters "
-                                     "before the first backward");
+  VESCALE_CHECK(!t.grad().defined(),
+                "become_dtensor: the tensor already has a gradient; convert parameters "
+                "before the first backward");
   VESCALE_CHECK(t.dtype() == dtensor.dtype() && t.sizes().equals(dtensor.sizes()),
-                "become_dtensor: shape or dtype differ (", t.sizes(), " ", t.dtype(), " vs ", dtensor.sizes(), " ",
-                dtensor.dtype(), ")");
+                "become_dtensor: shape or dtype differ (", t.sizes(), " ", t.dtype(), " vs ",
+                dtensor.sizes(), " ", dtensor.dtype(), ")");
   // What Tensor::set_data does, minus its check that both are dense CPU/CUDA tensors: the
   // impl takes the DTensor's keys, sizes, device and meta; every handle to it sees a DTensor.
   t.unsafeGetTensorImpl()->shallow_copy_from(dtensor.getIntrusivePtr());
@@ -140,12 +146,14 @@ void become_dtensor(const at::Tensor& t, const at::Tensor& dtensor) {
 
 void become_local(const at::Tensor& t) {
   VESCALE_CHECK(is_dtensor(t), "become_local: expected a DTensor");
-  VESCALE_CHECK(!t.grad().defined(), "become_local: the tensor already has a gradient; convert parameters "
-                                     "before the first backward");
+  VESCALE_CHECK(!t.grad().defined(),
+                "become_local: the tensor already has a gradient; convert parameters "
+                "before the first backward");
   const at::Tensor local = dtensor_impl(t)->local();
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  VESCALE_CHECK(!dynamic_cast<DTensorImplInit*>(impl), "become_local: only a tensor made a DTensor by become_dtensor "
-                                                      "can become local again");
+  VESCALE_CHECK(!dynamic_cast<DTensorImplInit*>(impl),
+                "become_local: only a tensor made a DTensor by become_dtensor "
+                "can become local again");
   // Keys, sizes, strides, device and storage of the shard; the DTensor state goes with the
   // backend meta, which a plain source has none of to copy over.
   impl->shallow_copy_from(local.getIntrusivePtr());
@@ -170,8 +178,9 @@ void set_default_mesh(const mesh::DeviceMesh& m) {
 
 const mesh::DeviceMesh& default_mesh() {
   std::lock_guard<std::mutex> lock(g_mesh_mutex);
-  VESCALE_CHECK(g_default_mesh.has_value(), "DTensor: a factory op named the dtensor device but no mesh is known; "
-                                            "create a DTensor first or call dtensor::set_default_mesh");
+  VESCALE_CHECK(g_default_mesh.has_value(),
+                "DTensor: a factory op named the dtensor device but no mesh is known; "
+                "create a DTensor first or call dtensor::set_default_mesh");
   return *g_default_mesh;
 }
 

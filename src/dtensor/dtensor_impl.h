@@ -26,7 +26,8 @@ class DTensorMeta final : public c10::BackendMeta {
 
   // detach() and autograd copy TensorImpls with their metadata; the copy gets its own meta
   // over the same local shard, as a detached plain tensor shares storage.
-  c10::intrusive_ptr<c10::BackendMeta> clone(const c10::intrusive_ptr<c10::BackendMeta>& self) const override;
+  c10::intrusive_ptr<c10::BackendMeta> clone(
+      const c10::intrusive_ptr<c10::BackendMeta>& self) const override;
 
  private:
   friend void reset_dtensor(const at::Tensor&, at::Tensor, std::shared_ptr<const DTensorSpec>);
@@ -46,7 +47,8 @@ void ensure_backend_registered();
 at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spec);
 at::Tensor make_dtensor(at::Tensor local, DTensorSpec spec);
 // The same with global strides other than contiguous (a permuted view's: Strategy::dims_from).
-at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spec, c10::IntArrayRef strides);
+at::Tensor make_dtensor(at::Tensor local, std::shared_ptr<const DTensorSpec> spec,
+                        c10::IntArrayRef strides);
 
 // Unchecked accessor for code that already knows `t` is a DTensor.
 DTensorMeta* dtensor_impl(const at::Tensor& t);

@@ -13,15 +13,16 @@ ChunkRange chunk_range(int64_t dim_size, int64_t count, int64_t index) {
 
 void DTensorSpec::validate_and_normalize() {
   VESCALE_CHECK(mesh.valid(), "DTensorSpec: no mesh");
-  VESCALE_CHECK(static_cast<int64_t>(placements.size()) == mesh.ndim(), "DTensorSpec: ", placements.size(),
-                " placements ", dtensor::to_string(placements), " for a ", mesh.ndim(),
-                "-D mesh; give one placement per mesh dim");
+  VESCALE_CHECK(static_cast<int64_t>(placements.size()) == mesh.ndim(),
+                "DTensorSpec: ", placements.size(), " placements ", dtensor::to_string(placements),
+                " for a ", mesh.ndim(), "-D mesh; give one placement per mesh dim");
   for (auto& p : placements) {
     if (!p.is_shard()) continue;
     const int64_t orig = p.dim;
     if (p.dim < 0) p.dim += ndim();
-    VESCALE_CHECK(p.dim >= 0 && p.dim < ndim(), "DTensorSpec: Shard(", orig, ") is out of range for a ", ndim(),
-                  "-D tensor of shape ", c10::IntArrayRef(shape));
+    VESCALE_CHECK(p.dim >= 0 && p.dim < ndim(), "DTensorSpec: Shard(", orig,
+                  ") is out of range for a ", ndim(), "-D tensor of shape ",
+                  c10::IntArrayRef(shape));
   }
 }
 
@@ -48,7 +49,9 @@ std::vector<int64_t> DTensorSpec::local_offset_at(const std::vector<int64_t>& co
 }
 
 std::vector<int64_t> DTensorSpec::local_shape() const { return local_shape_at(mesh.coordinate()); }
-std::vector<int64_t> DTensorSpec::local_offset() const { return local_offset_at(mesh.coordinate()); }
+std::vector<int64_t> DTensorSpec::local_offset() const {
+  return local_offset_at(mesh.coordinate());
+}
 
 bool DTensorSpec::is_replicated() const {
   for (auto& p : placements)
@@ -70,8 +73,8 @@ std::vector<int64_t> DTensorSpec::mesh_dims_sharding(int64_t d) const {
 }
 
 std::string DTensorSpec::to_string() const {
-  return "DTensorSpec(" + dtensor::to_string(placements) + ", shape=" + c10::str(c10::IntArrayRef(shape)) + ", " +
-         c10::toString(dtype) + ")";
+  return "DTensorSpec(" + dtensor::to_string(placements) +
+         ", shape=" + c10::str(c10::IntArrayRef(shape)) + ", " + c10::toString(dtype) + ")";
 }
 
 }  // namespace vescale::dtensor

@@ -10,9 +10,12 @@ namespace vescale::dtensor {
 
 std::string Placement::to_string() const {
   switch (kind) {
-    case Kind::Replicate: return "Replicate";
-    case Kind::Shard: return "Shard(" + std::to_string(dim) + ")";
-    case Kind::Partial: return std::string("Partial(") + dist::to_string(reduce) + ")";
+    case Kind::Replicate:
+      return "Replicate";
+    case Kind::Shard:
+      return "Shard(" + std::to_string(dim) + ")";
+    case Kind::Partial:
+      return std::string("Partial(") + dist::to_string(reduce) + ")";
   }
   return "?";
 }
@@ -36,11 +39,13 @@ Placement Placement::parse(const std::string& raw) {
     } catch (const std::exception&) {
       used = 0;
     }
-    VESCALE_CHECK(!a->empty() && used == a->size(), "placement '", raw, "': Shard needs an integer dim", hint);
+    VESCALE_CHECK(!a->empty() && used == a->size(), "placement '", raw,
+                  "': Shard needs an integer dim", hint);
     return shard(d);
   }
   if (auto a = arg("Partial")) {
-    for (auto op : {dist::ReduceOp::Sum, dist::ReduceOp::Avg, dist::ReduceOp::Max, dist::ReduceOp::Min})
+    for (auto op :
+         {dist::ReduceOp::Sum, dist::ReduceOp::Avg, dist::ReduceOp::Max, dist::ReduceOp::Min})
       if (*a == dist::to_string(op)) return partial(op);
     VESCALE_FAIL("placement '", raw, "': unknown reduce op '", *a, "'", hint);
   }

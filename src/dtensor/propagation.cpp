@@ -42,7 +42,8 @@ size_t tensor_return_count(const c10::FunctionSchema& schema) {
   for (auto& r : schema.returns()) {
     auto k = r.type()->kind();
     if (k == c10::TypeKind::TensorType ||
-        (k == c10::TypeKind::ListType && r.type()->containedType(0)->kind() == c10::TypeKind::TensorType))
+        (k == c10::TypeKind::ListType &&
+         r.type()->containedType(0)->kind() == c10::TypeKind::TensorType))
       ++n;
   }
   return n;
@@ -71,7 +72,9 @@ const Rule* find_rule(const c10::OperatorHandle& op, const std::string& name) {
   return nullptr;
 }
 
-Placements replicate_all(int64_t mesh_ndim) { return Placements(mesh_ndim, Placement::replicate()); }
+Placements replicate_all(int64_t mesh_ndim) {
+  return Placements(mesh_ndim, Placement::replicate());
+}
 
 Strategy all_replicate(const OpCall& call, size_t n_outputs) {
   Strategy s;

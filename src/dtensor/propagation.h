@@ -29,12 +29,12 @@ void register_pointwise_rules();
 void register_matmul_rules();
 void register_reduction_rules();
 void register_view_rules();
-void register_tensor_rules();  // factories, *_like, clone, copy_, fill_, detach, ...
+void register_tensor_rules();   // factories, *_like, clone, copy_, fill_, detach, ...
 void register_softmax_rules();  // softmax, log_softmax, nll_loss (vocab-parallel cross-entropy)
 void register_embedding_rules();
-void register_norm_rules();     // layer_norm, linalg_vector_norm
-void register_index_rules();    // gather, index_select, topk, sort, stack, tril, triu
-void register_foreach_rules();  // _foreach_* (optimizer updates)
+void register_norm_rules();       // layer_norm, linalg_vector_norm
+void register_index_rules();      // gather, index_select, topk, sort, stack, tril, triu
+void register_foreach_rules();    // _foreach_* (optimizer updates)
 void register_attention_rules();  // fused scaled_dot_product_attention
 
 }  // namespace vescale::dtensor

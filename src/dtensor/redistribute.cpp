@@ -17,7 +17,9 @@ std::atomic<bool> g_log_on{false};
 std::mutex g_log_mu;
 std::map<std::string, int64_t> g_log;
 
-dist::ProcessGroup& group_of(const DTensorSpec& s, int64_t m) { return s.mesh.group(s.mesh.dim_names()[m]); }
+dist::ProcessGroup& group_of(const DTensorSpec& s, int64_t m) {
+  return s.mesh.group(s.mesh.dim_names()[m]);
+}
 
 // Size of tensor dim `d` as seen by mesh dim `m`'s group: the global size chunked by the mesh
 // dims before m that shard d under `p`.
@@ -51,7 +53,8 @@ at::Tensor slice_dim(const at::Tensor& t, int64_t d, int64_t k, int64_t index) {
   return t.narrow(d, r.offset, r.size);
 }
 
-at::Tensor reduce_scatter_dim(const at::Tensor& t, int64_t d, dist::ReduceOp op, dist::ProcessGroup& g) {
+at::Tensor reduce_scatter_dim(const at::Tensor& t, int64_t d, dist::ReduceOp op,
+                              dist::ProcessGroup& g) {
   const int64_t k = g.size(), size = t.size(d), chunk = (size + k - 1) / k;
   at::Tensor x = t.movedim(d, 0).contiguous();
   if (chunk * k != size) {  // pad to k equal pieces; the padded rows are dropped after
@@ -75,7 +78,8 @@ at::Tensor all_reduce_copy(const at::Tensor& t, dist::ReduceOp op, dist::Process
 
 // Shard(i) -> Shard(j) over one group: each rank sends its piece of every j-chunk to that
 // chunk's owner and stitches what it receives along i.
-at::Tensor all_to_all_dims(const at::Tensor& t, int64_t i, int64_t j, int64_t full_i, dist::ProcessGroup& g) {
+at::Tensor all_to_all_dims(const at::Tensor& t, int64_t i, int64_t j, int64_t full_i,
+                           dist::ProcessGroup& g) {
   const int64_t k = g.size(), me = g.rank(), full_j = t.size(j);
   auto i_sizes = chunk_sizes(full_i, k);
   std::vector<at::Tensor> send;
@@ -107,17 +111,18 @@ at::Tensor all_to_all_dims(const at::Tensor& t, int64_t i, int64_t j, int64_t fu
 
 }  // namespace
 
-at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src, const Placements& dst_in) {
+at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src,
+                              const Placements& dst_in) {
   const int64_t nm = src.mesh.ndim(), nd = src.ndim();
-  VESCALE_CHECK(static_cast<int64_t>(dst_in.size()) == nm, "redistribute: ", dst_in.size(), " placements ",
-                to_string(dst_in), " for a ", nm, "-D mesh");
+  VESCALE_CHECK(static_cast<int64_t>(dst_in.size()) == nm, "redistribute: ", dst_in.size(),
+                " placements ", to_string(dst_in), " for a ", nm, "-D mesh");
   Placements dst = dst_in;
   for (auto& p : dst) {
     if (!p.is_shard()) continue;
     const int64_t orig = p.dim;
     if (p.dim < 0) p.dim += nd;
-    VESCALE_CHECK(p.dim >= 0 && p.dim < nd, "redistribute: Shard(", orig, ") is out of range for a ", nd,
-                  "-D tensor");
+    VESCALE_CHECK(p.dim >= 0 && p.dim < nd, "redistribute: Shard(", orig,
+                  ") is out of range for a ", nd, "-D tensor");
   }
   if (src.placements == dst) return local;
 
@@ -181,8 +186,9 @@ at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src, c
   // C: shard and re-partial, outermost mesh dim first (so nested shards chunk in mesh order).
   for (int64_t m = 0; m < nm; ++m) {
     if (cur[m] == dst[m]) continue;
-    VESCALE_CHECK(cur[m].is_replicate(), "redistribute: internal: mesh dim ", m, " is ", cur[m].to_string(),
-                  " on the way from ", to_string(src.placements), " to ", to_string(dst));
+    VESCALE_CHECK(cur[m].is_replicate(), "redistribute: internal: mesh dim ", m, " is ",
+                  cur[m].to_string(), " on the way from ", to_string(src.placements), " to ",
+                  to_string(dst));
     if (dst[m].is_shard()) {
       t = slice_dim(t, dst[m].dim, msizes[m], coord[m]);
     } else if (dst[m].is_partial()) {
@@ -205,7 +211,8 @@ std::map<std::string, int64_t> redistribution_log() {
   return g_log;
 }
 
-void log_redistribution(const char* label, int64_t arg, const Placements& src, const Placements& dst) {
+void log_redistribution(const char* label, int64_t arg, const Placements& src,
+                        const Placements& dst) {
   if (!g_log_on.load(std::memory_order_relaxed)) return;
   std::string key = label;
   if (arg >= 0) key += " arg " + std::to_string(arg);

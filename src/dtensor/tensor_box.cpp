@@ -7,9 +7,10 @@
 namespace vescale::dtensor {
 
 namespace {
-// The boxes of [begin, end) inside the sub-tensor at `prefix` (its first prefix.size() indices fixed).
-void boxes_of(const std::vector<int64_t>& shape, std::vector<int64_t> prefix, int64_t begin, int64_t end,
-              int64_t base, std::vector<FlatBox>& out) {
+// The boxes of [begin, end) inside the sub-tensor at `prefix` (its first prefix.size() indices
+// fixed).
+void boxes_of(const std::vector<int64_t>& shape, std::vector<int64_t> prefix, int64_t begin,
+              int64_t end, int64_t base, std::vector<FlatBox>& out) {
   if (begin >= end) return;
   const size_t dim = prefix.size(), n = shape.size();
   auto box = [&](int64_t row, int64_t rows, int64_t flat) {
@@ -36,7 +37,7 @@ void boxes_of(const std::vector<int64_t>& shape, std::vector<int64_t> prefix, in
     ++r0;
   }
   if (r1 > r0) box(r0, r1 - r0, base + r0 * inner);  // whole rows
-  if (end % inner != 0) {  // the tail: the start of row r1
+  if (end % inner != 0) {                            // the tail: the start of row r1
     auto p = prefix;
     p.push_back(r1);
     boxes_of(shape, p, 0, end - r1 * inner, base + r1 * inner, out);
@@ -44,7 +45,8 @@ void boxes_of(const std::vector<int64_t>& shape, std::vector<int64_t> prefix, in
 }
 }  // namespace
 
-std::vector<FlatBox> flat_range_boxes(const std::vector<int64_t>& shape, int64_t begin, int64_t end) {
+std::vector<FlatBox> flat_range_boxes(const std::vector<int64_t>& shape, int64_t begin,
+                                      int64_t end) {
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
   VESCALE_CHECK(0 <= begin && begin <= end && end <= numel, "flat_range_boxes: [", begin, ", ", end,

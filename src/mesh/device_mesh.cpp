@@ -41,13 +41,15 @@ MeshShape::MeshShape(const MeshDims& dims, int64_t world_size) {
     sizes_.push_back(size);
   }
   if (inferred >= 0) {
-    VESCALE_CHECK(world_size % known == 0, "mesh ", render(dims), ": cannot infer '", names_[inferred],
-                  "': the other dims multiply to ", known, ", which does not divide the world size ",
-                  world_size);
+    VESCALE_CHECK(world_size % known == 0, "mesh ", render(dims), ": cannot infer '",
+                  names_[inferred], "': the other dims multiply to ", known,
+                  ", which does not divide the world size ", world_size);
     sizes_[inferred] = world_size / known;
   }
-  VESCALE_CHECK(numel() == world_size, "mesh ", render(dims), " has ", numel(), " devices but the world has ",
-                world_size, " ranks; make the product of the dim sizes equal WORLD_SIZE (or set one dim to -1)");
+  VESCALE_CHECK(
+      numel() == world_size, "mesh ", render(dims), " has ", numel(), " devices but the world has ",
+      world_size,
+      " ranks; make the product of the dim sizes equal WORLD_SIZE (or set one dim to -1)");
 }
 
 int64_t MeshShape::numel() const {
@@ -65,7 +67,8 @@ int64_t MeshShape::index(const std::string& dim) const {
 }
 
 std::vector<int64_t> MeshShape::coordinate(int64_t rank) const {
-  VESCALE_CHECK(rank >= 0 && rank < numel(), "mesh: rank ", rank, " is outside the mesh of ", numel());
+  VESCALE_CHECK(rank >= 0 && rank < numel(), "mesh: rank ", rank, " is outside the mesh of ",
+                numel());
   std::vector<int64_t> c(sizes_.size());
   for (int64_t i = ndim() - 1; i >= 0; --i) {
     c[i] = rank % sizes_[i];
@@ -79,8 +82,8 @@ int64_t MeshShape::rank_at(const std::vector<int64_t>& coord) const {
                 " entries for a ", ndim(), "-D mesh");
   int64_t r = 0;
   for (int64_t i = 0; i < ndim(); ++i) {
-    VESCALE_CHECK(coord[i] >= 0 && coord[i] < sizes_[i], "mesh: coordinate ", coord[i], " on dim '", names_[i],
-                  "' is outside [0, ", sizes_[i], ")");
+    VESCALE_CHECK(coord[i] >= 0 && coord[i] < sizes_[i], "mesh: coordinate ", coord[i], " on dim '",
+                  names_[i], "' is outside [0, ", sizes_[i], ")");
     r = r * sizes_[i] + coord[i];
   }
   return r;
@@ -138,7 +141,8 @@ DeviceMesh DeviceMesh::init(const MeshDims& dims) {
   static int next_id = 0;
   const int id = next_id++;
   const int world = dist::world_size();
-  auto impl = std::shared_ptr<Impl>(new Impl{MeshShape(dims, world), dist::rank(), {}, dist::device_type(), {}});
+  auto impl = std::shared_ptr<Impl>(
+      new Impl{MeshShape(dims, world), dist::rank(), {}, dist::device_type(), {}});
   impl->coord = impl->shape.coordinate(impl->rank);
   const uint32_t all = (1u << impl->shape.ndim()) - 1;
   impl->groups.resize(all + 1);
@@ -164,7 +168,9 @@ const MeshShape& DeviceMesh::shape() const {
 }
 int DeviceMesh::rank() const { return impl_->rank; }
 const std::vector<int64_t>& DeviceMesh::coordinate() const { return impl_->coord; }
-int64_t DeviceMesh::coordinate(const std::string& dim) const { return impl_->coord[shape().index(dim)]; }
+int64_t DeviceMesh::coordinate(const std::string& dim) const {
+  return impl_->coord[shape().index(dim)];
+}
 const std::string& DeviceMesh::device_type() const { return impl_->device_type; }
 
 dist::ProcessGroup& DeviceMesh::group(const std::string& dim) const {
@@ -188,7 +194,8 @@ std::string DeviceMesh::to_string() const {
   for (int64_t i = 0; i < s.ndim(); ++i)
     out += (i ? ", " : "") + s.names()[i] + "=" + std::to_string(s.sizes()[i]);
   out += "; rank " + std::to_string(rank()) + " at [";
-  for (size_t i = 0; i < impl_->coord.size(); ++i) out += (i ? ", " : "") + std::to_string(impl_->coord[i]);
+  for (size_t i = 0; i < impl_->coord.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(impl_->coord[i]);
   return out + "])";
 }
 

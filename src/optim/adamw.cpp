@@ -13,25 +13,29 @@ namespace vescale::optim {
 
 std::vector<ParamGroup> decay_groups(const NamedParams& params, double weight_decay) {
   ParamGroup decay{{}, weight_decay}, no_decay{{}, 0.0};
-  for (const auto& [name, p] : params) (p.dim() >= 2 ? decay : no_decay).params.emplace_back(name, p);
+  for (const auto& [name, p] : params)
+    (p.dim() >= 2 ? decay : no_decay).params.emplace_back(name, p);
   std::vector<ParamGroup> groups;
   if (!decay.params.empty()) groups.push_back(std::move(decay));
   if (!no_decay.params.empty()) groups.push_back(std::move(no_decay));
   return groups;
 }
 
-AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options, std::vector<at::Tensor> clip_order)
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options,
+             std::vector<at::Tensor> clip_order)
     : groups_(std::move(groups)), options_(options), clip_order_(std::move(clip_order)) {
   for (const auto& g : groups_)
     for (const auto& [name, p] : g.params) {
-      VESCALE_CHECK(p.defined() && p.is_floating_point(), "AdamW: parameter '", name, "' must be a floating-point tensor");
+      VESCALE_CHECK(p.defined() && p.is_floating_point(), "AdamW: parameter '", name,
+                    "' must be a floating-point tensor");
       VESCALE_CHECK(state_.emplace(name, State{}).second, "AdamW: parameter name '", name,
                     "' appears twice; each parameter must be in exactly one group");
     }
 }
 
-void adamw_update(at::Tensor& p, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, int64_t step,
-                  const AdamWOptions& o, double weight_decay) {
+void adamw_update(at::Tensor& p, const at::Tensor& grad, at::Tensor& exp_avg,
+                  at::Tensor& exp_avg_sq, int64_t step, const AdamWOptions& o,
+                  double weight_decay) {
   const double lr = o.lr, b1 = o.beta1, b2 = o.beta2;
   // Decoupled weight decay: shrink the weights, apart from the gradient's moments.
   if (weight_decay != 0.0) p.mul_(1.0 - lr * weight_decay);
@@ -56,7 +60,8 @@ at::Tensor fused_view(const at::Tensor& t) {
 // dtype, and for a DTensor the same placements, so that the shards line up (a Partial or
 // differently sharded gradient takes the op loop, whose dispatcher redistributes it).
 bool same_layout(const at::Tensor& p, const at::Tensor& t) {
-  if (t.scalar_type() != p.scalar_type() || dtensor::is_dtensor(p) != dtensor::is_dtensor(t)) return false;
+  if (t.scalar_type() != p.scalar_type() || dtensor::is_dtensor(p) != dtensor::is_dtensor(t))
+    return false;
   if (!dtensor::is_dtensor(p)) return t.device() == p.device();
   const auto &ps = dtensor::spec_of(p), &ts = dtensor::spec_of(t);
   return ps.mesh == ts.mesh && ps.placements == ts.placements;
@@ -76,10 +81,13 @@ void AdamW::step() {
         s.exp_avg_sq = at::zeros_like(p, at::MemoryFormat::Preserve);
       }
       s.step += 1;
-      if (options_.fused && same_layout(p, grad) && same_layout(p, s.exp_avg) && same_layout(p, s.exp_avg_sq)) {
+      if (options_.fused && same_layout(p, grad) && same_layout(p, s.exp_avg) &&
+          same_layout(p, s.exp_avg_sq)) {
         if (at::Tensor local = fused_view(p); local.defined()) {
           // The kernel reads the step from a float tensor; kept in step with the host count.
-          if (!s.step_t.defined()) s.step_t = at::full({}, static_cast<double>(s.step - 1), local.options().dtype(at::kFloat));
+          if (!s.step_t.defined())
+            s.step_t =
+                at::full({}, static_cast<double>(s.step - 1), local.options().dtype(at::kFloat));
           ps.push_back(local), gs.push_back(fused_view(grad)), ms.push_back(fused_view(s.exp_avg));
           vs.push_back(fused_view(s.exp_avg_sq)), steps.push_back(s.step_t);
           continue;
@@ -93,7 +101,8 @@ void AdamW::step() {
     // runs): decay, moments by lerp, bias-corrected step; equal to the loop above up to
     // rounding order (1 ulp; tested against torch::optim::AdamW).
     at::_foreach_add_(steps, 1.0);
-    at::_fused_adamw_(ps, gs, ms, vs, {}, steps, lr, b1, b2, g.weight_decay, options_.eps, /*amsgrad=*/false,
+    at::_fused_adamw_(ps, gs, ms, vs, {}, steps, lr, b1, b2, g.weight_decay, options_.eps,
+                      /*amsgrad=*/false,
                       /*maximize=*/false);
   }
 }
@@ -128,8 +137,9 @@ void AdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
       auto m = state.find(name + ".exp_avg"), v = state.find(name + ".exp_avg_sq");
       VESCALE_CHECK(m != state.end() && v != state.end(), "AdamW state: parameter '", name,
                     "' has a step but no exp_avg/exp_avg_sq; the checkpoint is incomplete");
-      VESCALE_CHECK(m->second.sizes() == p.sizes() && v->second.sizes() == p.sizes(), "AdamW state: '", name,
-                    "' has shape ", m->second.sizes(), " in the checkpoint but the parameter is ", p.sizes());
+      VESCALE_CHECK(m->second.sizes() == p.sizes() && v->second.sizes() == p.sizes(),
+                    "AdamW state: '", name, "' has shape ", m->second.sizes(),
+                    " in the checkpoint but the parameter is ", p.sizes());
       s.step = it->second.item<int64_t>();  // host-side counter, read once at load
       s.exp_avg = at::empty_like(p).copy_(m->second);
       s.exp_avg_sq = at::empty_like(p).copy_(v->second);
@@ -141,9 +151,9 @@ void AdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
                 " entries for parameters this optimizer doesn't have (a different model?)");
 }
 
-std::map<std::string, at::Tensor> adamw_state_targets(const NamedParams& params,
-                                                      const std::map<std::string, std::vector<int64_t>>& saved,
-                                                      const std::function<bool(const std::string&)>& want) {
+std::map<std::string, at::Tensor> adamw_state_targets(
+    const NamedParams& params, const std::map<std::string, std::vector<int64_t>>& saved,
+    const std::function<bool(const std::string&)>& want) {
   std::map<std::string, at::Tensor> by_name(params.begin(), params.end()), out;
   c10::NoGradGuard no_grad;
   for (const auto& [key, shape] : saved) {

@@ -19,7 +19,9 @@ at::Tensor grad_sum_of_squares(const std::vector<at::Tensor>& params) {
   return sum_sq;
 }
 
-at::Tensor clip_factor(const at::Tensor& norm, double max_norm) { return (max_norm / (norm + 1e-6)).clamp_max(1.0); }
+at::Tensor clip_factor(const at::Tensor& norm, double max_norm) {
+  return (max_norm / (norm + 1e-6)).clamp_max(1.0);
+}
 
 void scale_grads_(const std::vector<at::Tensor>& params, const at::Tensor& factor) {
   c10::NoGradGuard no_grad;
@@ -35,7 +37,8 @@ at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_nor
     const at::Tensor& g = p.grad();
     if (!g.defined()) continue;
     grads.push_back(g);
-    plain_fp32 = plain_fp32 && (g.device().is_cpu() || g.device().is_cuda()) && g.scalar_type() == at::kFloat;
+    plain_fp32 = plain_fp32 && (g.device().is_cpu() || g.device().is_cuda()) &&
+                 g.scalar_type() == at::kFloat;
   }
   VESCALE_CHECK(!grads.empty(), "clip_grad_norm_: no parameter has a gradient; run backward first");
   if (plain_fp32) {

@@ -17,10 +17,12 @@ namespace {
 
 // A module boundary's resharding: DTensors are redistributed; a plain tensor is taken as the
 // full value, the same on every rank (a replicated input, e.g. tokens or rope tables).
-std::function<at::Tensor(const at::Tensor&)> reshard_to(const mesh::DeviceMesh& mesh, dtensor::Placements want,
+std::function<at::Tensor(const at::Tensor&)> reshard_to(const mesh::DeviceMesh& mesh,
+                                                        dtensor::Placements want,
                                                         std::string where) {
-  VESCALE_CHECK(want.size() == static_cast<size_t>(mesh.ndim()), "plan: forward entry '", where, "' has ",
-                want.size(), " placements for a ", mesh.ndim(), "-D mesh; give one per mesh dim");
+  VESCALE_CHECK(want.size() == static_cast<size_t>(mesh.ndim()), "plan: forward entry '", where,
+                "' has ", want.size(), " placements for a ", mesh.ndim(),
+                "-D mesh; give one per mesh dim");
   return [mesh, want = std::move(want)](const at::Tensor& x) {
     if (!x.defined()) return x;
     if (dtensor::is_dtensor(x)) return dtensor::redistribute(x, want);
@@ -40,7 +42,8 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
   for (const auto& p : params) shapes.emplace_back(p.key(), p.value().sizes().vec());
   auto placements = plan.resolve(mesh.dim_names(), shapes);
   std::vector<std::string> module_names;
-  for (const auto& m : model.named_modules(/*name_prefix=*/"", /*include_self=*/true)) module_names.push_back(m.key());
+  for (const auto& m : model.named_modules(/*name_prefix=*/"", /*include_self=*/true))
+    module_names.push_back(m.key());
   plan.check_modules(module_names);
 
   // 2. Parameters become DTensors in place: each rank keeps its slice of the current values.
@@ -73,12 +76,14 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
       auto* dropout = dynamic_cast<torch::nn::DropoutImpl*>(m.value().get());
       if (dropout == nullptr) continue;
       vescale::nn::ForwardHooks hooks;
-      hooks.around = [dropout](const std::vector<at::Tensor>& xs, const vescale::nn::ForwardHooks::Forward&) {
+      hooks.around = [dropout](const std::vector<at::Tensor>& xs,
+                               const vescale::nn::ForwardHooks::Forward&) {
         return random::dropout(xs.at(0), dropout->options.p(), dropout->is_training());
       };
       vescale::nn::set_forward_hooks(dropout, std::move(hooks));
     }
-    log::info("parallelize: " + std::to_string(placements.size()) + " parameters on " + mesh.to_string() +
+    log::info("parallelize: " + std::to_string(placements.size()) + " parameters on " +
+              mesh.to_string() +
               ": one device, plain tensors (init through vescale::random), plan " + plan.source());
     return placements;
   }
@@ -89,22 +94,26 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
     if (spec == nullptr) continue;
     vescale::nn::ForwardHooks hooks;
     for (size_t k = 0; k < spec->input.size(); ++k)
-      hooks.inputs.push_back(reshard_to(mesh, spec->input[k], m.key() + ".input[" + std::to_string(k) + "]"));
+      hooks.inputs.push_back(
+          reshard_to(mesh, spec->input[k], m.key() + ".input[" + std::to_string(k) + "]"));
     VESCALE_CHECK(spec->output.size() <= 1, "plan: forward entry '", m.key(),
                   "' lists several outputs; modules here return one tensor");
-    if (!spec->output.empty()) hooks.output = reshard_to(mesh, spec->output[0], m.key() + ".output");
+    if (!spec->output.empty())
+      hooks.output = reshard_to(mesh, spec->output[0], m.key() + ".output");
     vescale::nn::set_forward_hooks(m.value().get(), std::move(hooks));
   }
   size_t sharded = 0;
   for (auto& [name, pl] : placements)
     for (auto& x : pl) sharded += x.is_shard() ? 1 : 0;
-  log::info("parallelize: " + std::to_string(placements.size()) + " parameters on " + mesh.to_string() + " (" +
-            std::to_string(sharded) + " shard placements), plan " + plan.source());
+  log::info("parallelize: " + std::to_string(placements.size()) + " parameters on " +
+            mesh.to_string() + " (" + std::to_string(sharded) + " shard placements), plan " +
+            plan.source());
   return placements;
 }
 
 void remove_forward_hooks(torch::nn::Module& model) {
-  for (const auto& m : model.named_modules("", true)) vescale::nn::set_forward_hooks(m.value().get(), {});
+  for (const auto& m : model.named_modules("", true))
+    vescale::nn::set_forward_hooks(m.value().get(), {});
 }
 
 }  // namespace vescale::plan

@@ -51,9 +51,12 @@ bool glob(const std::string& p, const std::string& s) {
     if (pi < p.size()) {
       size_t next = pi;
       bool ok = false;
-      if (p[pi] == '?') ok = true, next = pi + 1;
-      else if (p[pi] == '[') ok = class_match(next, s[si]);
-      else ok = p[pi] == s[si], next = pi + 1;
+      if (p[pi] == '?')
+        ok = true, next = pi + 1;
+      else if (p[pi] == '[')
+        ok = class_match(next, s[si]);
+      else
+        ok = p[pi] == s[si], next = pi + 1;
       if (ok) {
         pi = next;
         ++si;
@@ -78,8 +81,8 @@ constexpr size_t kMaxRegexLength = 512, kMaxRegexStates = 4096;
 
 std::regex compile_fqn_regex(const std::string& pattern) {
   const std::string body = pattern.substr(3);
-  VESCALE_CHECK(body.size() <= kMaxRegexLength, "pattern '", pattern.substr(0, 80), "...' is ", body.size(),
-                " characters long; regex patterns are limited to ", kMaxRegexLength,
+  VESCALE_CHECK(body.size() <= kMaxRegexLength, "pattern '", pattern.substr(0, 80), "...' is ",
+                body.size(), " characters long; regex patterns are limited to ", kMaxRegexLength,
                 "; split it into several patterns or use a glob");
   // An upper bound of the automaton size: the length times the product of the repeat
   // counts. Every {..} counts, in a class too, so the bound never falls short.
@@ -87,20 +90,25 @@ std::regex compile_fqn_regex(const std::string& pattern) {
   for (size_t i = 0; i < body.size(); ++i) {
     if (body[i] == '\\' && i + 1 < body.size()) {
       // libstdc++ reads \<digits> into a long without an overflow check (UB on 20 digits).
-      VESCALE_CHECK(!std::isdigit(static_cast<unsigned char>(body[i + 1])), "pattern '", pattern,
-                    "': back-references (\\1) are not supported in regex patterns; spell the text out");
+      VESCALE_CHECK(
+          !std::isdigit(static_cast<unsigned char>(body[i + 1])), "pattern '", pattern,
+          "': back-references (\\1) are not supported in regex patterns; spell the text out");
       ++i;
     } else if (body[i] == '{') {
       size_t count = 0, num = 0;  // {m,n} makes up to max(m, n) + 1 copies
       for (++i; i < body.size() && body[i] != '}'; ++i) {
-        num = std::isdigit(static_cast<unsigned char>(body[i])) ? std::min<size_t>(num * 10 + (body[i] - '0'), kMaxRegexStates) : 0;
+        num = std::isdigit(static_cast<unsigned char>(body[i]))
+                  ? std::min<size_t>(num * 10 + (body[i] - '0'), kMaxRegexStates)
+                  : 0;
         count = std::max(count, num);
       }
       size = std::min<size_t>(size * (count + 1), kMaxRegexStates + 1);
     }
   }
-  VESCALE_CHECK(size <= kMaxRegexStates, "pattern '", pattern, "': its repeat counts are too large (the regex "
-                "could need ", size, "+ states, at most ", kMaxRegexStates, " are allowed); use * or + instead");
+  VESCALE_CHECK(size <= kMaxRegexStates, "pattern '", pattern,
+                "': its repeat counts are too large (the regex "
+                "could need ",
+                size, "+ states, at most ", kMaxRegexStates, " are allowed); use * or + instead");
   auto flags = std::regex::ECMAScript;
 #if defined(__GLIBCXX__)
   flags |= std::regex_constants::__polynomial;
@@ -108,7 +116,8 @@ std::regex compile_fqn_regex(const std::string& pattern) {
   try {
     return std::regex(body, flags);
   } catch (const std::regex_error& e) {
-    VESCALE_FAIL("pattern '", pattern, "' is not a valid regex (ECMAScript, no back-references): ", e.what());
+    VESCALE_FAIL("pattern '", pattern,
+                 "' is not a valid regex (ECMAScript, no back-references): ", e.what());
   }
 }
 
@@ -123,14 +132,18 @@ bool fqn_match(const std::string& pattern, const std::string& fqn) {
 
 namespace {
 
-std::string where(const std::string& source, const std::string& key) { return "plan '" + source + "': " + key; }
+std::string where(const std::string& source, const std::string& key) {
+  return "plan '" + source + "': " + key;
+}
 
 Placements parse_placements(const json& v, const std::string& source, const std::string& key) {
-  VESCALE_CHECK(v.is_array(), where(source, key), " must be a list of placements, one per mesh dim, like "
-                                                  "[\"Replicate\", \"Shard(0)\"]");
+  VESCALE_CHECK(v.is_array(), where(source, key),
+                " must be a list of placements, one per mesh dim, like "
+                "[\"Replicate\", \"Shard(0)\"]");
   Placements out;
   for (size_t i = 0; i < v.size(); ++i) {
-    VESCALE_CHECK(v[i].is_string(), where(source, key), "[", i, "] must be a string like \"Shard(0)\"");
+    VESCALE_CHECK(v[i].is_string(), where(source, key), "[", i,
+                  "] must be a string like \"Shard(0)\"");
     try {
       out.push_back(Placement::parse(v[i].get<std::string>()));
     } catch (const Error& e) {
@@ -140,10 +153,13 @@ Placements parse_placements(const json& v, const std::string& source, const std:
   return out;
 }
 
-std::vector<Placements> parse_placement_list(const json& v, const std::string& source, const std::string& key) {
-  VESCALE_CHECK(v.is_array(), where(source, key), " must be a list with one placement list per tensor");
+std::vector<Placements> parse_placement_list(const json& v, const std::string& source,
+                                             const std::string& key) {
+  VESCALE_CHECK(v.is_array(), where(source, key),
+                " must be a list with one placement list per tensor");
   std::vector<Placements> out;
-  for (size_t i = 0; i < v.size(); ++i) out.push_back(parse_placements(v[i], source, key + "[" + std::to_string(i) + "]"));
+  for (size_t i = 0; i < v.size(); ++i)
+    out.push_back(parse_placements(v[i], source, key + "[" + std::to_string(i) + "]"));
   return out;
 }
 
@@ -176,11 +192,12 @@ std::string generalized(const std::string& name) {
 
 // Every pattern of `patterns` must match one of `names`, unless the plan lists it as optional.
 void check_all_match(const std::string& source, const std::string& section, const char* what,
-                     const std::vector<std::string>& patterns, const std::set<std::string>& optional,
-                     const std::vector<std::string>& names) {
+                     const std::vector<std::string>& patterns,
+                     const std::set<std::string>& optional, const std::vector<std::string>& names) {
   for (const auto& pattern : patterns) {
     if (optional.count(pattern)) continue;
-    const bool any = std::any_of(names.begin(), names.end(), [&](const std::string& n) { return fqn_match(pattern, n); });
+    const bool any = std::any_of(names.begin(), names.end(),
+                                 [&](const std::string& n) { return fqn_match(pattern, n); });
     if (any) continue;
     std::vector<std::string> candidates;
     for (const auto& n : names) {
@@ -188,9 +205,11 @@ void check_all_match(const std::string& source, const std::string& section, cons
       candidates.push_back(generalized(n));
     }
     const std::string guess = closest_match(pattern, candidates);
-    VESCALE_FAIL("plan '", source, "': ", section, "['", pattern, "'] matches no ", what, " of the model",
+    VESCALE_FAIL("plan '", source, "': ", section, "['", pattern, "'] matches no ", what,
+                 " of the model",
                  guess.empty() ? std::string(".") : "; did you mean '" + guess + "'?",
-                 " Fix the pattern, or list it under \"optional\" if the plan is meant for models without it");
+                 " Fix the pattern, or list it under \"optional\" if the plan is meant for models "
+                 "without it");
   }
 }
 
@@ -203,19 +222,22 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   } catch (const std::exception& e) {
     VESCALE_FAIL("plan '", source, "': not valid JSON: ", e.what());
   }
-  VESCALE_CHECK(j.is_object(), "plan '", source, "': the top level must be an object with \"mesh\" and \"params\"");
-  static const std::vector<std::string> known = {"mesh",        "params", "forward", "phase",
+  VESCALE_CHECK(j.is_object(), "plan '", source,
+                "': the top level must be an object with \"mesh\" and \"params\"");
+  static const std::vector<std::string> known = {"mesh",        "params", "forward",  "phase",
                                                  "grad_reduce", "zero",   "optional", "comment"};
   for (auto& [k, v] : j.items()) {
     if (std::find(known.begin(), known.end(), k) != known.end()) continue;
     const std::string guess = closest_match(k, known);
     VESCALE_FAIL(where(source, "key '" + k + "'"), " is unknown; ",
-                 guess.empty() ? "the keys are mesh, params, forward, phase, grad_reduce, zero, optional"
-                               : "did you mean '" + guess + "'?");
+                 guess.empty()
+                     ? "the keys are mesh, params, forward, phase, grad_reduce, zero, optional"
+                     : "did you mean '" + guess + "'?");
   }
   Plan plan;
   plan.source_ = source;
-  VESCALE_CHECK(j.contains("mesh") && j["mesh"].is_array() && !j["mesh"].empty(), where(source, "mesh"),
+  VESCALE_CHECK(j.contains("mesh") && j["mesh"].is_array() && !j["mesh"].empty(),
+                where(source, "mesh"),
                 " must be a non-empty list of mesh dim names, like [\"dp\", \"tp\"]");
   for (auto& d : j["mesh"]) {
     VESCALE_CHECK(d.is_string() && !d.get<std::string>().empty(), where(source, "mesh"),
@@ -229,46 +251,56 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
     check_regex(pattern, source, key);
     auto p = parse_placements(v, source, key);
     VESCALE_CHECK(p.size() == plan.mesh_dims_.size(), where(source, key), " has ", p.size(),
-                  " placements for a mesh of ", plan.mesh_dims_.size(), " dims; give one per mesh dim");
+                  " placements for a mesh of ", plan.mesh_dims_.size(),
+                  " dims; give one per mesh dim");
     plan.params_.emplace_back(pattern, std::move(p));
   }
   if (j.contains("forward")) {
-    VESCALE_CHECK(j["forward"].is_object(), where(source, "forward"), " must be an object mapping module patterns "
-                                                                     "to {\"input\": [...], \"output\": [...]}");
+    VESCALE_CHECK(j["forward"].is_object(), where(source, "forward"),
+                  " must be an object mapping module patterns "
+                  "to {\"input\": [...], \"output\": [...]}");
     for (auto& [pattern, v] : j["forward"].items()) {
       const std::string key = "forward['" + pattern + "']";
       check_regex(pattern, source, key);
-      VESCALE_CHECK(v.is_object(), where(source, key), " must be an object with \"input\" and/or \"output\"");
+      VESCALE_CHECK(v.is_object(), where(source, key),
+                    " must be an object with \"input\" and/or \"output\"");
       ForwardSpec f;
       for (auto& [k, x] : v.items()) {
-        VESCALE_CHECK(k == "input" || k == "output", where(source, key), ": key '", k, "' is unknown; use input or output");
+        VESCALE_CHECK(k == "input" || k == "output", where(source, key), ": key '", k,
+                      "' is unknown; use input or output");
         (k == "input" ? f.input : f.output) = parse_placement_list(x, source, key + "." + k);
         for (auto& p : (k == "input" ? f.input : f.output))
-          VESCALE_CHECK(p.size() == plan.mesh_dims_.size(), where(source, key + "." + k), " has a list of ", p.size(),
-                        " placements for a mesh of ", plan.mesh_dims_.size(), " dims");
+          VESCALE_CHECK(p.size() == plan.mesh_dims_.size(), where(source, key + "." + k),
+                        " has a list of ", p.size(), " placements for a mesh of ",
+                        plan.mesh_dims_.size(), " dims");
       }
       plan.forwards_.emplace_back(pattern, std::move(f));
     }
   }
   if (j.contains("phase")) {
-    VESCALE_CHECK(j["phase"].is_object(), where(source, "phase"), " must be an object mapping FQN patterns to "
-                                                                 "\"after_sharding\" or \"before_sharding\"");
+    VESCALE_CHECK(j["phase"].is_object(), where(source, "phase"),
+                  " must be an object mapping FQN patterns to "
+                  "\"after_sharding\" or \"before_sharding\"");
     for (auto& [pattern, v] : j["phase"].items()) {
       const std::string key = "phase['" + pattern + "']";
       check_regex(pattern, source, key);
       const std::string text = v.is_string() ? v.get<std::string>() : "";
       VESCALE_CHECK(text == "after_sharding" || text == "before_sharding", where(source, key),
-                    " must be \"after_sharding\" (the model's init reruns on the shards) or \"before_sharding\" "
+                    " must be \"after_sharding\" (the model's init reruns on the shards) or "
+                    "\"before_sharding\" "
                     "(keep the values the parameter holds, e.g. loaded weights)");
-      plan.phases_.emplace_back(pattern, text == "after_sharding" ? InitPhase::AfterSharding : InitPhase::BeforeSharding);
+      plan.phases_.emplace_back(
+          pattern, text == "after_sharding" ? InitPhase::AfterSharding : InitPhase::BeforeSharding);
     }
   }
   if (j.contains("grad_reduce")) {
     const auto& g = j["grad_reduce"];
-    VESCALE_CHECK(g.is_object(), where(source, "grad_reduce"), " must be an object like {\"dims\": [\"dp\"]}");
+    VESCALE_CHECK(g.is_object(), where(source, "grad_reduce"),
+                  " must be an object like {\"dims\": [\"dp\"]}");
     for (auto& [k, v] : g.items()) {
       if (k == "dims") {
-        VESCALE_CHECK(v.is_array(), where(source, "grad_reduce.dims"), " must be a list of mesh dim names");
+        VESCALE_CHECK(v.is_array(), where(source, "grad_reduce.dims"),
+                      " must be a list of mesh dim names");
         for (auto& d : v) {
           VESCALE_CHECK(d.is_string(), where(source, "grad_reduce.dims"), " must hold strings");
           plan.grad_reduce_.dims.push_back(d.get<std::string>());
@@ -287,8 +319,9 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   }
   if (j.contains("optional")) {
     const auto& o = j["optional"];
-    VESCALE_CHECK(o.is_array(), where(source, "optional"), " must be a list of the params, forward or phase patterns "
-                                                           "that may match nothing (e.g. [\"output.weight\"])");
+    VESCALE_CHECK(o.is_array(), where(source, "optional"),
+                  " must be a list of the params, forward or phase patterns "
+                  "that may match nothing (e.g. [\"output.weight\"])");
     for (auto& x : o) {
       VESCALE_CHECK(x.is_string(), where(source, "optional"), " must hold pattern strings");
       plan.optional_.insert(x.get<std::string>());
@@ -297,18 +330,20 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   if (j.contains("zero")) {
     // Compared as int64: get<int>() would wrap 4294967297 to 1.
     const auto& z = j["zero"];
-    VESCALE_CHECK(z.is_number_integer() && z.get<int64_t>() >= 0 && z.get<int64_t>() <= 3, where(source, "zero"),
-                  " must be 0, 1, 2 or 3");
+    VESCALE_CHECK(z.is_number_integer() && z.get<int64_t>() >= 0 && z.get<int64_t>() <= 3,
+                  where(source, "zero"), " must be 0, 1, 2 or 3");
     plan.zero_ = static_cast<int>(z.get<int64_t>());
   }
   return plan;
 }
 
 Plan Plan::from_json_file(const std::string& path) {
-  VESCALE_CHECK(!std::filesystem::is_directory(path), "plan: '", path,
-                "' is a directory; parallel.plan must name a plan file, like configs/plans/llama_tp.json");
+  VESCALE_CHECK(
+      !std::filesystem::is_directory(path), "plan: '", path,
+      "' is a directory; parallel.plan must name a plan file, like configs/plans/llama_tp.json");
   std::ifstream f(path);
-  VESCALE_CHECK(f.good(), "plan: cannot open '", path, "'; check the path (parallel.plan in the config)");
+  VESCALE_CHECK(f.good(), "plan: cannot open '", path,
+                "'; check the path (parallel.plan in the config)");
   std::stringstream ss;
   ss << f.rdbuf();
   return from_json(ss.str(), path);
@@ -347,7 +382,8 @@ Plan& Plan::forward(const std::string& module_pattern, ForwardSpec spec) {
 const Placements& Plan::placements_for(const std::string& fqn) const {
   for (auto& [pattern, p] : params_)
     if (fqn_match(pattern, fqn)) return p;
-  VESCALE_FAIL("plan '", source_, "': parameter '", fqn, "' matches no pattern; add one, or a '*' default");
+  VESCALE_FAIL("plan '", source_, "': parameter '", fqn,
+               "' matches no pattern; add one, or a '*' default");
 }
 
 const ForwardSpec* Plan::forward_for(const std::string& module_fqn) const {
@@ -356,21 +392,24 @@ const ForwardSpec* Plan::forward_for(const std::string& module_fqn) const {
   return nullptr;
 }
 
-std::map<std::string, Placements> Plan::resolve(const std::vector<std::string>& mesh_dims,
-                                                const std::vector<std::pair<std::string, std::vector<int64_t>>>& params) const {
+std::map<std::string, Placements> Plan::resolve(
+    const std::vector<std::string>& mesh_dims,
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& params) const {
   auto list = [](const std::vector<std::string>& v) {
     std::string s;
     for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
     return "[" + s + "]";
   };
   for (auto& d : mesh_dims_)
-    VESCALE_CHECK(std::find(mesh_dims.begin(), mesh_dims.end(), d) != mesh_dims.end(), "plan '", source_,
-                  "': mesh dim '", d, "' is not in the mesh ", list(mesh_dims), "; rename it or change parallel.mesh");
-  VESCALE_CHECK(mesh_dims_ == mesh_dims, "plan '", source_, "': its mesh ", list(mesh_dims_), " must list the mesh's dims ",
-                list(mesh_dims), " in the same order");
+    VESCALE_CHECK(std::find(mesh_dims.begin(), mesh_dims.end(), d) != mesh_dims.end(), "plan '",
+                  source_, "': mesh dim '", d, "' is not in the mesh ", list(mesh_dims),
+                  "; rename it or change parallel.mesh");
+  VESCALE_CHECK(mesh_dims_ == mesh_dims, "plan '", source_, "': its mesh ", list(mesh_dims_),
+                " must list the mesh's dims ", list(mesh_dims), " in the same order");
   for (auto& d : grad_reduce_.dims)
-    VESCALE_CHECK(std::find(mesh_dims.begin(), mesh_dims.end(), d) != mesh_dims.end(), "plan '", source_,
-                  "': grad_reduce.dims names '", d, "', which is not in the mesh ", list(mesh_dims));
+    VESCALE_CHECK(std::find(mesh_dims.begin(), mesh_dims.end(), d) != mesh_dims.end(), "plan '",
+                  source_, "': grad_reduce.dims names '", d, "', which is not in the mesh ",
+                  list(mesh_dims));
   std::vector<std::string> names, param_patterns, phase_patterns;
   for (auto& [fqn, shape] : params) names.push_back(fqn);
   for (auto& [pattern, p] : params_) param_patterns.push_back(pattern);
@@ -378,15 +417,17 @@ std::map<std::string, Placements> Plan::resolve(const std::vector<std::string>& 
   std::map<std::string, Placements> out;
   for (auto& [fqn, shape] : params) {
     Placements p = placements_for(fqn);
-    VESCALE_CHECK(p.size() == mesh_dims.size(), "plan '", source_, "': parameter '", fqn, "' gets ", p.size(),
-                  " placements for a mesh of ", mesh_dims.size(), " dims");
+    VESCALE_CHECK(p.size() == mesh_dims.size(), "plan '", source_, "': parameter '", fqn, "' gets ",
+                  p.size(), " placements for a mesh of ", mesh_dims.size(), " dims");
     const int64_t nd = static_cast<int64_t>(shape.size());
     for (auto& x : p) {
-      VESCALE_CHECK(!x.is_partial(), "plan '", source_, "': parameter '", fqn, "' cannot be Partial; parameters are "
-                                     "Shard or Replicate");
+      VESCALE_CHECK(!x.is_partial(), "plan '", source_, "': parameter '", fqn,
+                    "' cannot be Partial; parameters are "
+                    "Shard or Replicate");
       if (!x.is_shard()) continue;
-      VESCALE_CHECK(x.dim >= -nd && x.dim < nd, "plan '", source_, "': parameter '", fqn, "' has ", nd,
-                    " dims (shape ", shape_string(shape), ") but its pattern shards dim ", x.dim);
+      VESCALE_CHECK(x.dim >= -nd && x.dim < nd, "plan '", source_, "': parameter '", fqn, "' has ",
+                    nd, " dims (shape ", shape_string(shape), ") but its pattern shards dim ",
+                    x.dim);
       if (x.dim < 0) x.dim += nd;
     }
     out.emplace(fqn, std::move(p));

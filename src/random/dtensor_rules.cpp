@@ -94,10 +94,13 @@ Strategy native_dropout(const OpCall& call) {
 
 struct Registrar {
   Registrar() {
-    dtensor::register_rule("aten::uniform_", [](const OpCall& c) { return fill(c, Dist::Uniform); });
+    dtensor::register_rule("aten::uniform_",
+                           [](const OpCall& c) { return fill(c, Dist::Uniform); });
     dtensor::register_rule("aten::normal_", [](const OpCall& c) { return fill(c, Dist::Normal); });
-    dtensor::register_rule("aten::bernoulli_.float", [](const OpCall& c) { return fill(c, Dist::Bernoulli); });
-    dtensor::register_rule("aten::random_.from", [](const OpCall& c) { return fill(c, Dist::RandInt); });
+    dtensor::register_rule("aten::bernoulli_.float",
+                           [](const OpCall& c) { return fill(c, Dist::Bernoulli); });
+    dtensor::register_rule("aten::random_.from",
+                           [](const OpCall& c) { return fill(c, Dist::RandInt); });
     dtensor::register_rule("aten::native_dropout", native_dropout);
   }
 };

@@ -27,8 +27,8 @@ namespace vescale::random {
 
 namespace {
 
-constexpr int kBlocks = 16;               // Philox blocks per batch
-constexpr int kBatch = 4 * kBlocks;       // elements per batch
+constexpr int kBlocks = 16;          // Philox blocks per batch
+constexpr int kBatch = 4 * kBlocks;  // elements per batch
 
 // Philox for blocks first .. first + kBlocks - 1; w[lane][j] is word `lane` of block first + j.
 VESCALE_SIMD_BATCH void philox_batch(uint64_t seed, uint64_t first, uint32_t (&w)[4][kBlocks]) {
@@ -57,7 +57,8 @@ VESCALE_SIMD_BATCH void philox_batch(uint64_t seed, uint64_t first, uint32_t (&w
 }
 
 // The values of a batch's elements, in element order (v[4 j + lane]).
-VESCALE_SIMD_BATCH void batch_values(const uint32_t (&w)[4][kBlocks], const DistParams& params, double (&v)[kBatch]) {
+VESCALE_SIMD_BATCH void batch_values(const uint32_t (&w)[4][kBlocks], const DistParams& params,
+                                     double (&v)[kBatch]) {
   const DistParams p = params;  // a local copy: stores to v cannot alias it
   double x[4][kBlocks];
   switch (p.dist) {
@@ -111,7 +112,8 @@ void fill_run(T* out, uint64_t g, int64_t n, uint64_t seed, uint64_t base, const
     } else {
       for (uint32_t l = 0; l < 4; ++l) v[l] = value_from_block(r, l, p);
     }
-    for (uint32_t l = static_cast<uint32_t>(g % 4); l < 4 && n > 0; ++l, ++g, --n) *out++ = static_cast<T>(v[l]);
+    for (uint32_t l = static_cast<uint32_t>(g % 4); l < 4 && n > 0; ++l, ++g, --n)
+      *out++ = static_cast<T>(v[l]);
   }
 }
 
@@ -133,8 +135,8 @@ struct RegionIndex {
 // Flat chunks of the local region in parallel; a chunk is cut into row segments, each a run
 // of consecutive global indices.
 template <typename T>
-void fill_typed(T* out, const RegionIndex& ri, int64_t numel, int64_t cols, uint64_t seed, uint64_t base,
-                const DistParams& p) {
+void fill_typed(T* out, const RegionIndex& ri, int64_t numel, int64_t cols, uint64_t seed,
+                uint64_t base, const DistParams& p) {
   at::parallel_for(0, numel, 16384, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1;) {
       const int64_t row = i / cols, col = i % cols, n = std::min(cols - col, i1 - i);
@@ -146,8 +148,9 @@ void fill_typed(T* out, const RegionIndex& ri, int64_t numel, int64_t cols, uint
 
 }  // namespace
 
-void fill_region_cpu(at::Tensor& out, const std::vector<int64_t>& global_shape, const std::vector<int64_t>& offset,
-                     uint64_t seed, uint64_t base, const DistParams& p) {
+void fill_region_cpu(at::Tensor& out, const std::vector<int64_t>& global_shape,
+                     const std::vector<int64_t>& offset, uint64_t seed, uint64_t base,
+                     const DistParams& p) {
   VESCALE_CHECK(out.is_contiguous(), "random: the output must be contiguous");
   RegionIndex ri{out.sizes().vec(), offset, std::vector<int64_t>(global_shape.size(), 1)};
   for (int64_t d = static_cast<int64_t>(global_shape.size()) - 2; d >= 0; --d)
@@ -155,8 +158,10 @@ void fill_region_cpu(at::Tensor& out, const std::vector<int64_t>& global_shape, 
   const int64_t cols = out.dim() ? out.size(-1) : 1;
   const int64_t n = out.numel();
   if (n == 0) return;
-  if (out.scalar_type() == at::kFloat) return fill_typed(out.data_ptr<float>(), ri, n, cols, seed, base, p);
-  if (out.scalar_type() == at::kDouble) return fill_typed(out.data_ptr<double>(), ri, n, cols, seed, base, p);
+  if (out.scalar_type() == at::kFloat)
+    return fill_typed(out.data_ptr<float>(), ri, n, cols, seed, base, p);
+  if (out.scalar_type() == at::kDouble)
+    return fill_typed(out.data_ptr<double>(), ri, n, cols, seed, base, p);
   // Other dtypes (bf16, half, ints, bool): draw in double, then cast.
   at::Tensor tmp = at::empty(out.sizes(), out.options().dtype(at::kDouble));
   fill_typed(tmp.data_ptr<double>(), ri, n, cols, seed, base, p);

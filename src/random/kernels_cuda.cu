@@ -17,7 +17,8 @@ struct Region {
 };
 
 template <typename T>
-__global__ void fill_kernel(T* out, int64_t n, Region r, uint64_t seed, uint64_t base, DistParams p) {
+__global__ void fill_kernel(T* out, int64_t n, Region r, uint64_t seed, uint64_t base,
+                            DistParams p) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t rest = i, g = 0;
@@ -32,10 +33,12 @@ __global__ void fill_kernel(T* out, int64_t n, Region r, uint64_t seed, uint64_t
 
 }  // namespace
 
-void fill_region_cuda(at::Tensor& out, const std::vector<int64_t>& global_shape, const std::vector<int64_t>& offset,
-                      uint64_t seed, uint64_t base, const DistParams& p) {
+void fill_region_cuda(at::Tensor& out, const std::vector<int64_t>& global_shape,
+                      const std::vector<int64_t>& offset, uint64_t seed, uint64_t base,
+                      const DistParams& p) {
   VESCALE_CHECK(out.is_contiguous(), "random: the output must be contiguous");
-  VESCALE_CHECK(out.dim() <= kMaxDims, "random: at most ", kMaxDims, " dims on CUDA, got ", out.dim());
+  VESCALE_CHECK(out.dim() <= kMaxDims, "random: at most ", kMaxDims, " dims on CUDA, got ",
+                out.dim());
   const int64_t n = out.numel();
   if (n == 0) return;
   Region r{static_cast<int>(out.dim()), {}, {}, {}};
@@ -53,9 +56,11 @@ void fill_region_cuda(at::Tensor& out, const std::vector<int64_t>& global_shape,
                           ? out
                           : at::empty(out.sizes(), out.options().dtype(at::kDouble));
   if (target.scalar_type() == at::kFloat)
-    fill_kernel<float><<<blocks, threads, 0, stream>>>(target.data_ptr<float>(), n, r, seed, base, p);
+    fill_kernel<float>
+        <<<blocks, threads, 0, stream>>>(target.data_ptr<float>(), n, r, seed, base, p);
   else
-    fill_kernel<double><<<blocks, threads, 0, stream>>>(target.data_ptr<double>(), n, r, seed, base, p);
+    fill_kernel<double>
+        <<<blocks, threads, 0, stream>>>(target.data_ptr<double>(), n, r, seed, base, p);
   const cudaError_t err = cudaGetLastError();
   VESCALE_CHECK(err == cudaSuccess, "random: CUDA kernel launch failed: ", cudaGetErrorString(err));
   if (!target.is_same(out)) out.copy_(target);

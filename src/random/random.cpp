@@ -39,11 +39,14 @@ std::pair<uint64_t, uint64_t> reserve(int64_t global_numel) {
   return {g_state.seed, base};
 }
 
-void fill_region(at::Tensor& out, const std::vector<int64_t>& global_shape, const std::vector<int64_t>& offset,
-                 uint64_t seed, uint64_t base, const DistParams& p) {
+void fill_region(at::Tensor& out, const std::vector<int64_t>& global_shape,
+                 const std::vector<int64_t>& offset, uint64_t seed, uint64_t base,
+                 const DistParams& p) {
   at::Tensor target = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
-  if (target.is_cuda()) fill_region_cuda(target, global_shape, offset, seed, base, p);
-  else fill_region_cpu(target, global_shape, offset, seed, base, p);
+  if (target.is_cuda())
+    fill_region_cuda(target, global_shape, offset, seed, base, p);
+  else
+    fill_region_cpu(target, global_shape, offset, seed, base, p);
   if (!target.is_same(out)) out.copy_(target);
 }
 
@@ -59,7 +62,8 @@ at::Tensor& fill_plain(at::Tensor& t, const DistParams& p) {
 // A DTensor without an aten op for its distribution: each rank fills its shard directly.
 at::Tensor& fill_dtensor(at::Tensor& t, const DistParams& p) {
   const auto& spec = dtensor::spec_of(t);
-  VESCALE_CHECK(!spec.has_partial(), "random: cannot fill a Partial DTensor; redistribute it first");
+  VESCALE_CHECK(!spec.has_partial(),
+                "random: cannot fill a Partial DTensor; redistribute it first");
   auto [seed, base] = reserve(t.numel());
   at::Tensor local;
   {
@@ -73,7 +77,8 @@ at::Tensor& fill_dtensor(at::Tensor& t, const DistParams& p) {
 }  // namespace
 
 at::Tensor& trunc_normal_(at::Tensor& t, double mean, double std, double a, double b) {
-  VESCALE_CHECK(std > 0 && a < b, "random::trunc_normal_: need std > 0 and a < b, got std ", std, ", [", a, ", ", b, "]");
+  VESCALE_CHECK(std > 0 && a < b, "random::trunc_normal_: need std > 0 and a < b, got std ", std,
+                ", [", a, ", ", b, "]");
   auto cdf = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
   DistParams p{Dist::TruncNormal, mean, std, cdf((a - mean) / std), cdf((b - mean) / std), a, b};
   return dtensor::is_dtensor(t) ? fill_dtensor(t, p) : fill_plain(t, p);
@@ -99,8 +104,10 @@ at::Tensor& bernoulli_(at::Tensor& t, double p) {
 }
 
 at::Tensor& randint_(at::Tensor& t, int64_t low, int64_t high) {
-  VESCALE_CHECK(low < high && high - low <= (int64_t{1} << 32), "random::randint_: need low < high and a range of at "
-                                                                "most 2^32, got [", low, ", ", high, ")");
+  VESCALE_CHECK(low < high && high - low <= (int64_t{1} << 32),
+                "random::randint_: need low < high and a range of at "
+                "most 2^32, got [",
+                low, ", ", high, ")");
   if (dtensor::is_dtensor(t)) return t.random_(low, high);
   return fill_plain(t, {Dist::RandInt, static_cast<double>(low), static_cast<double>(high)});
 }

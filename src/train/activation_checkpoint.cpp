@@ -47,8 +47,9 @@ struct Autocast {
   bool cpu, cuda;
   at::ScalarType cpu_dtype, cuda_dtype;
   static Autocast current() {
-    return {at::autocast::is_autocast_enabled(at::kCPU), at::autocast::is_autocast_enabled(at::kCUDA),
-            at::autocast::get_autocast_dtype(at::kCPU), at::autocast::get_autocast_dtype(at::kCUDA)};
+    return {
+        at::autocast::is_autocast_enabled(at::kCPU), at::autocast::is_autocast_enabled(at::kCUDA),
+        at::autocast::get_autocast_dtype(at::kCPU), at::autocast::get_autocast_dtype(at::kCUDA)};
   }
   void apply() const {
     at::autocast::set_autocast_enabled(at::kCPU, cpu);
@@ -60,7 +61,8 @@ struct Autocast {
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   // `inputs` as a TensorList: autograd counts each element as an input (a std::vector wouldn't be).
-  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<Replay> replay, at::TensorList input_list) {
+  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<Replay> replay,
+                               at::TensorList input_list) {
     const variable_list inputs = input_list.vec();
     replay->vescale_rng = random::get_state();
     replay->cpu_rng = cpu_rng_state();
@@ -93,7 +95,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     const Autocast ac_now = Autocast::current();
     random::set_state(replay->vescale_rng);
     set_cpu_rng_state(replay->cpu_rng);
-    Autocast{replay->autocast_cpu, replay->autocast_cuda, replay->autocast_cpu_dtype, replay->autocast_cuda_dtype}.apply();
+    Autocast{replay->autocast_cpu, replay->autocast_cuda, replay->autocast_cpu_dtype,
+             replay->autocast_cuda_dtype}
+        .apply();
     at::Tensor out;
     {
       at::AutoGradMode grad(true);
@@ -107,11 +111,13 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     // outputs with the gradients the code after forward gave them: parameter grads accumulate
     // as usual.
     variable_list roots, grads_in;
-    if (grad_outputs[0].defined() && out.requires_grad()) roots.push_back(out), grads_in.push_back(grad_outputs[0]);
+    if (grad_outputs[0].defined() && out.requires_grad())
+      roots.push_back(out), grads_in.push_back(grad_outputs[0]);
     for (size_t j = 0; j < replay->side.size(); ++j) {
       const at::Tensor& g = grad_outputs[1 + j];
       const at::Tensor& t = *replay->side[j];
-      if (g.defined() && t.defined() && t.requires_grad()) roots.push_back(t), grads_in.push_back(g);
+      if (g.defined() && t.defined() && t.requires_grad())
+        roots.push_back(t), grads_in.push_back(g);
     }
     if (!roots.empty()) torch::autograd::backward(roots, grads_in);
     variable_list grads{at::Tensor()};  // for the Replay argument
@@ -146,7 +152,8 @@ int enable_activation_checkpointing(torch::nn::Module& root, const std::string& 
                   "' already has an 'around' hook; wrap it only once");
     std::vector<at::Tensor*> side;
     if (side_outputs) side = side_outputs(*item.value());
-    hooks.around = [side](const std::vector<at::Tensor>& xs, const vescale::nn::ForwardHooks::Forward& f) {
+    hooks.around = [side](const std::vector<at::Tensor>& xs,
+                          const vescale::nn::ForwardHooks::Forward& f) {
       return checkpoint(xs, f, side);
     };
     vescale::nn::set_forward_hooks(m, std::move(hooks));

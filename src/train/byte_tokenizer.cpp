@@ -13,8 +13,8 @@ std::vector<int64_t> ByteTokenizer::encode(const std::string& text) {
 std::string ByteTokenizer::decode(const std::vector<int64_t>& tokens) {
   std::string out(tokens.size(), '\0');
   for (size_t i = 0; i < tokens.size(); ++i) {
-    VESCALE_CHECK(tokens[i] >= 0 && tokens[i] < kVocabSize, "byte tokenizer: token ", tokens[i], " at position ", i,
-                  " is not a byte (0..255)");
+    VESCALE_CHECK(tokens[i] >= 0 && tokens[i] < kVocabSize, "byte tokenizer: token ", tokens[i],
+                  " at position ", i, " is not a byte (0..255)");
     out[i] = static_cast<char>(tokens[i]);
   }
   return out;

@@ -22,7 +22,8 @@ using json = nlohmann::ordered_json;
 using Mesh = std::vector<std::pair<std::string, int64_t>>;
 
 std::string short_dump(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on bad UTF-8
+  std::string s =
+      v.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on bad UTF-8
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
 
@@ -36,8 +37,11 @@ std::string a_type(const json& v) {
 
 class Reader {
  public:
-  Reader(const json& node, std::string path, const std::string& source) : node_(node), path_(std::move(path)), source_(source) {
-    if (!node_.is_object()) fail_here("expected an object (a section), not " + a_type(node_) + " (" + short_dump(node_) + ")");
+  Reader(const json& node, std::string path, const std::string& source)
+      : node_(node), path_(std::move(path)), source_(source) {
+    if (!node_.is_object())
+      fail_here("expected an object (a section), not " + a_type(node_) + " (" + short_dump(node_) +
+                ")");
   }
 
   // A note for unknown-key messages of this section (model: "for model.type 'gpt'").
@@ -45,7 +49,8 @@ class Reader {
 
   void field(const char* k, int64_t& out) {
     if (const json* v = take(k)) {
-      if (!v->is_number_integer()) fail(k, "expected an integer, not " + a_type(*v) + " (" + short_dump(*v) + ")");
+      if (!v->is_number_integer())
+        fail(k, "expected an integer, not " + a_type(*v) + " (" + short_dump(*v) + ")");
       out = v->get<int64_t>();
     }
   }
@@ -58,19 +63,22 @@ class Reader {
   }
   void field(const char* k, double& out) {
     if (const json* v = take(k)) {
-      if (!v->is_number()) fail(k, "expected a number, not " + a_type(*v) + " (" + short_dump(*v) + ")");
+      if (!v->is_number())
+        fail(k, "expected a number, not " + a_type(*v) + " (" + short_dump(*v) + ")");
       out = v->get<double>();
     }
   }
   void field(const char* k, bool& out) {
     if (const json* v = take(k)) {
-      if (!v->is_boolean()) fail(k, "expected true or false, not " + a_type(*v) + " (" + short_dump(*v) + ")");
+      if (!v->is_boolean())
+        fail(k, "expected true or false, not " + a_type(*v) + " (" + short_dump(*v) + ")");
       out = v->get<bool>();
     }
   }
   void field(const char* k, std::string& out) {
     if (const json* v = take(k)) {
-      if (!v->is_string()) fail(k, "expected a string, not " + a_type(*v) + " (" + short_dump(*v) + ")");
+      if (!v->is_string())
+        fail(k, "expected a string, not " + a_type(*v) + " (" + short_dump(*v) + ")");
       out = v->get<std::string>();
     }
   }
@@ -99,12 +107,14 @@ class Reader {
   void field(const char* k, Mesh& out) {
     if (const json* v = take(k)) {
       if (!v->is_object() || v->empty())
-        fail(k, "expected an object of mesh dims like {\"dp\": 2, \"tp\": 2}, not " + short_dump(*v));
+        fail(k,
+             "expected an object of mesh dims like {\"dp\": 2, \"tp\": 2}, not " + short_dump(*v));
       out.clear();
       for (auto& [name, size] : v->items()) {
         if (!size.is_number_integer())
-          fail(std::string(k) + "." + name, "expected an integer (a mesh dim size, or -1 to infer it), not " +
-                                                a_type(size) + " (" + short_dump(size) + ")");
+          fail(std::string(k) + "." + name,
+               "expected an integer (a mesh dim size, or -1 to infer it), not " + a_type(size) +
+                   " (" + short_dump(size) + ")");
         out.emplace_back(name, size.get<int64_t>());
       }
     }
@@ -174,7 +184,9 @@ class Writer {
     node[k] = sub.node;
   }
   void set_context(const std::string&) {}
-  [[noreturn]] void fail(const std::string& k, const std::string& msg) const { VESCALE_FAIL(k, ": ", msg); }
+  [[noreturn]] void fail(const std::string& k, const std::string& msg) const {
+    VESCALE_FAIL(k, ": ", msg);
+  }
   json node = json::object();
 };
 
@@ -321,7 +333,8 @@ struct Checker {
   }
 };
 
-void check_one_of(const Checker& check, const std::string& key, const std::string& v, const std::vector<std::string>& ok) {
+void check_one_of(const Checker& check, const std::string& key, const std::string& v,
+                  const std::vector<std::string>& ok) {
   std::string list;
   for (auto& o : ok) list += (list.empty() ? "" : ", ") + o;
   check(std::find(ok.begin(), ok.end(), v) != ok.end(), key, "'" + v + "' is not one of " + list);
@@ -331,8 +344,9 @@ void positive(const Checker& check, const std::string& key, int64_t v) {
   check(v >= 1, key, "must be >= 1, got " + std::to_string(v));
 }
 
-void validate_attention(const Checker& check, const std::string& p, int64_t vocab, int64_t dim, int64_t layers, int64_t heads,
-                        int64_t kv_heads, int64_t ffn, int64_t max_seq) {
+void validate_attention(const Checker& check, const std::string& p, int64_t vocab, int64_t dim,
+                        int64_t layers, int64_t heads, int64_t kv_heads, int64_t ffn,
+                        int64_t max_seq) {
   positive(check, p + "vocab_size", vocab);
   positive(check, p + "dim", dim);
   positive(check, p + "n_layers", layers);
@@ -341,9 +355,11 @@ void validate_attention(const Checker& check, const std::string& p, int64_t voca
   positive(check, p + "ffn_dim", ffn);
   positive(check, p + "max_seq_len", max_seq);
   check(dim % heads == 0 && (dim / heads) % 2 == 0, p + "dim",
-        std::to_string(dim) + " must be divisible by n_heads (" + std::to_string(heads) + ") into an even head dim (RoPE)");
+        std::to_string(dim) + " must be divisible by n_heads (" + std::to_string(heads) +
+            ") into an even head dim (RoPE)");
   check(heads % kv_heads == 0, p + "n_kv_heads",
-        "n_heads (" + std::to_string(heads) + ") must be a multiple of n_kv_heads (" + std::to_string(kv_heads) + ")");
+        "n_heads (" + std::to_string(heads) + ") must be a multiple of n_kv_heads (" +
+            std::to_string(kv_heads) + ")");
 }
 
 void validate(const Config& c, const std::string& source) {
@@ -351,60 +367,77 @@ void validate(const Config& c, const std::string& source) {
   const auto& m = c.model;
   if (m.type == "gpt") {
     const auto& g = m.gpt;
-    for (auto [k, v] : {std::pair{"vocab_size", g.vocab_size}, {"n_positions", g.n_positions}, {"n_embd", g.n_embd},
-                        {"n_layer", g.n_layer}, {"n_head", g.n_head}})
+    for (auto [k, v] : {std::pair{"vocab_size", g.vocab_size},
+                        {"n_positions", g.n_positions},
+                        {"n_embd", g.n_embd},
+                        {"n_layer", g.n_layer},
+                        {"n_head", g.n_head}})
       positive(check, std::string("model.") + k, v);
     check(g.n_embd % g.n_head == 0, "model.n_embd",
-          std::to_string(g.n_embd) + " must be divisible by n_head (" + std::to_string(g.n_head) + ")");
+          std::to_string(g.n_embd) + " must be divisible by n_head (" + std::to_string(g.n_head) +
+              ")");
     check(g.dropout >= 0 && g.dropout < 1, "model.dropout", "must be in [0, 1)");
   } else if (m.type == "llama") {
     const auto& l = m.llama;
-    validate_attention(check, "model.", l.vocab_size, l.dim, l.n_layers, l.n_heads, l.n_kv_heads, l.ffn_dim, l.max_seq_len);
+    validate_attention(check, "model.", l.vocab_size, l.dim, l.n_layers, l.n_heads, l.n_kv_heads,
+                       l.ffn_dim, l.max_seq_len);
     check(l.rope_theta > 0, "model.rope_theta", "must be > 0");
     check(l.rope_scaling.factor == 0 || l.rope_scaling.factor >= 1, "model.rope_scaling.factor",
           "must be 0 (off) or >= 1");
   } else {
     const auto& x = m.mixtral;
-    validate_attention(check, "model.", x.vocab_size, x.dim, x.n_layers, x.n_heads, x.n_kv_heads, x.ffn_dim, x.max_seq_len);
+    validate_attention(check, "model.", x.vocab_size, x.dim, x.n_layers, x.n_heads, x.n_kv_heads,
+                       x.ffn_dim, x.max_seq_len);
     positive(check, "model.n_experts", x.n_experts);
     check(x.top_k >= 1 && x.top_k <= x.n_experts, "model.top_k",
-          "must be in [1, n_experts = " + std::to_string(x.n_experts) + "], got " + std::to_string(x.top_k));
+          "must be in [1, n_experts = " + std::to_string(x.n_experts) + "], got " +
+              std::to_string(x.top_k));
     check(x.aux_loss_coef >= 0, "model.aux_loss_coef", "must be >= 0");
   }
 
   int inferred = 0;
   std::set<std::string> names;
   for (auto& [name, size] : c.parallel.mesh) {
-    check(!name.empty() && names.insert(name).second, "parallel.mesh", "dim names must be non-empty and distinct");
-    check(size >= 1 || size == -1, "parallel.mesh." + name, "must be >= 1, or -1 to take the rest of the world");
+    check(!name.empty() && names.insert(name).second, "parallel.mesh",
+          "dim names must be non-empty and distinct");
+    check(size >= 1 || size == -1, "parallel.mesh." + name,
+          "must be >= 1, or -1 to take the rest of the world");
     inferred += size == -1;
   }
   check(inferred <= 1, "parallel.mesh", "at most one dim may be -1");
   check(c.parallel.zero >= 0 && c.parallel.zero <= 3, "parallel.zero", "must be 0, 1, 2 or 3");
-  check(c.parallel.grad_reduce == "overlap" || c.parallel.grad_reduce == "bucketed" || c.parallel.grad_reduce == "per_param",
+  check(c.parallel.grad_reduce == "overlap" || c.parallel.grad_reduce == "bucketed" ||
+            c.parallel.grad_reduce == "per_param",
         "parallel.grad_reduce", "must be overlap, bucketed or per_param");
-  check(c.parallel.reduce_dtype == "fp32" || c.parallel.reduce_dtype == "bf16", "parallel.reduce_dtype",
-        "must be fp32 or bf16");
+  check(c.parallel.reduce_dtype == "fp32" || c.parallel.reduce_dtype == "bf16",
+        "parallel.reduce_dtype", "must be fp32 or bf16");
   check(c.parallel.zero == 0 || c.parallel.grad_reduce != "per_param", "parallel.zero",
         "needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
 
   const auto& t = c.train;
-  for (auto [k, v] : {std::pair{"steps", t.steps}, {"batch_size", t.batch_size}, {"seq_len", t.seq_len},
-                      {"grad_accum", t.grad_accum}, {"log_every", t.log_every}, {"eval_steps", t.eval_steps}})
+  for (auto [k, v] : {std::pair{"steps", t.steps},
+                      {"batch_size", t.batch_size},
+                      {"seq_len", t.seq_len},
+                      {"grad_accum", t.grad_accum},
+                      {"log_every", t.log_every},
+                      {"eval_steps", t.eval_steps}})
     positive(check, std::string("train.") + k, v);
   check(t.seq_len <= m.max_seq_len(), "train.seq_len",
-        std::to_string(t.seq_len) + " exceeds the model's maximum sequence length " + std::to_string(m.max_seq_len()));
+        std::to_string(t.seq_len) + " exceeds the model's maximum sequence length " +
+            std::to_string(m.max_seq_len()));
   check(t.lr > 0, "train.lr", "must be > 0");
   check(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "must be in [0, train.lr]");
   check(t.warmup_steps >= 0, "train.warmup_steps", "must be >= 0");
   check_one_of(check, "train.decay", t.decay, {"cosine", "linear", "constant"});
   check(t.weight_decay >= 0, "train.weight_decay", "must be >= 0");
-  check(t.betas.size() == 2 && t.betas[0] >= 0 && t.betas[0] < 1 && t.betas[1] >= 0 && t.betas[1] < 1, "train.betas",
-        "must be two numbers in [0, 1), like [0.9, 0.95]");
+  check(
+      t.betas.size() == 2 && t.betas[0] >= 0 && t.betas[0] < 1 && t.betas[1] >= 0 && t.betas[1] < 1,
+      "train.betas", "must be two numbers in [0, 1), like [0.9, 0.95]");
   check(t.eps > 0, "train.eps", "must be > 0");
   check(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 turns clipping off)");
-  check(t.max_loss_spike == 0 || t.max_loss_spike > 1, "train.max_loss_spike",
-        "must be 0 (guard off) or above 1, like 3 (a loss above 3x the recent median stops the run)");
+  check(
+      t.max_loss_spike == 0 || t.max_loss_spike > 1, "train.max_loss_spike",
+      "must be 0 (guard off) or above 1, like 3 (a loss above 3x the recent median stops the run)");
   check_one_of(check, "train.dtype", t.dtype, {"fp32", "bf16"});
   check(t.peak_flops >= 0, "train.peak_flops", "must be >= 0 (0 leaves MFU out)");
   check(t.eval_every >= 0, "train.eval_every", "must be >= 0 (0: no evaluation)");
@@ -442,7 +475,8 @@ void apply_override(json& cfg, const std::string& source, const std::string& kv)
     VESCALE_FAIL("--set '", kv, "': not valid UTF-8; keys and values must be UTF-8 text");
   }
   const auto eq = kv.find('=');
-  VESCALE_CHECK(eq != std::string::npos && eq > 0, "--set '", kv, "': expected key=value, like train.steps=200");
+  VESCALE_CHECK(eq != std::string::npos && eq > 0, "--set '", kv,
+                "': expected key=value, like train.steps=200");
   const std::string key = kv.substr(0, eq), text = kv.substr(eq + 1);
   json value;
   try {
@@ -451,7 +485,8 @@ void apply_override(json& cfg, const std::string& source, const std::string& kv)
     value = text;
   }
   // Mesh dims are ordered: a new one can't be slotted in by name, only by setting the whole mesh.
-  if (key.rfind("parallel.mesh.", 0) == 0 && !(cfg.contains("parallel") && cfg["parallel"].contains("mesh")))
+  if (key.rfind("parallel.mesh.", 0) == 0 &&
+      !(cfg.contains("parallel") && cfg["parallel"].contains("mesh")))
     cfg["parallel"]["mesh"] = {{"dp", -1}};
   json* node = &cfg;
   std::string walked;
@@ -460,21 +495,26 @@ void apply_override(json& cfg, const std::string& source, const std::string& kv)
     if (e == std::string::npos) e = key.size();
     const std::string part = key.substr(b, e - b);
     VESCALE_CHECK(!part.empty(), "--set ", key, ": empty key part; write keys like train.steps");
-    VESCALE_CHECK(node->is_object(), "--set ", key, ": config '", source, "' has ", a_type(*node), " at '", walked,
-                  "', not a section");
+    VESCALE_CHECK(node->is_object(), "--set ", key, ": config '", source, "' has ", a_type(*node),
+                  " at '", walked, "', not a section");
     walked += (walked.empty() ? "" : ".") + part;
     const bool last = e == key.size();
     if (!node->contains(part)) {
-      VESCALE_CHECK(walked.rfind("parallel.mesh.", 0) != 0, "--set ", key, ": config '", source, "' has no key '",
-                    walked, "'; mesh dims are ordered, so set the whole mesh: --set 'parallel.mesh={\"dp\":2,\"tp\":2}'");
+      VESCALE_CHECK(walked.rfind("parallel.mesh.", 0) != 0, "--set ", key, ": config '", source,
+                    "' has no key '", walked,
+                    "'; mesh dims are ordered, so set the whole mesh: --set "
+                    "'parallel.mesh={\"dp\":2,\"tp\":2}'");
       // Absent from the file: the schema reader checks the key and the type.
       (*node)[part] = last ? value : json::object();
     } else if (last) {
       json& old = (*node)[part];
-      if (old.is_array() && value.is_string()) value = json::array({value});  // file lists: one file
-      VESCALE_CHECK(std::string(value.type_name()) == old.type_name() || (value.is_number() && old.is_number()),
-                    "--set ", key, ": the config has ", a_type(old) == "an integer" ? "a number" : a_type(old),
-                    " there, not ", a_type(value), " ('", text, "')");
+      if (old.is_array() && value.is_string())
+        value = json::array({value});  // file lists: one file
+      VESCALE_CHECK(std::string(value.type_name()) == old.type_name() ||
+                        (value.is_number() && old.is_number()),
+                    "--set ", key, ": the config has ",
+                    a_type(old) == "an integer" ? "a number" : a_type(old), " there, not ",
+                    a_type(value), " ('", text, "')");
       old = value;
     }
     node = &(*node)[part];
@@ -495,15 +535,16 @@ int64_t ModelConfig::vocab_size() const {
   return mixtral.vocab_size;
 }
 
-Config Config::from_json(const std::string& text, const std::string& source, const std::vector<std::string>& overrides,
-                         const std::string& base_dir) {
+Config Config::from_json(const std::string& text, const std::string& source,
+                         const std::vector<std::string>& overrides, const std::string& base_dir) {
   json j;
   try {
     j = json::parse(text);
   } catch (const std::exception& e) {
     VESCALE_FAIL("config '", source, "': not valid JSON: ", e.what());
   }
-  VESCALE_CHECK(j.is_object(), "config '", source, "': the top level must be an object with sections model, parallel, ",
+  VESCALE_CHECK(j.is_object(), "config '", source,
+                "': the top level must be an object with sections model, parallel, ",
                 "train, data, checkpoint, log");
   for (auto& kv : overrides) apply_override(j, source, kv);
   Config c;
@@ -513,8 +554,9 @@ Config Config::from_json(const std::string& text, const std::string& source, con
   r.finish();
   validate(c, source);
   c.parallel.plan = resolve_path(c.parallel.plan, base_dir);
-  VESCALE_CHECK(c.parallel.plan.empty() || std::filesystem::is_regular_file(c.parallel.plan), "config '", source,
-                "': parallel.plan: no file '", c.parallel.plan, "'; relative paths are looked up next to the config file, ",
+  VESCALE_CHECK(c.parallel.plan.empty() || std::filesystem::is_regular_file(c.parallel.plan),
+                "config '", source, "': parallel.plan: no file '", c.parallel.plan,
+                "'; relative paths are looked up next to the config file, ",
                 "then in the working directory");
   for (auto* list : {&c.data.train, &c.data.val})
     for (auto& p : *list) p = resolve_path(p, base_dir);

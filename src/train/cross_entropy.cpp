@@ -24,10 +24,10 @@ namespace {
 
 // Row kernels. A row's logsumexp is kept as its max m and l = log(sum exp(x - m)), apart, so
 // that x - m stays exact for large logits: -log p(target) = (m - x[t]) + l, and the gradient row
-// is exp((x - m) - l) * s, minus s at the target. On x86-64 with AVX2 they run 8 lanes at a time through SLEEF's expf (the one
-// ATen's vectorised log_softmax uses, exported by libtorch_cpu); elsewhere a scalar loop.
-// NaN or +inf anywhere in a row makes its lse NaN, as with log_softmax, so the trainer's
-// NaN/inf stop still sees it.
+// is exp((x - m) - l) * s, minus s at the target. On x86-64 with AVX2 they run 8 lanes at a time
+// through SLEEF's expf (the one ATen's vectorised log_softmax uses, exported by libtorch_cpu);
+// elsewhere a scalar loop. NaN or +inf anywhere in a row makes its lse NaN, as with log_softmax, so
+// the trainer's NaN/inf stop still sees it.
 
 struct RowStats {
   float max, log_sum;
@@ -75,15 +75,20 @@ RowStats row_stats_avx2(const float* x, int64_t n) {
   for (int k = 1; k < 8; ++k) m = b[k] > m ? b[k] : m;
   const __m256 mv = _mm256_set1_ps(m);
   __m256 s8 = _mm256_setzero_ps();
-  for (int64_t j = 0; j < body; j += 8) s8 = _mm256_add_ps(s8, Sleef_expf8_u10(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv)));
-  if (body < n) s8 = _mm256_add_ps(s8, Sleef_expf8_u10(_mm256_sub_ps(load_tail(x + body, n - body, ninf), mv)));
+  for (int64_t j = 0; j < body; j += 8)
+    s8 = _mm256_add_ps(s8, Sleef_expf8_u10(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv)));
+  if (body < n)
+    s8 = _mm256_add_ps(s8, Sleef_expf8_u10(_mm256_sub_ps(load_tail(x + body, n - body, ninf), mv)));
   return {m, std::log(hsum(s8))};  // m = +inf gives inf - inf = NaN in the sum: NaN
 }
 
 void row_grad_avx2(const float* x, RowStats r, float scale, float* g, int64_t n) {
   const int64_t body = n - n % 8;
-  const __m256 mv = _mm256_set1_ps(r.max), lv = _mm256_set1_ps(r.log_sum), sv = _mm256_set1_ps(scale);
-  auto grad8 = [&](__m256 v) { return _mm256_mul_ps(Sleef_expf8_u10(_mm256_sub_ps(_mm256_sub_ps(v, mv), lv)), sv); };
+  const __m256 mv = _mm256_set1_ps(r.max), lv = _mm256_set1_ps(r.log_sum),
+               sv = _mm256_set1_ps(scale);
+  auto grad8 = [&](__m256 v) {
+    return _mm256_mul_ps(Sleef_expf8_u10(_mm256_sub_ps(_mm256_sub_ps(v, mv), lv)), sv);
+  };
   for (int64_t j = 0; j < body; j += 8) _mm256_storeu_ps(g + j, grad8(_mm256_loadu_ps(x + j)));
   if (body < n) {
     alignas(32) float out[8];
@@ -121,21 +126,23 @@ void row_grad(const float* x, RowStats r, float scale, float* g, int64_t n) {
 int64_t grain(int64_t v) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, v)); }
 
 struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
+                            const at::Tensor& targets) {
     const at::Tensor x = logits.contiguous(), t = targets.contiguous();
     const int64_t n = x.size(0), v = x.size(1);
     const float* xp = x.const_data_ptr<float>();
     const int64_t* tp = t.const_data_ptr<int64_t>();
     for (int64_t i = 0; i < n; ++i)
-      VESCALE_CHECK(tp[i] >= 0 && tp[i] < v, "cross_entropy: target ", tp[i], " at row ", i, " is outside [0, ", v,
-                    "); targets are class indices of the logits' last dim");
+      VESCALE_CHECK(tp[i] >= 0 && tp[i] < v, "cross_entropy: target ", tp[i], " at row ", i,
+                    " is outside [0, ", v, "); targets are class indices of the logits' last dim");
     at::Tensor stats = at::empty({n, 2}, x.options());  // per row: max, log_sum
     auto* sp = reinterpret_cast<RowStats*>(stats.mutable_data_ptr<float>());
     at::parallel_for(0, n, grain(v), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) sp[i] = row_stats(xp + i * v, v);
     });
     double sum = 0;  // the mean of -log p(target), in double
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(sp[i].max - xp[i * v + tp[i]]) + sp[i].log_sum;
+    for (int64_t i = 0; i < n; ++i)
+      sum += static_cast<double>(sp[i].max - xp[i * v + tp[i]]) + sp[i].log_sum;
     ctx->save_for_backward({x, t, stats});
     return at::scalar_tensor(n > 0 ? sum / static_cast<double>(n) : std::nan(""), x.options());
   }
@@ -165,10 +172,12 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
 
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
   VESCALE_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
-                "cross_entropy: expects logits [N, V] and targets [N], got ", logits.sizes(), " and ", targets.sizes());
+                "cross_entropy: expects logits [N, V] and targets [N], got ", logits.sizes(),
+                " and ", targets.sizes());
   const bool fused = logits.device().is_cpu() && logits.scalar_type() == at::kFloat &&
-                     targets.scalar_type() == at::kLong && targets.device().is_cpu() && !dtensor::is_dtensor(logits) &&
-                     !dtensor::is_dtensor(targets) && logits.size(1) > 0;
+                     targets.scalar_type() == at::kLong && targets.device().is_cpu() &&
+                     !dtensor::is_dtensor(logits) && !dtensor::is_dtensor(targets) &&
+                     logits.size(1) > 0;
   if (!fused) return at::cross_entropy_loss(logits, targets);
   return CrossEntropyFunction::apply(logits, targets);
 }

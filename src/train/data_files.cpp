@@ -39,8 +39,10 @@ std::vector<std::string> data_files(const DataConfig& data, const std::string& s
     const char* env = std::getenv("VESCALE_DATA_DIR");
     const std::string dir = env ? env : exe_dir() + "/../data";
     const std::string path = dir + "/corpus_" + split + ".bin";
-    VESCALE_CHECK(std::filesystem::exists(path), "data: the config names no files, and the built-in corpus '", path,
-                  "' is missing; build it (cmake --build build --target builtin_data) or set data.train and data.val");
+    VESCALE_CHECK(std::filesystem::exists(path),
+                  "data: the config names no files, and the built-in corpus '", path,
+                  "' is missing; build it (cmake --build build --target builtin_data) or set "
+                  "data.train and data.val");
     return {std::filesystem::path(path).lexically_normal().string()};
   }
   std::vector<std::string> files;

@@ -68,13 +68,19 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
   for (size_t i = 0; i < names.size(); ++i)
     mesh_line += (i ? ", " : "") + names[i] + "=" + std::to_string(mesh.sizes()[i]);
   std::string out;
-  out += "model: " + config.model.type + ", " + count + " parameters (" + std::to_string(m.parameters) + ")\n";
+  out += "model: " + config.model.type + ", " + count + " parameters (" +
+         std::to_string(m.parameters) + ")\n";
   out += "mesh: " + mesh_line + " (" + std::to_string(mesh.numel()) + " ranks)\n";
-  out += "plan: " + (config.parallel.plan.empty() ? std::string("none (every parameter replicated)") : config.parallel.plan) +
+  out += "plan: " +
+         (config.parallel.plan.empty() ? std::string("none (every parameter replicated)")
+                                       : config.parallel.plan) +
          "; zero " + std::to_string(m.zero) + "\n";
-  out += "per rank (fp32 weights; AdamW exp_avg + exp_avg_sq, under ZeRO plus an fp32 slice of the weights): params " + gib(m.param_bytes) + ", grads " +
-         gib(m.grad_bytes) + ", optimizer " + gib(m.optimizer_bytes) + ", total " +
-         gib(m.param_bytes + m.grad_bytes + m.optimizer_bytes) + " (activations not counted)\n";
+  out +=
+      "per rank (fp32 weights; AdamW exp_avg + exp_avg_sq, under ZeRO plus an fp32 slice of the "
+      "weights): params " +
+      gib(m.param_bytes) + ", grads " + gib(m.grad_bytes) + ", optimizer " +
+      gib(m.optimizer_bytes) + ", total " + gib(m.param_bytes + m.grad_bytes + m.optimizer_bytes) +
+      " (activations not counted)\n";
   return out;
 }
 

@@ -53,7 +53,9 @@ class HostAllocator final : public c10::Allocator {
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 
   void set_caching(bool on) {
     caching_.store(on);
@@ -135,7 +137,8 @@ MemoryStats memory_stats(bool cuda) {
 #if VESCALE_WITH_CUDA
   if (cuda) {
     const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
-    const auto& all = s.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    const auto& all =
+        s.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
     return {all.current, all.peak};
   }
 #endif

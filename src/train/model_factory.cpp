@@ -44,7 +44,8 @@ models::LlamaOptions llama_options(const LlamaConfig& c) {
   o.ffn_dim = c.ffn_dim;
   o.norm_eps = c.norm_eps;
   o.rope_theta = c.rope_theta;
-  o.rope_scaling = {c.rope_scaling.factor, c.rope_scaling.low_freq_factor, c.rope_scaling.high_freq_factor,
+  o.rope_scaling = {c.rope_scaling.factor, c.rope_scaling.low_freq_factor,
+                    c.rope_scaling.high_freq_factor,
                     c.rope_scaling.original_max_position_embeddings};
   o.max_seq_len = c.max_seq_len;
   o.tie_embeddings = c.tie_embeddings;
@@ -86,7 +87,8 @@ ParamShapes parameter_shapes(const ModelConfig& config) {
     m = build_model(config);
   }
   ParamShapes shapes;
-  for (const auto& item : m.module->named_parameters()) shapes.emplace_back(item.key(), item.value().sizes().vec());
+  for (const auto& item : m.module->named_parameters())
+    shapes.emplace_back(item.key(), item.value().sizes().vec());
   return shapes;
 }
 
@@ -103,8 +105,9 @@ int64_t parameter_count(const ParamShapes& shapes) {
 double flops_per_token(const ModelConfig& config, int64_t seq_len) {
   // Tables used only by lookup do no multiplies: GPT's positions, and the token embedding unless
   // it is tied to the head (GPT's wte always is).
-  const bool tied = config.type == "llama" ? config.llama.tie_embeddings
-                                           : config.type == "mixtral" && config.mixtral.tie_embeddings;
+  const bool tied = config.type == "llama"
+                        ? config.llama.tie_embeddings
+                        : config.type == "mixtral" && config.mixtral.tie_embeddings;
   double matmul = 0;
   for (const auto& [name, shape] : parameter_shapes(config)) {
     if (shape.size() < 2) continue;  // norms and biases
@@ -112,7 +115,8 @@ double flops_per_token(const ModelConfig& config, int64_t seq_len) {
     double k = 1;
     for (int64_t d : shape) k *= static_cast<double>(d);
     if (config.type == "mixtral" && shape.size() == 3)  // stacked experts: only top_k of them run
-      k *= static_cast<double>(config.mixtral.top_k) / static_cast<double>(config.mixtral.n_experts);
+      k *=
+          static_cast<double>(config.mixtral.top_k) / static_cast<double>(config.mixtral.n_experts);
     matmul += k;
   }
   int64_t layers = config.gpt.n_layer, dim = config.gpt.n_embd;
@@ -141,11 +145,15 @@ Model build_model(const ModelConfig& config) {
     m.forward = [impl = mixtral.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
     m.init = [impl = mixtral.ptr()] { impl->init_weights(); };
     if (config.mixtral.aux_loss_coef > 0)
-      m.aux_loss = [impl = mixtral.ptr(), coef = config.mixtral.aux_loss_coef] { return impl->aux_loss() * coef; };
+      m.aux_loss = [impl = mixtral.ptr(), coef = config.mixtral.aux_loss_coef] {
+        return impl->aux_loss() * coef;
+      };
     m.block_pattern = "layers.*";
     m.block_side_outputs = [](torch::nn::Module& block) {
       auto* b = dynamic_cast<models::MixtralBlockImpl*>(&block);
-      VESCALE_CHECK(b != nullptr, "activation checkpointing: a Mixtral block pattern matched a module that is not a block");
+      VESCALE_CHECK(
+          b != nullptr,
+          "activation checkpointing: a Mixtral block pattern matched a module that is not a block");
       return std::vector<at::Tensor*>{&b->feed_forward->router_logits};
     };
   } else {

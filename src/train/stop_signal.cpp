@@ -19,8 +19,10 @@ void on_stop_signal(int sig) {
     return;
   }
   g_stop = sig;
-  const char* msg = sig == SIGINT ? "vescale: SIGINT: stopping after this step (send it again to stop at once)\n"
-                                  : "vescale: SIGTERM: stopping after this step (send it again to stop at once)\n";
+  const char* msg =
+      sig == SIGINT
+          ? "vescale: SIGINT: stopping after this step (send it again to stop at once)\n"
+          : "vescale: SIGTERM: stopping after this step (send it again to stop at once)\n";
   [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, msg, std::strlen(msg));
 }
 

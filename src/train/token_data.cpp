@@ -36,7 +36,8 @@ struct TokenDataset::Shard {
 };
 
 TokenDataset::TokenDataset(const std::vector<std::string>& paths) {
-  VESCALE_CHECK(!paths.empty(), "data: no token files given; set data.train to one or more .bin files");
+  VESCALE_CHECK(!paths.empty(),
+                "data: no token files given; set data.train to one or more .bin files");
   for (const auto& path : paths) {
     auto s = std::make_unique<Shard>();
     s->path = path;
@@ -48,18 +49,20 @@ TokenDataset::TokenDataset(const std::vector<std::string>& paths) {
     s->bytes = static_cast<size_t>(st.st_size);
     if (s->bytes >= kHeaderBytes) s->map = ::mmap(nullptr, s->bytes, PROT_READ, MAP_PRIVATE, fd, 0);
     ::close(fd);
-    VESCALE_CHECK(s->bytes >= kHeaderBytes && s->map != MAP_FAILED, "data: '", path, "' is ", s->bytes,
-                  " bytes, shorter than the 1024-byte header of a .bin token file");
+    VESCALE_CHECK(s->bytes >= kHeaderBytes && s->map != MAP_FAILED, "data: '", path, "' is ",
+                  s->bytes, " bytes, shorter than the 1024-byte header of a .bin token file");
     const auto* h = static_cast<const int32_t*>(s->map);
-    if (h[0] == kMagicU16 && h[1] == kVersionU16) s->width = 2;
-    else if (h[0] == kMagicU32 && h[1] == kVersionU32) s->width = 4;
+    if (h[0] == kMagicU16 && h[1] == kVersionU16)
+      s->width = 2;
+    else if (h[0] == kMagicU32 && h[1] == kVersionU32)
+      s->width = 4;
     else
-      VESCALE_FAIL("data: '", path, "' has magic ", h[0], " version ", h[1], "; expected llm.c's ", kMagicU16,
-                   "/1 (uint16 tokens) or ", kMagicU32, "/7 (uint32 tokens)");
+      VESCALE_FAIL("data: '", path, "' has magic ", h[0], " version ", h[1], "; expected llm.c's ",
+                   kMagicU16, "/1 (uint16 tokens) or ", kMagicU32, "/7 (uint32 tokens)");
     s->tokens = h[2];
     const size_t need = kHeaderBytes + static_cast<size_t>(s->tokens) * s->width;
-    VESCALE_CHECK(h[2] >= 0 && s->bytes >= need, "data: '", path, "' claims ", h[2], " tokens (", need,
-                  " bytes) but has ", s->bytes, " bytes; the file is truncated");
+    VESCALE_CHECK(h[2] >= 0 && s->bytes >= need, "data: '", path, "' claims ", h[2], " tokens (",
+                  need, " bytes) but has ", s->bytes, " bytes; the file is truncated");
     starts_.push_back(total_);
     total_ += s->tokens;
     shards_.push_back(std::move(s));
@@ -75,8 +78,8 @@ int64_t TokenDataset::token(int64_t i) const {
 }
 
 void TokenDataset::copy(int64_t begin, int64_t n, int64_t* out) const {
-  VESCALE_CHECK(begin >= 0 && n >= 0 && begin + n <= total_, "data: tokens [", begin, ", ", begin + n,
-                ") are outside the ", total_, " tokens");
+  VESCALE_CHECK(begin >= 0 && n >= 0 && begin + n <= total_, "data: tokens [", begin, ", ",
+                begin + n, ") are outside the ", total_, " tokens");
   while (n > 0) {
     const size_t k = std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin() - 1;
     const Shard& s = *shards_[k];
@@ -105,9 +108,12 @@ std::pair<std::string, int64_t> TokenDataset::locate(int64_t i) const {
 }
 
 void write_token_file(const std::string& path, const std::vector<int64_t>& tokens) {
-  const bool narrow = std::all_of(tokens.begin(), tokens.end(), [](int64_t t) { return t >= 0 && t < 65536; });
-  for (auto t : tokens) VESCALE_CHECK(t >= 0 && t <= 0xffffffffll, "data: token ", t, " does not fit uint32");
-  VESCALE_CHECK(tokens.size() <= 0x7fffffffull, "data: ", tokens.size(), " tokens are too many for one .bin file");
+  const bool narrow =
+      std::all_of(tokens.begin(), tokens.end(), [](int64_t t) { return t >= 0 && t < 65536; });
+  for (auto t : tokens)
+    VESCALE_CHECK(t >= 0 && t <= 0xffffffffll, "data: token ", t, " does not fit uint32");
+  VESCALE_CHECK(tokens.size() <= 0x7fffffffull, "data: ", tokens.size(),
+                " tokens are too many for one .bin file");
   int32_t header[256] = {};
   header[0] = narrow ? kMagicU16 : kMagicU32;
   header[1] = narrow ? kVersionU16 : kVersionU32;
@@ -127,17 +133,23 @@ void write_token_file(const std::string& path, const std::vector<int64_t>& token
   VESCALE_CHECK(f.good(), "data: writing '", path, "' failed (disk full?)");
 }
 
-DataLoader::DataLoader(std::shared_ptr<const TokenDataset> data, int64_t batch, int64_t seq_len, int64_t dp_rank,
-                       int64_t dp_size, uint64_t seed, bool shuffle)
-    : data_(std::move(data)), batch_(batch), seq_len_(seq_len), dp_rank_(dp_rank), dp_size_(dp_size), seed_(seed),
+DataLoader::DataLoader(std::shared_ptr<const TokenDataset> data, int64_t batch, int64_t seq_len,
+                       int64_t dp_rank, int64_t dp_size, uint64_t seed, bool shuffle)
+    : data_(std::move(data)),
+      batch_(batch),
+      seq_len_(seq_len),
+      dp_rank_(dp_rank),
+      dp_size_(dp_size),
+      seed_(seed),
       shuffle_(shuffle) {
-  VESCALE_CHECK(batch > 0 && seq_len > 0, "data: batch (", batch, ") and seq_len (", seq_len, ") must be positive");
-  VESCALE_CHECK(dp_size > 0 && dp_rank >= 0 && dp_rank < dp_size, "data: dp rank ", dp_rank, " is outside [0, ",
-                dp_size, ")");
+  VESCALE_CHECK(batch > 0 && seq_len > 0, "data: batch (", batch, ") and seq_len (", seq_len,
+                ") must be positive");
+  VESCALE_CHECK(dp_size > 0 && dp_rank >= 0 && dp_rank < dp_size, "data: dp rank ", dp_rank,
+                " is outside [0, ", dp_size, ")");
   samples_ = data_->size() > 0 ? (data_->size() - 1) / seq_len : 0;
-  VESCALE_CHECK(steps_per_epoch() > 0, "data: ", data_->size(), " tokens make ", samples_, " samples of ", seq_len,
-                " tokens, fewer than one global batch (", batch, " x ", dp_size,
-                " ranks); use more data or a smaller batch or seq_len");
+  VESCALE_CHECK(steps_per_epoch() > 0, "data: ", data_->size(), " tokens make ", samples_,
+                " samples of ", seq_len, " tokens, fewer than one global batch (", batch, " x ",
+                dp_size, " ranks); use more data or a smaller batch or seq_len");
 }
 
 int64_t DataLoader::sample_at(int64_t epoch, int64_t i) const {
@@ -148,12 +160,14 @@ int64_t DataLoader::sample_at(int64_t epoch, int64_t i) const {
     std::iota(order_.begin(), order_.end(), 0);
     std::vector<uint64_t> key(samples_);
     for (int64_t k = 0; k < samples_; ++k) {
-      auto r = random::philox4x32_10(random::Philox4{{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32),
-                                                      static_cast<uint32_t>(epoch), 0x5eedu}},
-                                     static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32));
+      auto r = random::philox4x32_10(
+          random::Philox4{{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32),
+                           static_cast<uint32_t>(epoch), 0x5eedu}},
+          static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32));
       key[k] = (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
     }
-    std::sort(order_.begin(), order_.end(), [&](int64_t a, int64_t b) { return key[a] != key[b] ? key[a] < key[b] : a < b; });
+    std::sort(order_.begin(), order_.end(),
+              [&](int64_t a, int64_t b) { return key[a] != key[b] ? key[a] < key[b] : a < b; });
     order_epoch_ = epoch;
   }
   return order_[i];
@@ -179,8 +193,9 @@ DataLoader::Batch DataLoader::next() {
         if (id < vocab_size_) continue;
         const int64_t i = (pos_.step * dp_size_ + dp_rank_) * batch_ + b;
         const auto [path, index] = data_->locate(sample_at(pos_.epoch, i) * seq_len_ + t);
-        VESCALE_FAIL("data: '", path, "' holds token id ", id, " (token ", index, " of the file), outside ",
-                     "model.vocab_size = ", vocab_size_, "; the data was tokenized for another vocabulary. ",
+        VESCALE_FAIL("data: '", path, "' holds token id ", id, " (token ", index,
+                     " of the file), outside ", "model.vocab_size = ", vocab_size_,
+                     "; the data was tokenized for another vocabulary. ",
                      "Tokenize it for this model, or set model.vocab_size to at least ", id + 1);
       }
     }
@@ -190,8 +205,9 @@ DataLoader::Batch DataLoader::next() {
 }
 
 void DataLoader::seek(const LoaderPosition& pos) {
-  VESCALE_CHECK(pos.epoch >= 0 && pos.step >= 0 && pos.step <= steps_per_epoch(), "data: cannot resume at epoch ",
-                pos.epoch, " step ", pos.step, "; an epoch has ", steps_per_epoch(), " steps with this batch and world");
+  VESCALE_CHECK(pos.epoch >= 0 && pos.step >= 0 && pos.step <= steps_per_epoch(),
+                "data: cannot resume at epoch ", pos.epoch, " step ", pos.step, "; an epoch has ",
+                steps_per_epoch(), " steps with this batch and world");
   pos_ = pos;
 }
 

@@ -72,10 +72,10 @@ at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh
 }
 // ===================================================================================
 
-
 }  // namespace
 
-Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(std::move(config)), mesh_(std::move(mesh)) {
+Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
+    : config_(std::move(config)), mesh_(std::move(mesh)) {
   const auto& t = config_.train;
   if (mesh_) {
     rank_ = mesh_->rank();
@@ -100,8 +100,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
     const plan::Plan plan = parallelize_model(model_, config_, *mesh_);
     // Bucketed reduction (docs/ddp.md); "per_param" keeps ddp::reduce_gradients.
     zero = zero_stage(config_.parallel, &plan);
-    VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != "per_param", "ZeRO stage ", zero, " (from ",
-                  config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
+    VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != "per_param", "ZeRO stage ", zero,
+                  " (from ", config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
                   ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
     // One device has no gradient to reduce (and its parameters are plain tensors).
     if (mesh_->size() > 1 && config_.parallel.grad_reduce != "per_param") {
@@ -115,29 +115,36 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh) : config_(
   }
   dtensor::set_static_eager(config_.parallel.static_eager);
   if (t.activation_checkpointing)
-    enable_activation_checkpointing(*model_.module, model_.block_pattern, model_.block_side_outputs);
+    enable_activation_checkpointing(*model_.module, model_.block_pattern,
+                                    model_.block_side_outputs);
 
   optim::NamedParams named;
-  for (const auto& item : model_.module->named_parameters()) named.emplace_back(item.key(), item.value());
+  for (const auto& item : model_.module->named_parameters())
+    named.emplace_back(item.key(), item.value());
   std::vector<at::Tensor> params;  // the model's order, for the norm's summation
   for (const auto& [n, p] : named) params.push_back(p);
-  const optim::AdamWOptions adamw{.lr = t.lr, .beta1 = t.betas[0], .beta2 = t.betas[1], .eps = t.eps};
+  const optim::AdamWOptions adamw{
+      .lr = t.lr, .beta1 = t.betas[0], .beta2 = t.betas[1], .eps = t.eps};
   if (zero >= 1 && reducer_) {
-    optimizer_ = std::make_unique<ddp::ZeroOptimizer>(*reducer_, optim::decay_groups(named, t.weight_decay), adamw);
+    optimizer_ = std::make_unique<ddp::ZeroOptimizer>(
+        *reducer_, optim::decay_groups(named, t.weight_decay), adamw);
   } else {
-    optimizer_ = std::make_unique<optim::AdamW>(optim::decay_groups(named, t.weight_decay), adamw, params);
+    optimizer_ =
+        std::make_unique<optim::AdamW>(optim::decay_groups(named, t.weight_decay), adamw, params);
   }
 
   auto train_data = std::make_shared<TokenDataset>(data_files(config_.data, "train"));
-  train_loader_ = std::make_unique<DataLoader>(train_data, t.batch_size, t.seq_len, dp_rank_, dp_size_, t.seed,
-                                               config_.data.shuffle);
+  train_loader_ = std::make_unique<DataLoader>(train_data, t.batch_size, t.seq_len, dp_rank_,
+                                               dp_size_, t.seed, config_.data.shuffle);
   train_loader_->set_vocab_size(config_.model.vocab_size());
-  VESCALE_CHECK(train_loader_->steps_per_epoch() >= 1, "data.train: ", train_data->size(), " tokens are too few for one ",
-                "batch of ", t.batch_size, " x ", t.seq_len, " on each of ", dp_size_, " data-parallel ranks");
+  VESCALE_CHECK(train_loader_->steps_per_epoch() >= 1, "data.train: ", train_data->size(),
+                " tokens are too few for one ", "batch of ", t.batch_size, " x ", t.seq_len,
+                " on each of ", dp_size_, " data-parallel ranks");
   const bool has_val = !config_.data.val.empty() || config_.data.train.empty();
   if (has_val) {
     auto val_data = std::make_shared<TokenDataset>(data_files(config_.data, "val"));
-    val_loader_ = std::make_unique<DataLoader>(val_data, t.batch_size, t.seq_len, dp_rank_, dp_size_, t.seed, false);
+    val_loader_ = std::make_unique<DataLoader>(val_data, t.batch_size, t.seq_len, dp_rank_,
+                                               dp_size_, t.seed, false);
     val_loader_->set_vocab_size(config_.model.vocab_size());
     if (val_loader_->steps_per_epoch() < 1) val_loader_.reset();  // too small to evaluate on
   }
@@ -186,7 +193,8 @@ at::Tensor Trainer::loss_of(const DataLoader::Batch& batch) {
   }
   if (bf16) at::autocast::set_autocast_enabled(dt, false), at::autocast::clear_cache();
   // The loss in fp32 whatever the compute dtype (fused on CPU: train/cross_entropy.h).
-  at::Tensor loss = cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+  at::Tensor loss =
+      cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
   if (model_.aux_loss) loss = loss + model_.aux_loss();
   return loss;
 }
@@ -200,7 +208,8 @@ StepMetrics Trainer::step(int64_t step) {
   optimizer_->set_lr(lr);
   model_.module->train();
   at::Tensor loss_sum;
-  dtensor::BackwardOnCallerThread same_thread;  // no hand-offs to autograd's "dtensor" device thread
+  dtensor::BackwardOnCallerThread
+      same_thread;  // no hand-offs to autograd's "dtensor" device thread
   for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
     // Only the last micro-batch's backward reduces; the others accumulate Partial grads.
     if (reducer_) reducer_->set_sync(micro + 1 == t.grad_accum);
@@ -239,7 +248,8 @@ StepMetrics Trainer::step(int64_t step) {
   doing_ = "optimizer step";
   optimizer_->step();
   optimizer_->zero_grad();
-  m.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  m.step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / (m.step_ms / 1000.0);
   if (t.peak_flops > 0)
     m.mfu = flops_per_token_ * m.tokens_per_s / (t.peak_flops * static_cast<double>(world_size_));
@@ -247,7 +257,9 @@ StepMetrics Trainer::step(int64_t step) {
 }
 
 double Trainer::evaluate() {
-  VESCALE_CHECK(val_loader_, "evaluate: no validation data (data.val names no files, or they hold less than a batch)");
+  VESCALE_CHECK(
+      val_loader_,
+      "evaluate: no validation data (data.val names no files, or they hold less than a batch)");
   c10::NoGradGuard no_grad;
   model_.module->eval();
   val_loader_->seek({});
@@ -264,10 +276,12 @@ double Trainer::evaluate() {
 std::vector<StepMetrics> Trainer::run() {
   const auto& t = config_.train;
   if (rank_ == 0) {
-    log::info("model " + config_.model.type + ": " + human(static_cast<double>(parameter_count(parameter_shapes(config_.model))), "") +
-              " parameters; " + std::to_string(tokens_per_step()) + " tokens per step (" + std::to_string(t.batch_size) + " x " +
-              std::to_string(t.seq_len) + " x " + std::to_string(t.grad_accum) + " accum x " + std::to_string(dp_size_) +
-              " dp); " + std::to_string(t.steps) + " steps, dtype " + t.dtype +
+    log::info("model " + config_.model.type + ": " +
+              human(static_cast<double>(parameter_count(parameter_shapes(config_.model))), "") +
+              " parameters; " + std::to_string(tokens_per_step()) + " tokens per step (" +
+              std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) + " x " +
+              std::to_string(t.grad_accum) + " accum x " + std::to_string(dp_size_) + " dp); " +
+              std::to_string(t.steps) + " steps, dtype " + t.dtype +
               (t.activation_checkpointing ? ", activation checkpointing" : ""));
   }
   std::vector<StepMetrics> all;
@@ -276,8 +290,9 @@ std::vector<StepMetrics> Trainer::run() {
   bool warned_mfu = false;
   const auto start = std::chrono::steady_clock::now();
   if (resumed_step_ >= t.steps) {
-    if (rank_ == 0) log::info("nothing to do: the checkpoint is at step " + std::to_string(resumed_step_) +
-                              " and train.steps is " + std::to_string(t.steps));
+    if (rank_ == 0)
+      log::info("nothing to do: the checkpoint is at step " + std::to_string(resumed_step_) +
+                " and train.steps is " + std::to_string(t.steps));
     return {};
   }
   // A failure is one line naming the step and what it was doing; a save in flight is dropped.
@@ -318,19 +333,23 @@ std::vector<StepMetrics> Trainer::run() {
       const double ms = window_ms / static_cast<double>(window);
       const double tok_s = static_cast<double>(tokens_per_step()) / (ms / 1000.0);
       char line[512];
-      int n = std::snprintf(line, sizeof(line), "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s",
-                            static_cast<int>(std::to_string(t.steps).size()), static_cast<long long>(m.step),
-                            static_cast<long long>(t.steps), m.loss, m.lr, m.grad_norm, human(tok_s, "").c_str());
+      int n = std::snprintf(
+          line, sizeof(line), "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s",
+          static_cast<int>(std::to_string(t.steps).size()), static_cast<long long>(m.step),
+          static_cast<long long>(t.steps), m.loss, m.lr, m.grad_norm, human(tok_s, "").c_str());
       if (t.peak_flops > 0) {
         const double device_flops = flops_per_token_ * tok_s / static_cast<double>(world_size_);
-        n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.2f%%", 100.0 * device_flops / t.peak_flops);
+        n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.2f%%",
+                           100.0 * device_flops / t.peak_flops);
         if (device_flops > t.peak_flops && !warned_mfu) {
           warned_mfu = true;
           char msg[256];
-          std::snprintf(msg, sizeof(msg),
-                        "MFU above 100%%: each device reaches %.3g FLOP/s, above train.peak_flops = %.3g; set "
-                        "train.peak_flops to the device's peak (e.g. cores x per-core peak on a CPU)",
-                        device_flops, t.peak_flops);
+          std::snprintf(
+              msg, sizeof(msg),
+              "MFU above 100%%: each device reaches %.3g FLOP/s, above train.peak_flops = %.3g; "
+              "set "
+              "train.peak_flops to the device's peak (e.g. cores x per-core peak on a CPU)",
+              device_flops, t.peak_flops);
           log::warn(msg);
         }
       }
@@ -352,16 +371,19 @@ std::vector<StepMetrics> Trainer::run() {
       stopped_by_ = stop;
       if (rank_ == 0)
         log::info(std::string(stop == SIGINT ? "SIGINT" : "SIGTERM") + ": stopped after step " +
-                  std::to_string(m.step) + (saver_ ? " with a checkpoint; rerun the same command to resume" : ""));
+                  std::to_string(m.step) +
+                  (saver_ ? " with a checkpoint; rerun the same command to resume" : ""));
       return all;
     }
   }
   finish_checkpoint();
   if (rank_ == 0) {
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    log::info("done: " + std::to_string(t.steps) + " steps in " + hms(secs) + "; loss " + std::to_string(all.front().loss) +
-              " -> " + std::to_string(all.back().loss) +
-              (all.back().val_loss ? ", val loss " + std::to_string(*all.back().val_loss) : std::string()));
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    log::info("done: " + std::to_string(t.steps) + " steps in " + hms(secs) + "; loss " +
+              std::to_string(all.front().loss) + " -> " + std::to_string(all.back().loss) +
+              (all.back().val_loss ? ", val loss " + std::to_string(*all.back().val_loss)
+                                   : std::string()));
   }
   return all;
 }

@@ -29,14 +29,16 @@ void check_writable_dir(const std::string& dir, const std::string& field) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
-  VESCALE_CHECK(!ec && fs::is_directory(dir), field, " '", dir, "' cannot be created: ",
-                ec ? ec.message() : "a file of that name exists", "; choose a folder this user can write");
+  VESCALE_CHECK(!ec && fs::is_directory(dir), field, " '", dir,
+                "' cannot be created: ", ec ? ec.message() : "a file of that name exists",
+                "; choose a folder this user can write");
   const fs::path probe = fs::path(dir) / (".vescale-write-test." + std::to_string(::getpid()));
   {
     std::ofstream out(probe);
     out << "ok";
     out.flush();
-    VESCALE_CHECK(out.good(), field, " '", dir, "' is not writable (read-only file system, or no permission); ",
+    VESCALE_CHECK(out.good(), field, " '", dir,
+                  "' is not writable (read-only file system, or no permission); ",
                   "choose a folder this user can write");
   }
   fs::remove(probe, ec);
@@ -64,13 +66,16 @@ void Trainer::check_outputs() {
     check_writable_dir(ck.dir, "checkpoint.dir");
     if (!ck.resume && !ck.overwrite && checkpoint::has_checkpoints(ck.dir)) {
       const auto at = checkpoint::latest(ck.dir);
-      VESCALE_FAIL("checkpoint.dir '", ck.dir, "' already holds checkpoints", at ? " (latest: " + *at + ")" : "",
-                   " and checkpoint.resume is false. Resume them (checkpoint.resume=true), choose an empty ",
-                   "checkpoint.dir, or set checkpoint.overwrite=true to write this run's beside them");
+      VESCALE_FAIL(
+          "checkpoint.dir '", ck.dir, "' already holds checkpoints",
+          at ? " (latest: " + *at + ")" : "",
+          " and checkpoint.resume is false. Resume them (checkpoint.resume=true), choose an empty ",
+          "checkpoint.dir, or set checkpoint.overwrite=true to write this run's beside them");
     }
     if (rank_ == 0) {
       for (const auto& stale : checkpoint::remove_stale_saves(ck.dir))
-        log::info("checkpoint: removed " + stale + ", an unfinished save older than the newest checkpoint");
+        log::info("checkpoint: removed " + stale +
+                  ", an unfinished save older than the newest checkpoint");
     }
   }
   if (rank_ == 0 && !config_.log.metrics_jsonl.empty()) {
@@ -90,8 +95,10 @@ at::Generator torch_generator(const std::string& device) {
 
 checkpoint::StateDict Trainer::checkpoint_state(std::vector<checkpoint::Piece>& pieces) {
   checkpoint::StateDict s;
-  optimizer_->gather_params();  // ZeRO-3: whole parameters to copy (released again at their next use)
-  for (const auto& item : model_.module->named_parameters()) s["model/" + item.key()] = item.value();
+  optimizer_
+      ->gather_params();  // ZeRO-3: whole parameters to copy (released again at their next use)
+  for (const auto& item : model_.module->named_parameters())
+    s["model/" + item.key()] = item.value();
   auto optim_state = optimizer_->state_to_save();
   for (auto& [k, v] : optim_state.tensors) s["optim/" + k] = v;
   for (auto& p : optim_state.pieces) {
@@ -126,9 +133,11 @@ void Trainer::stage_checkpoint(int64_t steps_done) {
   const auto state = checkpoint_state(pieces);
   saver_->begin(config_.checkpoint.dir, name, state, meta.dump(), pieces);
   if (rank_ == 0) {
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     char line[256];
-    std::snprintf(line, sizeof(line), "checkpoint %s/%s: staged in %.0f ms%s", config_.checkpoint.dir.c_str(), name, ms,
+    std::snprintf(line, sizeof(line), "checkpoint %s/%s: staged in %.0f ms%s",
+                  config_.checkpoint.dir.c_str(), name, ms,
                   config_.checkpoint.async ? ", writing in the background" : "");
     log::info(line);
   }
@@ -159,14 +168,18 @@ void Trainer::load_optimizer_state(const std::string& folder) {
 void Trainer::resume_from(const std::string& folder) {
   const auto info = checkpoint::read_info(folder);
   const auto meta = nlohmann::json::parse(info.metadata);
-  VESCALE_CHECK(meta.contains("step") && meta.contains("train_loader") && meta.contains("philox"), "checkpoint ",
-                folder, ": its metadata lacks the step, data position or RNG state; not written by vescale-train");
-  VESCALE_CHECK(meta.value("model", config_.model.type) == config_.model.type, "checkpoint ", folder, " holds a ",
-                meta.value("model", std::string()), " model but model.type is ", config_.model.type,
+  VESCALE_CHECK(
+      meta.contains("step") && meta.contains("train_loader") && meta.contains("philox"),
+      "checkpoint ", folder,
+      ": its metadata lacks the step, data position or RNG state; not written by vescale-train");
+  VESCALE_CHECK(meta.value("model", config_.model.type) == config_.model.type, "checkpoint ",
+                folder, " holds a ", meta.value("model", std::string()),
+                " model but model.type is ", config_.model.type,
                 "; point checkpoint.dir elsewhere or set checkpoint.resume=false");
   optimizer_->gather_params();  // ZeRO-3: whole parameters to load into
   checkpoint::StateDict state;
-  for (const auto& item : model_.module->named_parameters()) state["model/" + item.key()] = item.value();
+  for (const auto& item : model_.module->named_parameters())
+    state["model/" + item.key()] = item.value();
   auto gen = torch_generator(device_);
   at::Tensor torch_rng;
   if (info.tensors.count("rng/torch")) {
@@ -184,20 +197,24 @@ void Trainer::resume_from(const std::string& folder) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(torch_rng);
   }
-  random::set_state({meta["philox"].at("seed").get<uint64_t>(), meta["philox"].at("offset").get<uint64_t>()});
+  random::set_state(
+      {meta["philox"].at("seed").get<uint64_t>(), meta["philox"].at("offset").get<uint64_t>()});
   // The position counts global batches; another dp size or batch size maps it through samples.
-  LoaderPosition pos{meta["train_loader"].at("epoch").get<int64_t>(), meta["train_loader"].at("step").get<int64_t>()};
+  LoaderPosition pos{meta["train_loader"].at("epoch").get<int64_t>(),
+                     meta["train_loader"].at("step").get<int64_t>()};
   const int64_t saved_batch = meta.value("global_batch", config_.train.batch_size * dp_size_);
   const int64_t batch = config_.train.batch_size * dp_size_;
-  VESCALE_CHECK(pos.step * saved_batch % batch == 0, "checkpoint ", folder, ": it stopped after ", pos.step * saved_batch,
-                " samples of epoch ", pos.epoch, ", not a whole number of this run's global batches of ", batch,
+  VESCALE_CHECK(pos.step * saved_batch % batch == 0, "checkpoint ", folder, ": it stopped after ",
+                pos.step * saved_batch, " samples of epoch ", pos.epoch,
+                ", not a whole number of this run's global batches of ", batch,
                 " (train.batch_size x dp); choose a batch size that divides it");
   pos.step = pos.step * saved_batch / batch;
   train_loader_->seek(pos);
   resumed_step_ = meta["step"].get<int64_t>();
   run_id_ = info.run_id;
   resumed_ = true;
-  if (rank_ == 0) log::info("resumed from " + folder + " after step " + std::to_string(resumed_step_));
+  if (rank_ == 0)
+    log::info("resumed from " + folder + " after step " + std::to_string(resumed_step_));
 }
 
 }  // namespace vescale::train

@@ -38,8 +38,9 @@ void on_all_ranks(const std::function<void()>& f) {
 // The ZeRO stage: the config's, else the plan's; both set must agree.
 int64_t zero_stage(const ParallelConfig& parallel, const plan::Plan* plan) {
   if (plan == nullptr || plan->zero() == 0) return parallel.zero;
-  VESCALE_CHECK(parallel.zero == 0 || plan->zero() == parallel.zero, "parallel.zero=", parallel.zero, " but the plan ",
-                plan->source(), " says zero=", plan->zero(), "; set one of them, or make them agree");
+  VESCALE_CHECK(parallel.zero == 0 || plan->zero() == parallel.zero,
+                "parallel.zero=", parallel.zero, " but the plan ", plan->source(),
+                " says zero=", plan->zero(), "; set one of them, or make them agree");
   return plan->zero();
 }
 

@@ -17,7 +17,8 @@ void Trainer::open_metrics() {
     std::ifstream in(path);
     for (std::string line; std::getline(in, line);) {
       try {
-        if (nlohmann::json::parse(line).value("step", int64_t{0}) <= resumed_step_) kept.push_back(line);
+        if (nlohmann::json::parse(line).value("step", int64_t{0}) <= resumed_step_)
+          kept.push_back(line);
       } catch (const nlohmann::json::exception&) {
         // a torn last line of a crashed run
       }
@@ -34,9 +35,12 @@ void Trainer::open_metrics() {
 
 void Trainer::log_step(const StepMetrics& m) {
   if (metrics_) {
-    nlohmann::ordered_json j{{"step", m.step},           {"loss", m.loss},
-                             {"lr", m.lr},               {"grad_norm", m.grad_norm},
-                             {"step_ms", m.step_ms},     {"tokens", m.step * tokens_per_step()},
+    nlohmann::ordered_json j{{"step", m.step},
+                             {"loss", m.loss},
+                             {"lr", m.lr},
+                             {"grad_norm", m.grad_norm},
+                             {"step_ms", m.step_ms},
+                             {"tokens", m.step * tokens_per_step()},
                              {"tokens_per_s", m.tokens_per_s}};
     if (config_.train.peak_flops > 0) j["mfu"] = m.mfu;
     if (m.val_loss) j["val_loss"] = *m.val_loss;

@@ -27,7 +27,8 @@ namespace {
 // One folder all ranks share: the launcher (or mpirun) is every rank's parent. Emptied once
 // every rank is done with it (Catch reruns a test case per SECTION).
 std::string shared_root(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("vescale_dcp_" + std::to_string(::getppid())) / name;
+  const auto dir =
+      fs::temp_directory_path() / ("vescale_dcp_" + std::to_string(::getppid())) / name;
   dist::world().barrier().wait();
   if (dist::rank() == 0) {
     fs::remove_all(dir);
@@ -56,13 +57,16 @@ checkpoint::StateDict params_of(torch::nn::Module& m) {
 
 }  // namespace
 
-TEST_CASE("checkpoint: tensors saved with one mesh and placements load into any other", "[checkpoint][world2][world4]") {
+TEST_CASE("checkpoint: tensors saved with one mesh and placements load into any other",
+          "[checkpoint][world2][world4]") {
   const int w = dist::world_size();
   const auto root = shared_root("reshard");
   // Shapes that split unevenly over w (torch.chunk leaves the last ranks short, some empty).
   at::manual_seed(7);
-  const std::map<std::string, at::Tensor> full{
-      {"a", at::randn({7, 5})}, {"b", at::randn({3})}, {"c", at::randn({4, 6}, at::kDouble)}, {"s", at::scalar_tensor(3.5)}};
+  const std::map<std::string, at::Tensor> full{{"a", at::randn({7, 5})},
+                                               {"b", at::randn({3})},
+                                               {"c", at::randn({4, 6}, at::kDouble)},
+                                               {"s", at::scalar_tensor(3.5)}};
   auto flat = mesh::DeviceMesh::init({{"x", w}});
   auto grid = w == 4 ? mesh::DeviceMesh::init({{"p", 2}, {"q", 2}}) : flat;
   const bool two_d = w == 4;
@@ -77,7 +81,8 @@ TEST_CASE("checkpoint: tensors saved with one mesh and placements load into any 
 
   // Each distinct shard is written once: replicas and empty shards are not.
   const auto index = nlohmann::json::parse(std::ifstream(fs::path(folder) / "index.json"));
-  CHECK(index.at("tensors").at("a").at("chunks").size() == static_cast<size_t>(w));       // 7 rows: none empty
+  CHECK(index.at("tensors").at("a").at("chunks").size() ==
+        static_cast<size_t>(w));  // 7 rows: none empty
   CHECK(index.at("tensors").at("b").at("chunks").size() == static_cast<size_t>(std::min(w, 3)));
   CHECK(index.at("tensors").at("c").at("chunks").size() == (two_d ? 4u : 1u));
   CHECK(index.at("tensors").at("s").at("chunks").size() == 1u);
@@ -87,7 +92,8 @@ TEST_CASE("checkpoint: tensors saved with one mesh and placements load into any 
     checkpoint::StateDict target{
         {"a", dtensor::distribute_tensor(at::zeros({7, 5}), flat, {Shard(1)})},
         {"b", dtensor::distribute_tensor(at::zeros({3}), flat, {Replicate()})},
-        {"c", two_d ? dtensor::distribute_tensor(at::zeros({4, 6}, at::kDouble), grid, {Replicate(), Shard(1)})
+        {"c", two_d ? dtensor::distribute_tensor(at::zeros({4, 6}, at::kDouble), grid,
+                                                 {Replicate(), Shard(1)})
                     : dtensor::distribute_tensor(at::zeros({4, 6}, at::kDouble), flat, {Shard(0)})},
         {"s", at::zeros({})}};
     checkpoint::load(folder, target);
@@ -107,17 +113,20 @@ TEST_CASE("checkpoint: tensors saved with one mesh and placements load into any 
   }
   SECTION("a Partial tensor is refused with the fix") {
     auto partial = dtensor::from_local(at::ones({2}), flat, {Partial()}, std::vector<int64_t>{2});
-    CHECK_THROWS_WITH(checkpoint::save(root, "bad", {{"p", partial}}),
-                      Catch::Matchers::Contains("'p'") && Catch::Matchers::Contains("redistribute it"));
+    CHECK_THROWS_WITH(
+        checkpoint::save(root, "bad", {{"p", partial}}),
+        Catch::Matchers::Contains("'p'") && Catch::Matchers::Contains("redistribute it"));
   }
 }
 
-TEST_CASE("checkpoint: a LLaMA saved under a TP plan loads replicated and into a plain model", "[checkpoint][world2][world4]") {
+TEST_CASE("checkpoint: a LLaMA saved under a TP plan loads replicated and into a plain model",
+          "[checkpoint][world2][world4]") {
   const int w = dist::world_size();
   const auto root = shared_root("llama");
   auto tp = mesh::DeviceMesh::init({{"tp", w}});
   auto dp = mesh::DeviceMesh::init({{"dp", w}});
-  const auto tp_plan = plan::Plan::from_json_file(testing::repo_file("configs/plans/llama_tp.json"));
+  const auto tp_plan =
+      plan::Plan::from_json_file(testing::repo_file("configs/plans/llama_tp.json"));
   auto saved = planned_llama(1, tp_plan, tp);
   const auto want = testing::full_params(*saved);
   const auto folder = checkpoint::save(root, "step-00000005", params_of(*saved));
@@ -137,6 +146,7 @@ TEST_CASE("checkpoint: a LLaMA saved under a TP plan loads replicated and into a
     CHECK(got_rep.at(k).equal(v));
     CHECK(got_tp.at(k).equal(v));
     CHECK(plain->named_parameters()[k].equal(v));
-    if (k.find("norm") == std::string::npos) CHECK_FALSE(fresh.at(k).equal(v));  // the load did something
+    if (k.find("norm") == std::string::npos)
+      CHECK_FALSE(fresh.at(k).equal(v));  // the load did something
   }
 }

@@ -43,7 +43,8 @@ ckpt::StateDict zeros_like_all(const ckpt::StateDict& s) {
 TEST_CASE("checkpoint round trip of plain tensors, with metadata and latest", "[checkpoint]") {
   const auto root = fresh_dir("round");
   const auto state = sample_state();
-  const auto folder = ckpt::save(root.string(), "step-00000001", state, R"({"step": 1, "note": "x"})");
+  const auto folder =
+      ckpt::save(root.string(), "step-00000001", state, R"({"step": 1, "note": "x"})");
   CHECK(folder == (root / "step-00000001").string());
   CHECK(ckpt::latest(root.string()) == folder);
   CHECK(fs::exists(root / "step-00000001" / "index.json"));
@@ -67,14 +68,15 @@ TEST_CASE("checkpoint round trip of plain tensors, with metadata and latest", "[
   CHECK(file.at("w").equal(state.at("w")));
 }
 
-TEST_CASE("checkpoint begin() stages the values: later updates don't leak into the save", "[checkpoint]") {
+TEST_CASE("checkpoint begin() stages the values: later updates don't leak into the save",
+          "[checkpoint]") {
   const auto root = fresh_dir("staging");
   at::Tensor w = at::arange(6, at::kFloat);
   const at::Tensor before = w.clone();
   ckpt::AsyncSave saver;
   saver.begin(root.string(), "step-00000002", {{"w", w}});
   CHECK(saver.pending());
-  w.add_(100);  // training goes on while the writer runs
+  w.add_(100);                                           // training goes on while the writer runs
   CHECK_FALSE(ckpt::latest(root.string()).has_value());  // not visible before commit
   saver.commit();
   CHECK_FALSE(saver.pending());
@@ -91,7 +93,8 @@ TEST_CASE("checkpoint keep, replacing a folder, and a leftover unfinished save",
   for (int s = 1; s <= 4; ++s) {
     char name[32];
     std::snprintf(name, sizeof(name), "step-%08d", s);
-    ckpt::save(root.string(), name, {{"x", at::full({2}, static_cast<double>(s))}}, "{}", /*keep=*/2);
+    ckpt::save(root.string(), name, {{"x", at::full({2}, static_cast<double>(s))}}, "{}",
+               /*keep=*/2);
   }
   CHECK_FALSE(fs::exists(root / "step-00000001"));
   CHECK_FALSE(fs::exists(root / "step-00000002"));
@@ -105,7 +108,8 @@ TEST_CASE("checkpoint keep, replacing a folder, and a leftover unfinished save",
   CHECK_FALSE(fs::exists(root / "step-00000004.old"));
 }
 
-TEST_CASE("checkpoint run ids: keep prunes only its own run, stale saves go, abort leaves nothing", "[checkpoint]") {
+TEST_CASE("checkpoint run ids: keep prunes only its own run, stale saves go, abort leaves nothing",
+          "[checkpoint]") {
   const auto root = fresh_dir("runs");
   CHECK_FALSE(ckpt::has_checkpoints(root.string()));
   CHECK(ckpt::remove_stale_saves(root.string()).empty());  // nothing committed: nothing is stale
@@ -127,12 +131,16 @@ TEST_CASE("checkpoint run ids: keep prunes only its own run, stale saves go, abo
   CHECK(ckpt::latest(root.string()) == (root / "step-00000003").string());
   CHECK(ckpt::read_info((root / "step-00000003").string()).run_id == "new");
 
-  // An unfinished save older than the newest checkpoint is removed; a newer one may still be written.
+  // An unfinished save older than the newest checkpoint is removed; a newer one may still be
+  // written.
   fs::create_directories(root / "step-00000005.tmp");
-  fs::last_write_time(root / "step-00000005.tmp", fs::file_time_type::clock::now() - std::chrono::hours(24));
+  fs::last_write_time(root / "step-00000005.tmp",
+                      fs::file_time_type::clock::now() - std::chrono::hours(24));
   fs::create_directories(root / "step-00000006.tmp");
-  fs::last_write_time(root / "step-00000006.tmp", fs::file_time_type::clock::now() + std::chrono::hours(1));
-  CHECK(ckpt::remove_stale_saves(root.string()) == std::vector<std::string>{(root / "step-00000005.tmp").string()});
+  fs::last_write_time(root / "step-00000006.tmp",
+                      fs::file_time_type::clock::now() + std::chrono::hours(1));
+  CHECK(ckpt::remove_stale_saves(root.string()) ==
+        std::vector<std::string>{(root / "step-00000005.tmp").string()});
   CHECK(fs::exists(root / "step-00000006.tmp"));
 
   // abort(): nothing becomes visible, the unfinished folder is gone.
@@ -155,7 +163,8 @@ TEST_CASE("checkpoint errors name the tensor, the file and the fix", "[checkpoin
   }
   SECTION("another shape") {
     ckpt::StateDict want{{"w", at::zeros({3, 5})}};
-    CHECK_THROWS_WITH(ckpt::load(folder, want), Contains("'w' has shape [5, 3]") && Contains("[3, 5] here"));
+    CHECK_THROWS_WITH(ckpt::load(folder, want),
+                      Contains("'w' has shape [5, 3]") && Contains("[3, 5] here"));
   }
   SECTION("another dtype") {
     ckpt::StateDict want{{"b", at::zeros({3}, at::kFloat)}};
@@ -177,21 +186,26 @@ TEST_CASE("checkpoint errors name the tensor, the file and the fix", "[checkpoin
   }
   SECTION("latest pointing nowhere") {
     std::ofstream(root / "latest") << "step-00000077\n";
-    CHECK_THROWS_WITH(ckpt::latest(root.string()), Contains("step-00000077") && Contains("no index.json"));
+    CHECK_THROWS_WITH(ckpt::latest(root.string()),
+                      Contains("step-00000077") && Contains("no index.json"));
   }
   SECTION("bad metadata") {
-    CHECK_THROWS_WITH(ckpt::save(root.string(), "x", sample_state(), "{not json"), Contains("metadata is not valid JSON"));
+    CHECK_THROWS_WITH(ckpt::save(root.string(), "x", sample_state(), "{not json"),
+                      Contains("metadata is not valid JSON"));
   }
 }
 
-TEST_CASE("flat_range_boxes cuts a flat range into boxes that hold exactly its elements, in order", "[checkpoint]") {
+TEST_CASE("flat_range_boxes cuts a flat range into boxes that hold exactly its elements, in order",
+          "[checkpoint]") {
   at::manual_seed(3);
-  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{7}, {3, 5}, {2, 3, 4}, {4, 1, 3, 2}, {}}) {
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{7}, {3, 5}, {2, 3, 4}, {4, 1, 3, 2}, {}}) {
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
     const at::Tensor t = at::arange(numel, at::kLong).view(shape);
     for (int trial = 0; trial < 40; ++trial) {
-      int64_t a = at::randint(0, numel + 1, {1}).item<int64_t>(), b = at::randint(0, numel + 1, {1}).item<int64_t>();
+      int64_t a = at::randint(0, numel + 1, {1}).item<int64_t>(),
+              b = at::randint(0, numel + 1, {1}).item<int64_t>();
       if (a > b) std::swap(a, b);
       INFO("shape " << at::IntArrayRef(shape) << " range [" << a << ", " << b << ")");
       const auto boxes = ckpt::flat_range_boxes(shape, a, b);
@@ -199,7 +213,8 @@ TEST_CASE("flat_range_boxes cuts a flat range into boxes that hold exactly its e
       int64_t next = a;
       for (const auto& box : boxes) {
         at::Tensor v = t;
-        for (size_t d = 0; d < shape.size(); ++d) v = v.narrow(static_cast<int64_t>(d), box.offsets[d], box.shape[d]);
+        for (size_t d = 0; d < shape.size(); ++d)
+          v = v.narrow(static_cast<int64_t>(d), box.offsets[d], box.shape[d]);
         CHECK(box.flat_begin == next);
         CHECK(v.reshape({-1}).equal(at::arange(next, next + v.numel(), at::kLong)));
         next += v.numel();

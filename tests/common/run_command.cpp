@@ -20,9 +20,10 @@ std::string slurp(const std::string& path) {
 
 CommandResult run_command(const std::string& cmd, int limit_s) {
   static int n = 0;
-  const std::string base = "/tmp/vescale_test_cmd." + std::to_string(::getpid()) + "." + std::to_string(n++);
-  const std::string line = "timeout " + std::to_string(limit_s) + " bash -c '" + cmd + "' > " + base + ".out 2> " +
-                           base + ".err";
+  const std::string base =
+      "/tmp/vescale_test_cmd." + std::to_string(::getpid()) + "." + std::to_string(n++);
+  const std::string line = "timeout " + std::to_string(limit_s) + " bash -c '" + cmd + "' > " +
+                           base + ".out 2> " + base + ".err";
   const auto t0 = std::chrono::steady_clock::now();
   const int status = std::system(line.c_str());
   CommandResult r;

@@ -20,7 +20,9 @@ TEST_CASE("the log level comes from the flag, then the env", "[log]") {
   vescale::log::init(2, "error");
   CHECK(vescale::log::level() == "error");
   ::setenv("VESCALE_LOG_LEVEL", "loud", 1);
-  CHECK_THROWS_WITH(vescale::log::init(0), Catch::Matchers::Contains("VESCALE_LOG_LEVEL: unknown log level 'loud'"));
+  CHECK_THROWS_WITH(vescale::log::init(0),
+                    Catch::Matchers::Contains("VESCALE_LOG_LEVEL: unknown log level 'loud'"));
   ::unsetenv("VESCALE_LOG_LEVEL");
-  CHECK_THROWS_WITH(vescale::log::init(0, "verbose"), Catch::Matchers::Contains("--log-level: unknown log level"));
+  CHECK_THROWS_WITH(vescale::log::init(0, "verbose"),
+                    Catch::Matchers::Contains("--log-level: unknown log level"));
 }

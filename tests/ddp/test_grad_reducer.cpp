@@ -38,7 +38,9 @@ constexpr int64_t kBatch = 4, kSeq = 16, kSteps = 20;
 constexpr double kLr = 2e-3, kEps = 1e-6;
 
 // Micro-batch `i`: [kBatch, kSeq + 1] tokens, the same on every rank.
-at::Tensor micro_batch(int64_t i, int64_t vocab) { return counting_tokens(2000 + i, kBatch, kSeq, vocab); }
+at::Tensor micro_batch(int64_t i, int64_t vocab) {
+  return counting_tokens(2000 + i, kBatch, kSeq, vocab);
+}
 
 struct Run {
   std::map<std::string, at::Tensor> init, final;
@@ -54,8 +56,8 @@ struct Run {
 
 // kSteps steps of `accum` micro-batches each, the earlier ones under NoSync. With opts.zero
 // >= 1 the optimizer is ddp::ZeroOptimizer, else torch's AdamW. clip > 0 clips the global norm.
-Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradReducerOptions opts, int64_t accum = 1,
-              double clip = 0) {
+Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradReducerOptions opts,
+              int64_t accum = 1, double clip = 0) {
   const auto o = tiny_llama(kSeq);
   random::manual_seed(1234);
   models::Llama model(o);
@@ -63,13 +65,15 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradRed
   Run r;
   r.init = full_params(*model);
   ddp::GradReducer reducer(*model, mesh, opts);
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
+  torch::optim::AdamW opt(model->parameters(),
+                          torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
   std::unique_ptr<ddp::ZeroOptimizer> zero;
   if (opts.zero >= 1) {
     optim::NamedParams named;
     for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
-    zero = std::make_unique<ddp::ZeroOptimizer>(reducer, std::vector<optim::ParamGroup>{{named, 0.1}},
-                                                optim::AdamWOptions{.lr = kLr, .eps = kEps});
+    zero =
+        std::make_unique<ddp::ZeroOptimizer>(reducer, std::vector<optim::ParamGroup>{{named, 0.1}},
+                                             optim::AdamWOptions{.lr = kLr, .eps = kEps});
   }
   for (int64_t s = 0; s < kSteps; ++s) {
     opt.zero_grad();
@@ -118,7 +122,8 @@ Run train_plain(const std::map<std::string, at::Tensor>& init, int64_t accum = 1
     for (auto& p : model->named_parameters()) p.value().copy_(init.at(p.key()));
   }
   Run r;
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
+  torch::optim::AdamW opt(model->parameters(),
+                          torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
   for (int64_t s = 0; s < kSteps; ++s) {
     std::vector<at::Tensor> parts;
     for (int64_t m = 0; m < accum; ++m) parts.push_back(micro_batch(s * accum + m, o.vocab_size));
@@ -160,8 +165,10 @@ void check_close(const Run& got, const Run& want, double rtol, const std::string
     CHECK(err <= rtol);
   }
   if (dist::rank() == 0)
-    std::printf("%s (world %d): loss %.4f -> %.4f, max loss rel diff %.2e, params max rel err %.2e\n", label.c_str(),
-                dist::world_size(), want.losses.front(), want.losses.back(), worst_loss, worst_rel);
+    std::printf(
+        "%s (world %d): loss %.4f -> %.4f, max loss rel diff %.2e, params max rel err %.2e\n",
+        label.c_str(), dist::world_size(), want.losses.front(), want.losses.back(), worst_loss,
+        worst_rel);
 }
 
 }  // namespace
@@ -174,10 +181,12 @@ TEST_CASE("bucketed reduction at DP=world trains like one device", "[ddp][world2
     // 48 KiB buckets: the ~280 KB of LLaMA-tiny's gradients fill several.
     ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = true, .overlap = overlap};
     Run got = train_ddp(plan, mesh, opts);
-    const std::string label = std::string("DP=") + std::to_string(world) + (overlap ? " overlapped" : " bucketed");
+    const std::string label =
+        std::string("DP=") + std::to_string(world) + (overlap ? " overlapped" : " bucketed");
     check_close(got, train_plain(got.init), 1e-5, label);
     const int64_t cap = 48 * 1024;
-    CHECK(got.buckets >= (got.grad_bytes + cap - 1) / cap);  // no bucket over the cap (each param < cap)
+    CHECK(got.buckets >=
+          (got.grad_bytes + cap - 1) / cap);  // no bucket over the cap (each param < cap)
     for (size_t s = 0; s < got.stats.size(); ++s) {
       INFO(label << " step " << s);
       CHECK(got.stats[s].collectives == got.buckets);  // one all-reduce per bucket
@@ -223,7 +232,8 @@ TEST_CASE("bucketed reduction under DP=2 x TP=2 trains like one device", "[ddp][
     auto opts = ddp::GradReducerOptions::from_plan(plan.grad_reduce());
     opts.fused = fused;
     Run got = train_ddp(plan, mesh, opts);
-    check_close(got, train_plain(got.init), 1e-5, fused ? "llama_dp_tp.json fused" : "llama_dp_tp.json unfused");
+    check_close(got, train_plain(got.init), 1e-5,
+                fused ? "llama_dp_tp.json fused" : "llama_dp_tp.json unfused");
     // The plan keeps tp's residual stream Replicate (its input gradients are all-reduced over
     // tp inside backward), so the gradients are Partial over dp only: one bucket (25 MiB holds
     // everything), one dp collective, fused or not. Each is this rank's shard, except the
@@ -238,7 +248,8 @@ TEST_CASE("bucketed reduction under DP=2 x TP=2 trains like one device", "[ddp][
   }
 }
 
-TEST_CASE("N-D fused reduction: one collective over dp x tp for the SP norm weights", "[ddp][world4]") {
+TEST_CASE("N-D fused reduction: one collective over dp x tp for the SP norm weights",
+          "[ddp][world4]") {
   if (dist::world_size() != 4) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
   const auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_dp_tp_sp.json"));
@@ -265,12 +276,14 @@ TEST_CASE("N-D fused reduction: one collective over dp x tp for the SP norm weig
   }
 }
 
-TEST_CASE("ZeRO 1, 2 and 3 at DP=world train like one device with 1/world of the optimizer state", "[ddp][zero][world2][world4]") {
+TEST_CASE("ZeRO 1, 2 and 3 at DP=world train like one device with 1/world of the optimizer state",
+          "[ddp][zero][world2][world4]") {
   const int world = dist::world_size();
   auto mesh = mesh::DeviceMesh::init({{"dp", world}});
   const auto plan = replicate_all({"dp"});
   for (int zero : {1, 2, 3}) {
-    ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = true, .overlap = true, .zero = zero};
+    ddp::GradReducerOptions opts{
+        .bucket_mb = 48.0 / 1024, .fused = true, .overlap = true, .zero = zero};
     if (zero == 3) opts.unit_pattern = "layers.*";
     Run got = train_ddp(plan, mesh, opts);
     const std::string label = "ZeRO-" + std::to_string(zero) + " DP=" + std::to_string(world);
@@ -287,12 +300,14 @@ TEST_CASE("ZeRO 1, 2 and 3 at DP=world train like one device with 1/world of the
   }
 }
 
-TEST_CASE("ZeRO 2 and 3 with accumulation 4 and clipping at DP=2 equal one rank with 4x the batch", "[ddp][zero][world2]") {
+TEST_CASE("ZeRO 2 and 3 with accumulation 4 and clipping at DP=2 equal one rank with 4x the batch",
+          "[ddp][zero][world2]") {
   if (dist::world_size() != 2) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}});
   std::optional<Run> want;
   for (int zero : {2, 3}) {
-    ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .zero = zero, .unit_pattern = zero == 3 ? "layers.*" : ""};
+    ddp::GradReducerOptions opts{
+        .bucket_mb = 48.0 / 1024, .zero = zero, .unit_pattern = zero == 3 ? "layers.*" : ""};
     // A max norm below the norms of these steps, so every step clips.
     Run got = train_ddp(replicate_all({"dp"}), mesh, opts, /*accum=*/4, /*clip=*/0.5);
     if (!want) want = train_plain(got.init, /*accum=*/4, /*clip=*/0.5);
@@ -302,7 +317,8 @@ TEST_CASE("ZeRO 2 and 3 with accumulation 4 and clipping at DP=2 equal one rank 
   }
 }
 
-TEST_CASE("ZeRO 1, 2 and 3 under DP=2 x TP=2 (with SP) train like one device", "[ddp][zero][world4]") {
+TEST_CASE("ZeRO 1, 2 and 3 under DP=2 x TP=2 (with SP) train like one device",
+          "[ddp][zero][world4]") {
   if (dist::world_size() != 4) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
   // Every stage on both plans, fused; unfused (one collective per dim) once per stage.
@@ -311,17 +327,22 @@ TEST_CASE("ZeRO 1, 2 and 3 under DP=2 x TP=2 (with SP) train like one device", "
     int zero;
     bool fused;
   };
-  for (const Case& c : {Case{"configs/plans/llama_dp_tp.json", 1, true}, Case{"configs/plans/llama_dp_tp.json", 2, true},
-                        Case{"configs/plans/llama_dp_tp.json", 3, true}, Case{"configs/plans/llama_dp_tp_sp.json", 1, true},
-                        Case{"configs/plans/llama_dp_tp_sp.json", 2, true}, Case{"configs/plans/llama_dp_tp_sp.json", 3, true},
-                        Case{"configs/plans/llama_dp_tp_sp.json", 1, false}, Case{"configs/plans/llama_dp_tp.json", 2, false},
+  for (const Case& c : {Case{"configs/plans/llama_dp_tp.json", 1, true},
+                        Case{"configs/plans/llama_dp_tp.json", 2, true},
+                        Case{"configs/plans/llama_dp_tp.json", 3, true},
+                        Case{"configs/plans/llama_dp_tp_sp.json", 1, true},
+                        Case{"configs/plans/llama_dp_tp_sp.json", 2, true},
+                        Case{"configs/plans/llama_dp_tp_sp.json", 3, true},
+                        Case{"configs/plans/llama_dp_tp_sp.json", 1, false},
+                        Case{"configs/plans/llama_dp_tp.json", 2, false},
                         Case{"configs/plans/llama_dp_tp_sp.json", 3, false}}) {
     const auto plan = plan::Plan::from_json_file(repo_file(c.file));
     ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = c.fused, .zero = c.zero};
     if (c.zero == 3) opts.unit_pattern = "layers.*";
     Run got = train_ddp(plan, mesh, opts, /*accum=*/1, /*clip=*/0.5);
     check_close(got, train_plain(got.init, 1, 0.5), 1e-5,
-                std::string(c.file) + " ZeRO-" + std::to_string(c.zero) + (c.fused ? " fused" : " unfused"));
+                std::string(c.file) + " ZeRO-" + std::to_string(c.zero) +
+                    (c.fused ? " fused" : " unfused"));
     CHECK(got.zero_state_bytes > 0);
   }
 }
@@ -338,7 +359,8 @@ std::pair<int64_t, int64_t> zero_peak_bytes(int zero, const mesh::DeviceMesh& me
   random::manual_seed(1234);
   models::Llama model(o);
   plan::parallelize(*model, replicate_all({"dp"}), mesh, {.init = [&] { model->init_weights(); }});
-  ddp::GradReducerOptions opts{.bucket_mb = 0.25, .zero = zero, .unit_pattern = zero == 3 ? "layers.*" : ""};
+  ddp::GradReducerOptions opts{
+      .bucket_mb = 0.25, .zero = zero, .unit_pattern = zero == 3 ? "layers.*" : ""};
   ddp::GradReducer reducer(*model, mesh, opts);
   optim::NamedParams named;
   for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
@@ -346,7 +368,8 @@ std::pair<int64_t, int64_t> zero_peak_bytes(int zero, const mesh::DeviceMesh& me
   std::unique_ptr<ddp::ZeroOptimizer> sharded;
   std::unique_ptr<optim::AdamW> plain;
   if (zero >= 1)
-    sharded = std::make_unique<ddp::ZeroOptimizer>(reducer, std::vector<optim::ParamGroup>{{named, 0.1}}, adamw);
+    sharded = std::make_unique<ddp::ZeroOptimizer>(
+        reducer, std::vector<optim::ParamGroup>{{named, 0.1}}, adamw);
   else
     plain = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{named, 0.1}}, adamw);
   int64_t peak = 0, first = 0;
@@ -388,9 +411,11 @@ TEST_CASE("peak memory per rank falls from ZeRO 0 to 1 to 2 to 3", "[ddp][zero][
   int64_t param_bytes = 0;
   for (auto& p : ref->parameters()) param_bytes += p.numel() * 4;
   if (dist::rank() == 0)
-    std::printf("DP=%d peak MiB per rank: ZeRO-0 %.2f, ZeRO-1 %.2f, ZeRO-2 %.2f, ZeRO-3 %.2f (params %.2f MiB)\n", world,
-                peak[0] / 1048576.0, peak[1] / 1048576.0, peak[2] / 1048576.0, peak[3] / 1048576.0,
-                param_bytes / 1048576.0);
+    std::printf(
+        "DP=%d peak MiB per rank: ZeRO-0 %.2f, ZeRO-1 %.2f, ZeRO-2 %.2f, ZeRO-3 %.2f (params %.2f "
+        "MiB)\n",
+        world, peak[0] / 1048576.0, peak[1] / 1048576.0, peak[2] / 1048576.0, peak[3] / 1048576.0,
+        param_bytes / 1048576.0);
   // With P the parameters' bytes and W the world: ZeRO-1 keeps 2P/W of moments and a P/W
   // fp32 slice instead of 2P of moments; ZeRO-2 P/W of gradients instead of P; ZeRO-3 the
   // blocks' parameters only while a block (and the next, prefetched) runs. Each stage must
@@ -405,8 +430,10 @@ TEST_CASE("peak memory per rank falls from ZeRO 0 to 1 to 2 to 3", "[ddp][zero][
   // views; without those copies ZeRO-2's steady state at DP=4 is 1.16 P, and that bound sat
   // within 0.02 MiB of the construction floor that both stages share.)
   if (dist::rank() == 0)
-    std::printf("peak up to the end of step 1 (construction and init included): ZeRO-2 %.2f MiB, ZeRO-3 %.2f MiB\n",
-                first[2] / 1048576.0, first[3] / 1048576.0);
+    std::printf(
+        "peak up to the end of step 1 (construction and init included): ZeRO-2 %.2f MiB, ZeRO-3 "
+        "%.2f MiB\n",
+        first[2] / 1048576.0, first[3] / 1048576.0);
   CHECK(first[3] < first[2]);
   CHECK(first[3] < std::max(param_bytes, peak[3]) + param_bytes / 8);
 }
@@ -422,7 +449,8 @@ TEST_CASE("bf16 reduction sends half the bytes and stays close to fp32", "[ddp][
     double worst = 0;
     for (size_t i = 0; i < want.losses.size(); ++i)
       worst = std::max(worst, std::abs(got.losses[i] - want.losses[i]) / want.losses[i]);
-    if (dist::rank() == 0) std::printf("bf16 reduction, ZeRO-%d: max loss rel diff %.2e\n", zero, worst);
+    if (dist::rank() == 0)
+      std::printf("bf16 reduction, ZeRO-%d: max loss rel diff %.2e\n", zero, worst);
     CHECK(worst <= 1e-2);
     CHECK(worst > 0);
     for (const auto& st : got.stats) {

@@ -1,8 +1,8 @@
 // A rank that misbehaves on purpose, for the launcher tests.
 //   fault_rank echo           each rank prints a line to stdout and to stderr, then exits 0
 //   fault_rank exit R C       rank R exits with code C at once; the others sleep
-//   fault_rank stall R        all ranks join the world; rank R then sleeps while the others all_reduce
-//   fault_rank wait           prints "ready" and sleeps until signalled
+//   fault_rank stall R        all ranks join the world; rank R then sleeps while the others
+//   all_reduce fault_rank wait           prints "ready" and sleeps until signalled
 #include <unistd.h>
 
 #include <chrono>

@@ -108,7 +108,8 @@ TEST_CASE("all_to_all with uneven splits", "[any]") {
   g.all_to_all(out, in, out_splits, in_splits).wait();
   int64_t row = 0;
   for (int q = 0; q < w; ++q)
-    for (int k = 0; k <= r; ++k, ++row) CHECK(out[row].item<float>() == 1000.0f * q + 10.0f * r + k);
+    for (int k = 0; k <= r; ++k, ++row)
+      CHECK(out[row].item<float>() == 1000.0f * q + 10.0f * r + k);
 }
 
 TEST_CASE("broadcast from the last rank", "[any]") {
@@ -151,10 +152,13 @@ TEST_CASE("bad collective arguments are rejected before any communication", "[an
   auto& g = world();
   auto nc = at::ones({4, 4}).t();
   CHECK_THROWS_WITH(g.all_reduce(nc), Contains("must be contiguous"));
-  CHECK_THROWS_WITH(g.all_gather(at::empty({3}), at::ones({2})), Contains("does not fit input shape"));
-  CHECK_THROWS_WITH(g.all_to_all(at::empty({g.size()}), at::ones({g.size()}), std::vector<int64_t>(g.size() + 1, 0), {}),
+  CHECK_THROWS_WITH(g.all_gather(at::empty({3}), at::ones({2})),
+                    Contains("does not fit input shape"));
+  CHECK_THROWS_WITH(g.all_to_all(at::empty({g.size()}), at::ones({g.size()}),
+                                 std::vector<int64_t>(g.size() + 1, 0), {}),
                     Contains("one per rank"));
-  CHECK_THROWS_WITH(g.all_reduce(at::ones({2}, at::kLong), ReduceOp::Avg), Contains("avg needs a floating-point"));
+  CHECK_THROWS_WITH(g.all_reduce(at::ones({2}, at::kLong), ReduceOp::Avg),
+                    Contains("avg needs a floating-point"));
   CHECK_THROWS_WITH(g.broadcast(at::ones({1}), g.size()), Contains("is not a group rank"));
 }
 

@@ -15,8 +15,12 @@ TEST_CASE("no launcher means one process on loopback", "[env]") {
 }
 
 TEST_CASE("torchrun variables are read as given", "[env]") {
-  auto e = parse_launch_env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-                             {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "1234"}});
+  auto e = parse_launch_env({{"RANK", "5"},
+                             {"WORLD_SIZE", "8"},
+                             {"LOCAL_RANK", "1"},
+                             {"LOCAL_WORLD_SIZE", "4"},
+                             {"MASTER_ADDR", "node0"},
+                             {"MASTER_PORT", "1234"}});
   CHECK(e.source == "torchrun");
   CHECK(e.rank == 5);
   CHECK(e.world_size == 8);
@@ -27,7 +31,8 @@ TEST_CASE("torchrun variables are read as given", "[env]") {
 }
 
 TEST_CASE("ranks started by vescale-run say so, not torchrun", "[env]") {
-  auto e = parse_launch_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "999"}, {"VESCALE_LAUNCHED", "1"}});
+  auto e = parse_launch_env(
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "999"}, {"VESCALE_LAUNCHED", "1"}});
   CHECK(e.source == "vescale-run");
   CHECK(e.rank == 1);
   CHECK(e.world_size == 2);
@@ -41,8 +46,11 @@ TEST_CASE("torchrun without LOCAL_* means one node", "[env]") {
 }
 
 TEST_CASE("Open MPI variables, port derived from the job id", "[env]") {
-  Env env{{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
-          {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}, {"OMPI_MCA_ess_base_jobid", "1641414657"}};
+  Env env{{"OMPI_COMM_WORLD_RANK", "3"},
+          {"OMPI_COMM_WORLD_SIZE", "4"},
+          {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+          {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+          {"OMPI_MCA_ess_base_jobid", "1641414657"}};
   auto a = parse_launch_env(env);
   CHECK(a.source == "openmpi");
   CHECK(a.rank == 3);
@@ -61,7 +69,8 @@ TEST_CASE("Open MPI variables, port derived from the job id", "[env]") {
 }
 
 TEST_CASE("PMI (MPICH/Hydra) variables", "[env]") {
-  auto e = parse_launch_env({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}});
+  auto e = parse_launch_env(
+      {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}});
   CHECK(e.source == "pmi");
   CHECK(e.rank == 1);
   CHECK(e.world_size == 2);
@@ -69,8 +78,12 @@ TEST_CASE("PMI (MPICH/Hydra) variables", "[env]") {
 }
 
 TEST_CASE("Slurm variables, with a compressed tasks-per-node list", "[env]") {
-  auto e = parse_launch_env({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "2"},
-                             {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"MASTER_ADDR", "n0"}, {"SLURM_JOB_ID", "77"}});
+  auto e = parse_launch_env({{"SLURM_PROCID", "6"},
+                             {"SLURM_NTASKS", "8"},
+                             {"SLURM_LOCALID", "2"},
+                             {"SLURM_TASKS_PER_NODE", "4(x2)"},
+                             {"MASTER_ADDR", "n0"},
+                             {"SLURM_JOB_ID", "77"}});
   CHECK(e.source == "slurm");
   CHECK(e.rank == 6);
   CHECK(e.world_size == 8);
@@ -80,7 +93,10 @@ TEST_CASE("Slurm variables, with a compressed tasks-per-node list", "[env]") {
 }
 
 TEST_CASE("torchrun variables win over MPI ones", "[env]") {
-  auto e = parse_launch_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "5"}, {"OMPI_COMM_WORLD_RANK", "0"},
+  auto e = parse_launch_env({{"RANK", "1"},
+                             {"WORLD_SIZE", "2"},
+                             {"MASTER_PORT", "5"},
+                             {"OMPI_COMM_WORLD_RANK", "0"},
                              {"OMPI_COMM_WORLD_SIZE", "1"}});
   CHECK(e.source == "torchrun");
   CHECK(e.rank == 1);
@@ -94,24 +110,39 @@ TEST_CASE("inconsistent launch envs are rejected with the variable named", "[env
                     Contains("RANK=4 is outside [0, WORLD_SIZE=4)"));
   CHECK_THROWS_WITH(parse_launch_env({{"RANK", "-1"}, {"WORLD_SIZE", "4"}, {"MASTER_PORT", "1"}}),
                     Contains("RANK=-1"));
-  CHECK_THROWS_WITH(parse_launch_env({{"RANK", "two"}, {"WORLD_SIZE", "4"}}), Contains("RANK='two' is not an integer"));
-  CHECK_THROWS_WITH(parse_launch_env({{"RANK", "1"}, {"WORLD_SIZE", "4x"}}), Contains("WORLD_SIZE='4x'"));
-  CHECK_THROWS_WITH(parse_launch_env({{"RANK", "0"}, {"WORLD_SIZE", "0"}}), Contains("WORLD_SIZE=0 must be at least 1"));
-  CHECK_THROWS_WITH(parse_launch_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}}), Contains("MASTER_PORT is not set"));
-  CHECK_THROWS_WITH(parse_launch_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}),
-                    Contains("MASTER_PORT=70000 is not a TCP port"));
-  CHECK_THROWS_WITH(parse_launch_env({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"},
-                                      {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}, {"MASTER_ADDR", "h"}}),
+  CHECK_THROWS_WITH(parse_launch_env({{"RANK", "two"}, {"WORLD_SIZE", "4"}}),
+                    Contains("RANK='two' is not an integer"));
+  CHECK_THROWS_WITH(parse_launch_env({{"RANK", "1"}, {"WORLD_SIZE", "4x"}}),
+                    Contains("WORLD_SIZE='4x'"));
+  CHECK_THROWS_WITH(parse_launch_env({{"RANK", "0"}, {"WORLD_SIZE", "0"}}),
+                    Contains("WORLD_SIZE=0 must be at least 1"));
+  CHECK_THROWS_WITH(parse_launch_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}}),
+                    Contains("MASTER_PORT is not set"));
+  CHECK_THROWS_WITH(
+      parse_launch_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}),
+      Contains("MASTER_PORT=70000 is not a TCP port"));
+  CHECK_THROWS_WITH(parse_launch_env({{"RANK", "1"},
+                                      {"WORLD_SIZE", "4"},
+                                      {"LOCAL_RANK", "2"},
+                                      {"LOCAL_WORLD_SIZE", "2"},
+                                      {"MASTER_PORT", "1"},
+                                      {"MASTER_ADDR", "h"}}),
                     Contains("LOCAL_RANK=2 is outside [0, LOCAL_WORLD_SIZE=2)"));
-  CHECK_THROWS_WITH(parse_launch_env({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "2"},
-                                      {"MASTER_PORT", "1"}}),
-                    Contains("MASTER_ADDR is not set for a multi-node job"));
-  CHECK_THROWS_WITH(parse_launch_env({{"OMPI_COMM_WORLD_RANK", "0"}}), Contains("OMPI_COMM_WORLD_SIZE is not set"));
-  CHECK_THROWS_WITH(parse_launch_env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "8"},
+  CHECK_THROWS_WITH(
+      parse_launch_env(
+          {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}}),
+      Contains("MASTER_ADDR is not set for a multi-node job"));
+  CHECK_THROWS_WITH(parse_launch_env({{"OMPI_COMM_WORLD_RANK", "0"}}),
+                    Contains("OMPI_COMM_WORLD_SIZE is not set"));
+  CHECK_THROWS_WITH(parse_launch_env({{"OMPI_COMM_WORLD_RANK", "0"},
+                                      {"OMPI_COMM_WORLD_SIZE", "8"},
                                       {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}),
                     Contains("export MASTER_ADDR"));
-  CHECK_THROWS_WITH(parse_launch_env({{"PMI_RANK", "3"}, {"PMI_SIZE", "2"}}), Contains("PMI_RANK=3"));
-  CHECK_THROWS_WITH(parse_launch_env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NTASKS_PER_NODE", "8"}}),
-                    Contains("SLURM_NTASKS_PER_NODE=8 must be in [1, SLURM_NTASKS=4]"));
+  CHECK_THROWS_WITH(parse_launch_env({{"PMI_RANK", "3"}, {"PMI_SIZE", "2"}}),
+                    Contains("PMI_RANK=3"));
+  CHECK_THROWS_WITH(
+      parse_launch_env(
+          {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NTASKS_PER_NODE", "8"}}),
+      Contains("SLURM_NTASKS_PER_NODE=8 must be in [1, SLURM_NTASKS=4]"));
   CHECK_THROWS_AS(parse_launch_env({{"RANK", "x"}, {"WORLD_SIZE", "1"}}), vescale::Error);
 }

@@ -44,8 +44,10 @@ TEST_CASE("every output line is prefixed with its rank", "[launcher]") {
   INFO(r.out << r.err);
   CHECK(r.code == 0);
   for (int k = 0; k < 3; ++k) {
-    CHECK_THAT(r.out, Contains("[rank " + std::to_string(k) + "] hello from " + std::to_string(k) + "\n"));
-    CHECK_THAT(r.err, Contains("[rank " + std::to_string(k) + "] note from " + std::to_string(k) + "\n"));
+    CHECK_THAT(r.out,
+               Contains("[rank " + std::to_string(k) + "] hello from " + std::to_string(k) + "\n"));
+    CHECK_THAT(r.err,
+               Contains("[rank " + std::to_string(k) + "] note from " + std::to_string(k) + "\n"));
   }
 }
 
@@ -60,14 +62,15 @@ TEST_CASE("one rank exiting 3 stops the others within seconds", "[launcher]") {
   auto r = run(RUN + " --nproc-per-node 3 --grace-seconds 2 -- " + FAULT + " exit 1 3");
   INFO(r.out << r.err);
   CHECK(r.code == 3);
-  CHECK(r.seconds < 60);  // the others sleep 120 s unless stopped (a loaded machine starts ranks slowly)
+  CHECK(r.seconds <
+        60);  // the others sleep 120 s unless stopped (a loaded machine starts ranks slowly)
   CHECK_THAT(r.err, Contains("rank 1"));
   CHECK_THAT(r.err, Contains("exit code 3"));
 }
 
 TEST_CASE("a rank stuck before a collective makes the job fail at the timeout", "[launcher]") {
-  auto r = run("VESCALE_COLLECTIVE_TIMEOUT_S=3 " + RUN + " --nproc-per-node 2 --grace-seconds 1 -- " + FAULT +
-               " stall 1");
+  auto r = run("VESCALE_COLLECTIVE_TIMEOUT_S=3 " + RUN +
+               " --nproc-per-node 2 --grace-seconds 1 -- " + FAULT + " stall 1");
   INFO(r.out << r.err);
   CHECK(r.code != 0);
   CHECK(r.seconds >= 3);
@@ -80,13 +83,15 @@ TEST_CASE("SIGTERM to the launcher reaches every rank", "[launcher]") {
   // Signal once both ranks are up (a fixed sleep raced slow starts on a loaded machine); the
   // job must then end within seconds.
   auto r = run("out=$(mktemp); " + RUN + " --nproc-per-node 2 -- " + FAULT +
-               " wait > $out 2>&1 & pid=$!; for i in $(seq 600); do [ $(grep -c ready $out) -ge 2 ] && break; "
+               " wait > $out 2>&1 & pid=$!; for i in $(seq 600); do [ $(grep -c ready $out) -ge 2 "
+               "] && break; "
                "sleep 0.1; done; t0=$(date +%s); kill -TERM $pid; wait $pid; rc=$?; "
                "echo \"stopped after $(( $(date +%s) - t0 )) s\"; cat $out; rm -f $out; exit $rc");
   INFO(r.out << r.err);
   CHECK(r.code == 128 + 15);
-  CHECK_THAT(r.out, Contains("stopped after 0 s") || Contains("stopped after 1 s") || Contains("stopped after 2 s") ||
-                        Contains("stopped after 3 s") || Contains("stopped after 4 s"));
+  CHECK_THAT(r.out, Contains("stopped after 0 s") || Contains("stopped after 1 s") ||
+                        Contains("stopped after 2 s") || Contains("stopped after 3 s") ||
+                        Contains("stopped after 4 s"));
   CHECK_THAT(r.out, Contains("[rank 0] ready"));
   CHECK_THAT(r.out, Contains("[rank 1] ready"));
 }
@@ -95,7 +100,10 @@ TEST_CASE("bad launcher flags are named", "[launcher]") {
   auto r = run(RUN + " --nproc-per-node 0 -- true");
   CHECK(r.code != 0);
   CHECK_THAT(r.err, Contains("--nproc-per-node"));
-  CHECK_THAT(r.err, Contains("'0' must be a whole number, at least 1 (the number of ranks to start on this node)"));
+  CHECK_THAT(
+      r.err,
+      Contains(
+          "'0' must be a whole number, at least 1 (the number of ranks to start on this node)"));
   CHECK_THAT(r.err, !Contains("1797693"));  // not CLI11's range of doubles
   r = run(RUN + " --nnodes 2 --node-rank 0 -- true");
   CHECK(r.code != 0);
@@ -110,11 +118,14 @@ TEST_CASE("vescale-train starts its own ranks with the launcher flags", "[launch
   auto r = run(TRAIN + " --nproc-per-node 4 --dry-run --config " + cfg);
   INFO(r.out << r.err);
   CHECK(r.code == 0);
-  CHECK_THAT(r.out, Contains("[rank 0] DeviceMesh(dp=2, tp=2; rank 0 at [0, 0]) (launched by vescale-run"));
+  CHECK_THAT(
+      r.out,
+      Contains("[rank 0] DeviceMesh(dp=2, tp=2; rank 0 at [0, 0]) (launched by vescale-run"));
   CHECK_THAT(r.out, Contains("[rank 3] DeviceMesh(dp=2, tp=2; rank 3 at [1, 1])"));
 
   // --set overrides a field; unknown keys and wrong types are named.
-  r = run(TRAIN + " --nproc-per-node 4 --dry-run --config " + cfg + " --set parallel.mesh.dp=4 --set parallel.mesh.tp=1");
+  r = run(TRAIN + " --nproc-per-node 4 --dry-run --config " + cfg +
+          " --set parallel.mesh.dp=4 --set parallel.mesh.tp=1");
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Contains("[rank 3] DeviceMesh(dp=4, tp=1; rank 3 at [3, 0])"));
   r = run(TRAIN + " --dry-run --config " + cfg + " --set parallel.mesh.pp=2");
@@ -147,13 +158,17 @@ std::vector<std::pair<double, double>> read_metrics(const std::string& path) {
   return out;
 }
 
-TEST_CASE("vescale-train at DP=2: ZeRO 1, 2 and 3 train like ZeRO 0, bf16 reduction close", "[launcher]") {
+TEST_CASE("vescale-train at DP=2: ZeRO 1, 2 and 3 train like ZeRO 0, bf16 reduction close",
+          "[launcher]") {
   const std::string config = std::string(VESCALE_SOURCE_DIR "/configs/nanogpt_tiny.json");
-  const std::string small = " --set train.steps=6 --set train.batch_size=4 --set train.seq_len=64 --set train.log_every=3";
+  const std::string small =
+      " --set train.steps=6 --set train.batch_size=4 --set train.seq_len=64 --set "
+      "train.log_every=3";
   auto train = [&](std::string extra) {
     static int n = 0;
     const std::string metrics = write_temp("zero" + std::to_string(n++) + ".jsonl", "");
-    auto r = run(TRAIN + " --nproc-per-node 2 --config " + config + small + " --set log.metrics_jsonl=" + metrics + extra);
+    auto r = run(TRAIN + " --nproc-per-node 2 --config " + config + small +
+                 " --set log.metrics_jsonl=" + metrics + extra);
     INFO(r.out << r.err);
     REQUIRE(r.code == 0);
     auto m = read_metrics(metrics);
@@ -163,12 +178,13 @@ TEST_CASE("vescale-train at DP=2: ZeRO 1, 2 and 3 train like ZeRO 0, bf16 reduct
   };
   const auto base = train("");
   CHECK(base.back().first < base.front().first);
-  for (const char* extra : {" --set parallel.zero=1", " --set parallel.zero=2", " --set parallel.zero=3",
-                            " --set parallel.zero=3 --set train.activation_checkpointing=true"}) {
+  for (const char* extra :
+       {" --set parallel.zero=1", " --set parallel.zero=2", " --set parallel.zero=3",
+        " --set parallel.zero=3 --set train.activation_checkpointing=true"}) {
     const auto got = train(extra);
     for (size_t i = 0; i < base.size(); ++i) {
-      INFO(extra << " step " << i + 1 << ": loss " << got[i].first << " vs " << base[i].first << ", norm "
-                 << got[i].second << " vs " << base[i].second);
+      INFO(extra << " step " << i + 1 << ": loss " << got[i].first << " vs " << base[i].first
+                 << ", norm " << got[i].second << " vs " << base[i].second);
       CHECK(std::abs(got[i].first - base[i].first) <= 1e-5 * base[i].first);
       CHECK(std::abs(got[i].second - base[i].second) <= 1e-5 * base[i].second);
     }
@@ -183,11 +199,13 @@ TEST_CASE("vescale-train at DP=2: ZeRO 1, 2 and 3 train like ZeRO 0, bf16 reduct
   CHECK(bf16.back().second != base.back().second);
 
   // The stage can come from the plan too; a config that disagrees with it is an error.
-  const auto plan = write_temp("zero_plan.json", R"({"mesh": ["dp"], "params": {"*": ["Replicate"]}, "zero": 3})");
+  const auto plan = write_temp("zero_plan.json",
+                               R"({"mesh": ["dp"], "params": {"*": ["Replicate"]}, "zero": 3})");
   const auto from_plan = train(" --set parallel.plan=" + plan);
-  for (size_t i = 0; i < base.size(); ++i) CHECK(std::abs(from_plan[i].first - base[i].first) <= 1e-5 * base[i].first);
-  auto r = run(TRAIN + " --nproc-per-node 2 --config " + config + small + " --set parallel.plan=" + plan +
-               " --set parallel.zero=1");
+  for (size_t i = 0; i < base.size(); ++i)
+    CHECK(std::abs(from_plan[i].first - base[i].first) <= 1e-5 * base[i].first);
+  auto r = run(TRAIN + " --nproc-per-node 2 --config " + config + small +
+               " --set parallel.plan=" + plan + " --set parallel.zero=1");
   CHECK(r.code != 0);
   CHECK_THAT(r.err, Contains("parallel.zero=1 but the plan") && Contains("says zero=3"));
   std::remove(plan.c_str());
@@ -198,15 +216,18 @@ TEST_CASE("vescale-train at DP=2: ZeRO 1, 2 and 3 train like ZeRO 0, bf16 reduct
   CHECK_THAT(r.err, Contains("parallel.zero") && Contains("grad_reduce to overlap or bucketed"));
 }
 
-TEST_CASE("vescale-train checkpoints under TP=2 and resumes bitwise, and resharded under DP=2", "[launcher]") {
+TEST_CASE("vescale-train checkpoints under TP=2 and resumes bitwise, and resharded under DP=2",
+          "[launcher]") {
   const std::string dir = "/tmp/vescale_launcher_test." + std::to_string(::getpid()) + ".ckpt";
   std::filesystem::remove_all(dir);
-  const std::string common = TRAIN + " --nproc-per-node 2 --config " VESCALE_SOURCE_DIR "/configs/nanogpt_tiny.json" +
-                             " --set train.steps=6 --set model.n_layer=2 --set train.seq_len=64" +
-                             " --set checkpoint.every=2 --set checkpoint.dir=" + dir;
+  const std::string common =
+      TRAIN + " --nproc-per-node 2 --config " VESCALE_SOURCE_DIR "/configs/nanogpt_tiny.json" +
+      " --set train.steps=6 --set model.n_layer=2 --set train.seq_len=64" +
+      " --set checkpoint.every=2 --set checkpoint.dir=" + dir;
   // run() wraps the command in bash -c '...': the JSON's quotes are backslash-escaped.
-  const std::string tp = " --set train.batch_size=4 --set parallel.mesh={\\\"tp\\\":2}" +
-                         std::string(" --set parallel.plan=" VESCALE_SOURCE_DIR "/configs/plans/gpt2_tp.json");
+  const std::string tp =
+      " --set train.batch_size=4 --set parallel.mesh={\\\"tp\\\":2}" +
+      std::string(" --set parallel.plan=" VESCALE_SOURCE_DIR "/configs/plans/gpt2_tp.json");
   auto train = [&](const std::string& extra, const std::string& metrics) {
     auto r = run(common + " --set log.metrics_jsonl=" + metrics + extra);
     INFO(r.out << r.err);
@@ -217,7 +238,8 @@ TEST_CASE("vescale-train checkpoints under TP=2 and resumes bitwise, and reshard
   train(tp, full_metrics);
   const auto full = read_metrics(full_metrics);
   REQUIRE(full.size() == 6);
-  for (int s : {2, 4, 6}) CHECK(std::filesystem::exists(dir + "/step-0000000" + std::to_string(s) + "/index.json"));
+  for (int s : {2, 4, 6})
+    CHECK(std::filesystem::exists(dir + "/step-0000000" + std::to_string(s) + "/index.json"));
 
   // As if the run had died after step 4: the same command continues from there, bitwise.
   std::ofstream(dir + "/latest") << "step-00000004\n";
@@ -231,7 +253,8 @@ TEST_CASE("vescale-train checkpoints under TP=2 and resumes bitwise, and reshard
     CHECK(resumed[i] == full[i]);
   }
 
-  // The TP=2 checkpoint loads into DP=2 with the same global batch (2 x 2): the same run within 1e-5.
+  // The TP=2 checkpoint loads into DP=2 with the same global batch (2 x 2): the same run within
+  // 1e-5.
   std::ofstream(dir + "/latest") << "step-00000004\n";
   const std::string dp_metrics = dir + "_dp.jsonl";
   r = train(" --set train.batch_size=2 --set parallel.mesh={\\\"dp\\\":2}", dp_metrics);
@@ -247,11 +270,15 @@ TEST_CASE("vescale-train checkpoints under TP=2 and resumes bitwise, and reshard
   std::remove(dp_metrics.c_str());
 }
 
-TEST_CASE("vescale-train under ZeRO 1, 2 and 3 resumes bitwise, and ZeRO and plain checkpoints load into each other", "[launcher]") {
+TEST_CASE(
+    "vescale-train under ZeRO 1, 2 and 3 resumes bitwise, and ZeRO and plain checkpoints load into "
+    "each other",
+    "[launcher]") {
   const std::string dir = "/tmp/vescale_launcher_test." + std::to_string(::getpid()) + ".zckpt";
-  const std::string common = TRAIN + " --nproc-per-node 2 --config " VESCALE_SOURCE_DIR "/configs/nanogpt_tiny.json" +
-                             " --set train.steps=6 --set model.n_layer=2 --set train.seq_len=64 --set train.batch_size=2" +
-                             " --set checkpoint.every=2 --set checkpoint.dir=" + dir;
+  const std::string common =
+      TRAIN + " --nproc-per-node 2 --config " VESCALE_SOURCE_DIR "/configs/nanogpt_tiny.json" +
+      " --set train.steps=6 --set model.n_layer=2 --set train.seq_len=64 --set train.batch_size=2" +
+      " --set checkpoint.every=2 --set checkpoint.dir=" + dir;
   auto train = [&](const std::string& extra, const std::string& metrics) {
     auto r = run(common + " --set log.metrics_jsonl=" + metrics + extra);
     INFO(r.out << r.err);
@@ -279,7 +306,8 @@ TEST_CASE("vescale-train under ZeRO 1, 2 and 3 resumes bitwise, and ZeRO and pla
     const auto plain = train(" --set parallel.zero=0", m);
     REQUIRE(plain.size() == 2);
     for (size_t i = 0; i < 2; ++i) {
-      INFO("step " << i + 5 << " without ZeRO: loss " << plain[i].first << " vs " << full[4 + i].first);
+      INFO("step " << i + 5 << " without ZeRO: loss " << plain[i].first << " vs "
+                   << full[4 + i].first);
       CHECK(std::abs(plain[i].first - full[4 + i].first) <= 1e-5 * full[4 + i].first);
       CHECK(std::abs(plain[i].second - full[4 + i].second) <= 1e-5 * full[4 + i].second);
     }
@@ -292,7 +320,8 @@ TEST_CASE("vescale-train under ZeRO 1, 2 and 3 resumes bitwise, and ZeRO and pla
   std::filesystem::remove(m);
   const auto zero2 = train(" --set parallel.zero=2", m);
   REQUIRE(zero2.size() == 2);
-  for (size_t i = 0; i < 2; ++i) CHECK(std::abs(zero2[i].first - full[4 + i].first) <= 1e-5 * full[4 + i].first);
+  for (size_t i = 0; i < 2; ++i)
+    CHECK(std::abs(zero2[i].first - full[4 + i].first) <= 1e-5 * full[4 + i].first);
   std::filesystem::remove_all(dir);
   std::filesystem::remove(m);
 }
@@ -312,7 +341,8 @@ TEST_CASE("vescale-tokenize writes train and val shards of bytes", "[launcher]")
   train.copy(0, train.size(), all.data());
   val.copy(0, val.size(), all.data() + train.size());
   CHECK(vescale::train::ByteTokenizer::decode(all) == text);
-  CHECK_THROWS_WITH(vescale::train::ByteTokenizer::decode({300}), Contains("token 300 at position 0 is not a byte"));
+  CHECK_THROWS_WITH(vescale::train::ByteTokenizer::decode({300}),
+                    Contains("token 300 at position 0 is not a byte"));
   r = run(TOKENIZE + " --input /nonexistent.txt --output " + prefix);
   CHECK(r.code != 0);
   CHECK_THAT(r.err, Contains("/nonexistent.txt"));

@@ -11,7 +11,8 @@ at::Tensor full_randn(std::vector<int64_t> shape, uint64_t seed) {
   return at::randn(shape, gen, at::kFloat);
 }
 
-std::vector<Placements> all_placements(const mesh::DeviceMesh& mesh, int64_t tensor_ndim, bool partial) {
+std::vector<Placements> all_placements(const mesh::DeviceMesh& mesh, int64_t tensor_ndim,
+                                       bool partial) {
   std::vector<Placement> choices{Replicate()};
   for (int64_t d = 0; d < tensor_ndim; ++d) choices.push_back(Shard(d));
   if (partial) choices.push_back(Partial());
@@ -29,7 +30,8 @@ std::vector<Placements> all_placements(const mesh::DeviceMesh& mesh, int64_t ten
   return out;
 }
 
-at::Tensor make_input(const at::Tensor& full, const mesh::DeviceMesh& mesh, const Placements& placements) {
+at::Tensor make_input(const at::Tensor& full, const mesh::DeviceMesh& mesh,
+                      const Placements& placements) {
   // Partial: rank r of each Partial group holds full * w_r, with weights summing to one.
   Placements as_replicate = placements;
   at::Tensor value = full.clone();

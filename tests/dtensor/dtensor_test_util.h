@@ -14,12 +14,15 @@ namespace vescale::testing {
 // Values from a seeded CPU generator: the same on every rank.
 at::Tensor full_randn(std::vector<int64_t> shape, uint64_t seed);
 
-// Every combination of Replicate / Shard(d) (for each tensor dim) / optionally Partial, one per mesh dim.
-std::vector<dtensor::Placements> all_placements(const mesh::DeviceMesh& mesh, int64_t tensor_ndim, bool partial);
+// Every combination of Replicate / Shard(d) (for each tensor dim) / optionally Partial, one per
+// mesh dim.
+std::vector<dtensor::Placements> all_placements(const mesh::DeviceMesh& mesh, int64_t tensor_ndim,
+                                                bool partial);
 
 // A DTensor holding `full` with `placements`; Partial placements split the value into
 // rank-dependent terms that sum to it, so reductions are really exercised.
-at::Tensor make_input(const at::Tensor& full, const mesh::DeviceMesh& mesh, const dtensor::Placements& placements);
+at::Tensor make_input(const at::Tensor& full, const mesh::DeviceMesh& mesh,
+                      const dtensor::Placements& placements);
 
 std::string describe(const std::vector<dtensor::Placements>& ps);
 

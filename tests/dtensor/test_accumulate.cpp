@@ -18,7 +18,8 @@ namespace {
 
 // u + w forward; backward hands out one gradient twice, as a shard and a view of that shard.
 struct SumWithAliasedGrads : torch::autograd::Function<SumWithAliasedGrads> {
-  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& u, const at::Tensor& w) {
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& u,
+                            const at::Tensor& w) {
     return u + w;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
@@ -29,8 +30,11 @@ struct SumWithAliasedGrads : torch::autograd::Function<SumWithAliasedGrads> {
 
 // Identity forward; backward hands out the gradient's sum broadcast back: an expanded shard.
 struct ExpandedGrad : torch::autograd::Function<ExpandedGrad> {
-  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& u) { return u * 1.0; }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& u) {
+    return u * 1.0;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list g) {
     return {g[0].sum().expand(g[0].sizes())};
   }
 };
@@ -54,7 +58,8 @@ TEST_CASE("a DTensor borrows its shard storage: the count leaves the wrapper out
   CHECK(x.storage().use_count() == 1);
   // A no-op redistribute under autograd returns a second wrapper over the same shard: it gets
   // its own shard handle, so both count the other (one shared handle would count 1 in each).
-  auto y = distribute_tensor(full_randn({4 * mesh.size(), 3}, 89), mesh, {Shard(0)}).requires_grad_(true);
+  auto y = distribute_tensor(full_randn({4 * mesh.size(), 3}, 89), mesh, {Shard(0)})
+               .requires_grad_(true);
   CHECK(y.storage().use_count() == 1);
   auto same = redistribute(y, {Shard(0)});
   CHECK(same.storage().use_count() == 2);
@@ -142,7 +147,8 @@ TEST_CASE("gradients summed across placements, and into an expanded shard", "[an
         BackwardOnCallerThread guard;
         loss.backward();
       }
-      CHECK(at::allclose(full_tensor(x.grad()), at::full_like(full, 1.5 * (full.numel() + 4.0)), 1e-6, 1e-6));
+      CHECK(at::allclose(full_tensor(x.grad()), at::full_like(full, 1.5 * (full.numel() + 4.0)),
+                         1e-6, 1e-6));
     }
   }
   SECTION("a Replicate tensor's gradients in Replicate and Shard(0)") {

@@ -33,7 +33,8 @@ struct OpCase {
   bool grad = true;
 };
 
-void cartesian(const std::vector<std::vector<Placements>>& per_input, size_t i, std::vector<Placements>& cur,
+void cartesian(const std::vector<std::vector<Placements>>& per_input, size_t i,
+               std::vector<Placements>& cur,
                const std::function<void(const std::vector<Placements>&)>& visit) {
   if (i == per_input.size()) return visit(cur);
   for (auto& p : per_input[i]) {
@@ -45,16 +46,20 @@ void cartesian(const std::vector<std::vector<Placements>>& per_input, size_t i, 
 
 // Every placement combination, or, past `max_combos`, an evenly strided sample of them.
 void check_op(const mesh::DeviceMesh& mesh, const OpCase& c, int64_t max_combos = 1 << 30) {
-  auto wants_grad = [&](const at::Tensor& x) { return c.grad && at::isFloatingType(x.scalar_type()); };
+  auto wants_grad = [&](const at::Tensor& x) {
+    return c.grad && at::isFloatingType(x.scalar_type());
+  };
   std::vector<at::Tensor> refs;
-  for (auto& x : c.inputs) refs.push_back(wants_grad(x) ? x.clone().requires_grad_(true) : x.clone());
+  for (auto& x : c.inputs)
+    refs.push_back(wants_grad(x) ? x.clone().requires_grad_(true) : x.clone());
   at::Tensor ref_out = c.fn(refs);
   at::Tensor g = full_randn(ref_out.sizes().vec(), 99);
   if (c.grad) (ref_out * g).sum().backward();
 
   std::vector<std::vector<Placements>> per_input;
   for (auto& x : c.inputs)
-    per_input.push_back(all_placements(mesh, x.dim(), c.partial && at::isFloatingType(x.scalar_type())));
+    per_input.push_back(
+        all_placements(mesh, x.dim(), c.partial && at::isFloatingType(x.scalar_type())));
   int64_t total = 1;
   for (auto& p : per_input) total *= static_cast<int64_t>(p.size());
   const int64_t stride = (total + max_combos - 1) / max_combos;
@@ -96,17 +101,26 @@ std::vector<OpCase> op_cases(int64_t w) {
   return {
       {"add", {r({n, u}, 1), r({n, u}, 2)}, [](auto& x) { return x[0] + x[1]; }, true},
       {"add broadcast bias", {r({n, u}, 1), r({u}, 2)}, [](auto& x) { return x[0] + x[1]; }},
-      {"sub alpha", {r({u, n}, 1), r({u, n}, 2)}, [](auto& x) { return at::sub(x[0], x[1], 2.0); }, true},
+      {"sub alpha",
+       {r({u, n}, 1), r({u, n}, 2)},
+       [](auto& x) { return at::sub(x[0], x[1], 2.0); },
+       true},
       {"mul", {r({n, u}, 1), r({n, u}, 2)}, [](auto& x) { return x[0] * x[1]; }, true},
       {"div", {r({n, u}, 1), r({n, u}, 2).abs() + 1}, [](auto& x) { return x[0] / x[1]; }, true},
       {"mul scalar", {r({u, n}, 3)}, [](auto& x) { return x[0] * 3.0; }, true},
       {"neg exp tanh", {r({n, u}, 4)}, [](auto& x) { return at::tanh(at::exp(-x[0])); }},
       {"gelu", {r({u, n}, 5)}, [](auto& x) { return at::gelu(x[0], "tanh"); }},
       {"relu sigmoid", {r({n, 3}, 6)}, [](auto& x) { return at::sigmoid(at::relu(x[0])); }},
-      {"where", {r({n, u}, 7), r({n, u}, 8)}, [](auto& x) { return at::where(x[0] > 0, x[0], x[1]); }},
+      {"where",
+       {r({n, u}, 7), r({n, u}, 8)},
+       [](auto& x) { return at::where(x[0] > 0, x[0], x[1]); }},
       {"mm", {r({n, u}, 10), r({u, n}, 11)}, [](auto& x) { return at::mm(x[0], x[1]); }, true},
-      {"addmm", {r({n}, 12), r({u, n}, 13), r({n, n}, 14)}, [](auto& x) { return at::addmm(x[0], x[1], x[2], 0.5, 2.0); }},
-      {"linear", {r({n, u}, 15), r({n, u}, 16), r({n}, 17)}, [](auto& x) { return at::linear(x[0], x[1], x[2]); }},
+      {"addmm",
+       {r({n}, 12), r({u, n}, 13), r({n, n}, 14)},
+       [](auto& x) { return at::addmm(x[0], x[1], x[2], 0.5, 2.0); }},
+      {"linear",
+       {r({n, u}, 15), r({n, u}, 16), r({n}, 17)},
+       [](auto& x) { return at::linear(x[0], x[1], x[2]); }},
       {"bmm", {r({2, n, u}, 18), r({2, u, 3}, 19)}, [](auto& x) { return at::bmm(x[0], x[1]); }},
       {"sum all", {r({n, u}, 20)}, [](auto& x) { return x[0].sum(); }, true},
       {"sum dim", {r({n, u}, 21)}, [](auto& x) { return x[0].sum(1); }, true},
@@ -116,47 +130,99 @@ std::vector<OpCase> op_cases(int64_t w) {
       {"amax", {r({n, u}, 25)}, [](auto& x) { return at::amax(x[0], {1}); }},
       {"t", {r({n, u}, 26)}, [](auto& x) { return x[0].t(); }, true},
       {"transpose 3d", {r({2, n, u}, 27)}, [](auto& x) { return x[0].transpose(0, 2); }},
-      {"permute", {r({2, n, u}, 28)}, [](auto& x) { return x[0].permute({1, 2, 0}); }},
+      {"permute",
+       {r({2, n, u}, 28)},
+       [](auto& x) {
+         return x[0].permute({1, 2, 0});
+       }},
       {"unsqueeze", {r({n, u}, 29)}, [](auto& x) { return x[0].unsqueeze(1); }},
-      {"expand", {r({n, 1}, 30)}, [n, u](auto& x) { return x[0].expand({n, u}); }},
+      {"expand",
+       {r({n, 1}, 30)},
+       [n, u](auto& x) {
+         return x[0].expand({n, u});
+       }},
       {"view flatten", {r({n, u}, 31)}, [](auto& x) { return x[0].reshape({-1}); }},
-      {"view split", {r({n * u}, 32)}, [u](auto& x) { return x[0].view({-1, u}); }},
-      {"view heads", {r({n, 2 * u}, 33)}, [n, u](auto& x) { return x[0].view({n, 2, u}).transpose(1, 2); }},
-      {"select narrow", {r({n, u}, 34)}, [](auto& x) { return x[0].select(1, 0) + x[0].narrow(1, 1, 1).squeeze(1); }},
-      {"cat", {r({n, u}, 35), r({n, 2}, 36)}, [](auto& x) { return at::cat({x[0], x[1]}, 1); }},
-      {"to double", {r({n, u}, 37)}, [](auto& x) { return x[0].to(at::kDouble).to(at::kFloat) * 2; }},
+      {"view split",
+       {r({n * u}, 32)},
+       [u](auto& x) {
+         return x[0].view({-1, u});
+       }},
+      {"view heads",
+       {r({n, 2 * u}, 33)},
+       [n, u](auto& x) {
+         return x[0].view({n, 2, u}).transpose(1, 2);
+       }},
+      {"select narrow",
+       {r({n, u}, 34)},
+       [](auto& x) { return x[0].select(1, 0) + x[0].narrow(1, 1, 1).squeeze(1); }},
+      {"cat",
+       {r({n, u}, 35), r({n, 2}, 36)},
+       [](auto& x) {
+         return at::cat({x[0], x[1]}, 1);
+       }},
+      {"to double",
+       {r({n, u}, 37)},
+       [](auto& x) { return x[0].to(at::kDouble).to(at::kFloat) * 2; }},
       {"ones_like", {r({n, u}, 38)}, [](auto& x) { return x[0] * at::ones_like(x[0]); }},
-      {"in-place", {r({n, u}, 39), r({n, u}, 40)}, [](auto& x) { return x[0].clone().mul_(x[1]).add_(x[1]); }},
+      {"in-place",
+       {r({n, u}, 39), r({n, u}, 40)},
+       [](auto& x) { return x[0].clone().mul_(x[1]).add_(x[1]); }},
       {"softmax", {r({n, u}, 41)}, [](auto& x) { return at::softmax(x[0], -1); }},
       {"log_softmax dim 0", {r({u, n}, 42)}, [](auto& x) { return at::log_softmax(x[0], 0); }},
-      {"cross_entropy mean", {r({n, u + 2}, 43), ids({n}, u + 2, 44)},
+      {"cross_entropy mean",
+       {r({n, u + 2}, 43), ids({n}, u + 2, 44)},
        [](auto& x) { return at::cross_entropy_loss(x[0], x[1]); }},
-      {"cross_entropy sum, ignore_index", {r({u, n}, 45), ids({u}, n, 46).masked_fill(ids({u}, 2, 47) == 0, -100)},
+      {"cross_entropy sum, ignore_index",
+       {r({u, n}, 45), ids({u}, n, 46).masked_fill(ids({u}, 2, 47) == 0, -100)},
        [](auto& x) { return at::cross_entropy_loss(x[0], x[1], {}, at::Reduction::Sum, -100); }},
-      {"embedding", {r({n + 1, u}, 48), ids({2, 3}, n + 1, 49)}, [](auto& x) { return at::embedding(x[0], x[1]); }},
-      {"layer_norm", {r({2, n, u}, 50), r({u}, 51), r({u}, 52)},
+      {"embedding",
+       {r({n + 1, u}, 48), ids({2, 3}, n + 1, 49)},
+       [](auto& x) { return at::embedding(x[0], x[1]); }},
+      {"layer_norm",
+       {r({2, n, u}, 50), r({u}, 51), r({u}, 52)},
        [u](auto& x) { return at::layer_norm(x[0], {u}, x[1], x[2]); }},
-      {"rms_norm", {r({n, u}, 53), r({u}, 54)}, [u](auto& x) { return at::rms_norm(x[0], {u}, x[1], 1e-5); }},
+      {"rms_norm",
+       {r({n, u}, 53), r({u}, 54)},
+       [u](auto& x) { return at::rms_norm(x[0], {u}, x[1], 1e-5); }},
       {"vector_norm 2", {r({n, u}, 55)}, [](auto& x) { return at::linalg_vector_norm(x[0], 2); }},
-      {"vector_norm inf", {r({u, n}, 56)}, [](auto& x) { return at::linalg_vector_norm(x[0], INFINITY); }, false, false},
+      {"vector_norm inf",
+       {r({u, n}, 56)},
+       [](auto& x) { return at::linalg_vector_norm(x[0], INFINITY); },
+       false,
+       false},
       {"tril", {r({n, u}, 57)}, [](auto& x) { return at::tril(x[0]); }},
-      {"index_select", {r({n, u}, 58), ids({3}, n, 59)}, [](auto& x) { return at::index_select(x[0], 0, x[1]); }},
-      {"gather", {r({n, u}, 60), ids({n, 2}, u, 61)}, [](auto& x) { return at::gather(x[0], 1, x[1]); }},
+      {"index_select",
+       {r({n, u}, 58), ids({3}, n, 59)},
+       [](auto& x) { return at::index_select(x[0], 0, x[1]); }},
+      {"gather",
+       {r({n, u}, 60), ids({n, 2}, u, 61)},
+       [](auto& x) { return at::gather(x[0], 1, x[1]); }},
       {"topk values", {r({n, u}, 62)}, [](auto& x) { return std::get<0>(at::topk(x[0], 2, 1)); }},
-      {"stack", {r({n, u}, 63), r({n, u}, 64)}, [](auto& x) { return at::stack({x[0], x[1]}, 1); }},
+      {"stack",
+       {r({n, u}, 63), r({n, u}, 64)},
+       [](auto& x) {
+         return at::stack({x[0], x[1]}, 1);
+       }},
       {"cumsum", {r({n, u}, 72)}, [](auto& x) { return at::cumsum(x[0], 1); }, true},
-      {"max.dim values + argmax", {r({n, u}, 73)},
+      {"max.dim values + argmax",
+       {r({n, u}, 73)},
        [](auto& x) { return std::get<0>(at::max(x[0], 0)) + at::argmax(x[0], 0).to(at::kFloat); }},
       {"masked_fill", {r({n, u}, 65)}, [](auto& x) { return x[0].masked_fill(x[0] > 0.5, -1.0); }},
-      {"causal attention", {r({2, n, 3, 4}, 66), r({2, n, 3, 4}, 67), r({2, n, 3, 4}, 68)},
+      {"causal attention",
+       {r({2, n, 3, 4}, 66), r({2, n, 3, 4}, 67), r({2, n, 3, 4}, 68)},
        [](auto& x) { return at::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, true); }},
       // The fused rule (rules/attention.cpp): uneven head shards, no causal mask with a longer
       // key sequence, an explicit scale; a value head dim of its own and a mask take the math path.
-      {"attention uneven heads, kv longer, scale", {r({2, u, 3, 4}, 74), r({2, u, 5, 4}, 75), r({2, u, 5, 4}, 76)},
-       [](auto& x) { return at::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, false, 0.3); }},
-      {"attention value head dim 6 (math path)", {r({u, 2, 3, 4}, 85), r({u, 2, 3, 4}, 86), r({u, 2, 3, 6}, 87)},
+      {"attention uneven heads, kv longer, scale",
+       {r({2, u, 3, 4}, 74), r({2, u, 5, 4}, 75), r({2, u, 5, 4}, 76)},
+       [](auto& x) {
+         return at::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, false, 0.3);
+       }},
+      {"attention value head dim 6 (math path)",
+       {r({u, 2, 3, 4}, 85), r({u, 2, 3, 4}, 86), r({u, 2, 3, 6}, 87)},
        [](auto& x) { return at::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, true); }},
-      {"attention with a mask (math path)", {r({n, 2, 3, 4}, 77), r({n, 2, 3, 4}, 78), r({n, 2, 3, 4}, 79)},
+      {"attention with a mask (math path)",
+       {r({n, 2, 3, 4}, 77), r({n, 2, 3, 4}, 78), r({n, 2, 3, 4}, 79)},
        [](auto& x) {
          auto mask = at::ones({3, 3}, at::kBool).tril(1);
          return at::scaled_dot_product_attention(x[0], x[1], x[2], mask, 0.0, false);
@@ -181,11 +247,13 @@ TEST_CASE("ops on a 2x2 mesh match single-device", "[world4]") {
   }
 }
 
-TEST_CASE("an op without a rule names itself, and the opt-in fallback gathers", "[world2][world4]") {
+TEST_CASE("an op without a rule names itself, and the opt-in fallback gathers",
+          "[world2][world4]") {
   auto mesh = mesh::DeviceMesh::init({{"x", -1}});
   auto full = full_randn({6, 4}, 50);
   auto x = distribute_tensor(full, mesh, {Shard(1)});
-  CHECK_THROWS_WITH(at::logcumsumexp(x, 0), Catch::Matchers::Contains("no sharding rule for aten::logcumsumexp"));
+  CHECK_THROWS_WITH(at::logcumsumexp(x, 0),
+                    Catch::Matchers::Contains("no sharding rule for aten::logcumsumexp"));
   set_replicate_fallback(true);
   auto y = at::logcumsumexp(x, 0);
   set_replicate_fallback(false);
@@ -243,7 +311,8 @@ TEST_CASE("vocab-parallel cross-entropy never gathers the logits", "[world2][wor
   CHECK(at::allclose(full_tensor(logits.grad()), ref.grad(), 1e-5, 1e-7));
 }
 
-TEST_CASE("fused vocab-parallel cross-entropy: sum with ignored rows, label smoothing falls back", "[world2][world4]") {
+TEST_CASE("fused vocab-parallel cross-entropy: sum with ignored rows, label smoothing falls back",
+          "[world2][world4]") {
   auto mesh = mesh::DeviceMesh::init({{"tp", -1}});
   const int64_t vocab = 3 * mesh.size() - 1;  // uneven; at world 4 the last shard is short
   auto full = full_randn({7, vocab}, 90);
@@ -298,7 +367,8 @@ TEST_CASE("fused attention keeps batch and head shards with no collectives", "[w
   for (int64_t dim : {0, 1}) {
     INFO("Shard(" << dim << ")");
     std::vector<at::Tensor> xs;
-    for (auto& t : full) xs.push_back(distribute_tensor(t, mesh, {Shard(dim)}).requires_grad_(true));
+    for (auto& t : full)
+      xs.push_back(distribute_tensor(t, mesh, {Shard(dim)}).requires_grad_(true));
     auto gd = distribute_tensor(g, mesh, {Shard(dim)});
     const auto before = dist::collective_stats();
     reset_dispatch_stats();

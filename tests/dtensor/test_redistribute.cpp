@@ -16,7 +16,8 @@ using vescale::testing::make_input;
 namespace {
 
 // The slice of `full` this rank should hold under `p` (Partial: any split; checked by value).
-at::Tensor expected_local(const at::Tensor& full, const mesh::DeviceMesh& mesh, const Placements& p) {
+at::Tensor expected_local(const at::Tensor& full, const mesh::DeviceMesh& mesh,
+                          const Placements& p) {
   DTensorSpec s{mesh, p, full.sizes().vec(), full.scalar_type()};
   s.validate_and_normalize();
   auto off = s.local_offset();
@@ -31,14 +32,16 @@ void check_all_transitions(const mesh::DeviceMesh& mesh, std::vector<int64_t> sh
   auto choices = all_placements(mesh, static_cast<int64_t>(shape.size()), true);
   for (auto& src : choices) {
     for (auto& dst : choices) {
-      INFO("shape " << c10::IntArrayRef(shape) << " " << to_string(src) << " -> " << to_string(dst));
+      INFO("shape " << c10::IntArrayRef(shape) << " " << to_string(src) << " -> "
+                    << to_string(dst));
       auto x = make_input(full, mesh, src).detach().requires_grad_(true);
       auto y = redistribute(x, dst);
       CHECK(spec_of(y).placements == dst);
       CHECK(y.sizes() == full.sizes());
       bool dst_partial = false;
       for (auto& p : dst) dst_partial |= p.is_partial();
-      if (!dst_partial) CHECK(at::allclose(to_local(y), expected_local(full, mesh, dst), 1e-5, 1e-6));
+      if (!dst_partial)
+        CHECK(at::allclose(to_local(y), expected_local(full, mesh, dst), 1e-5, 1e-6));
       CHECK(at::allclose(full_tensor(y), full, 1e-5, 1e-6));
       // Backward: d sum(y * g) / dx = g, whatever the placements.
       auto g = full_randn(shape, 11);
@@ -55,9 +58,10 @@ void check_all_transitions(const mesh::DeviceMesh& mesh, std::vector<int64_t> sh
 TEST_CASE("redistribute: every transition on a 1-D mesh, even and uneven", "[world2][world4]") {
   auto mesh = mesh::DeviceMesh::init({{"x", -1}});
   const int64_t w = mesh.size();
-  check_all_transitions(mesh, {2 * w, 3});      // even
-  check_all_transitions(mesh, {w + 1, w - 1});  // uneven, some ranks empty along dim 1 when w=4? no: chunk of 3
-  check_all_transitions(mesh, {3, 1});          // fewer rows than ranks
+  check_all_transitions(mesh, {2 * w, 3});  // even
+  check_all_transitions(
+      mesh, {w + 1, w - 1});  // uneven, some ranks empty along dim 1 when w=4? no: chunk of 3
+  check_all_transitions(mesh, {3, 1});  // fewer rows than ranks
 }
 
 TEST_CASE("redistribute: every transition on a 2x2 mesh", "[world4]") {

@@ -7,7 +7,6 @@
 using vescale::mesh::DeviceMesh;
 namespace dist = vescale::dist;
 
-
 TEST_CASE("1-D mesh over the world", "[any]") {
   auto mesh = DeviceMesh::init({{"dp", -1}});
   CHECK(mesh.size() == dist::world_size());
@@ -67,6 +66,7 @@ TEST_CASE("3-D mesh with an inferred dim and size-1 dims", "[world4]") {
 }
 
 TEST_CASE("a mesh that doesn't fit the world is rejected", "[any]") {
-  CHECK_THROWS_WITH(DeviceMesh::init({{"dp", dist::world_size() + 1}}),
-                    Catch::Matchers::Contains("make the product of the dim sizes equal WORLD_SIZE"));
+  CHECK_THROWS_WITH(
+      DeviceMesh::init({{"dp", dist::world_size() + 1}}),
+      Catch::Matchers::Contains("make the product of the dim sizes equal WORLD_SIZE"));
 }

@@ -25,7 +25,8 @@ TEST_CASE("mesh groups per dim and per dim set", "[mesh]") {
   CHECK(s.group_ranks(13, TP) == std::vector<int>{12, 13, 14, 15});
   CHECK(s.group_ranks(13, DP) == std::vector<int>{13, 17, 21});
   CHECK(s.group_ranks(13, PP) == std::vector<int>{1, 13});
-  CHECK(s.group_ranks(13, DP | TP) == std::vector<int>{12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23});
+  CHECK(s.group_ranks(13, DP | TP) ==
+        std::vector<int>{12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23});
   CHECK(s.group_ranks(13, PP | TP) == std::vector<int>{0, 1, 2, 3, 12, 13, 14, 15});
   CHECK(s.group_ranks(13, PP | DP | TP).size() == 24);
   CHECK(s.group_index(13, TP) == 3);       // (pp=1, dp=0) -> 1*3 + 0
@@ -49,7 +50,8 @@ TEST_CASE("one mesh dim may be inferred with -1", "[mesh]") {
 
 TEST_CASE("bad mesh shapes are rejected clearly", "[mesh]") {
   using Catch::Matchers::Contains;
-  CHECK_THROWS_WITH(MeshShape({{"dp", 2}, {"tp", 4}}, 4), Contains("has 8 devices but the world has 4 ranks"));
+  CHECK_THROWS_WITH(MeshShape({{"dp", 2}, {"tp", 4}}, 4),
+                    Contains("has 8 devices but the world has 4 ranks"));
   CHECK_THROWS_WITH(MeshShape({{"dp", 2}, {"dp", 2}}, 4), Contains("dim name 'dp' repeats"));
   CHECK_THROWS_WITH(MeshShape({{"dp", 0}}, 4), Contains("dim 'dp' has size 0"));
   CHECK_THROWS_WITH(MeshShape({{"dp", -1}, {"tp", -1}}, 4), Contains("only one dim may be -1"));

@@ -42,12 +42,14 @@ at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // Largest difference relative to the reference's largest magnitude, or absolute below 1: with
 // T = 1, dq and dk are exactly 0 in exact arithmetic (P = 1) and rounding leaves ~1e-8.
 double max_rel(const at::Tensor& a, const at::Tensor& b) {
-  return ((a.to(at::kDouble) - b.to(at::kDouble)).abs().max() / b.abs().max().to(at::kDouble).clamp_min(1.0))
+  return ((a.to(at::kDouble) - b.to(at::kDouble)).abs().max() /
+          b.abs().max().to(at::kDouble).clamp_min(1.0))
       .item<double>();
 }
 }  // namespace
 
-TEST_CASE("causal_attention and its gradients equal a float64 reference and ATen's sdpa", "[models][attention]") {
+TEST_CASE("causal_attention and its gradients equal a float64 reference and ATen's sdpa",
+          "[models][attention]") {
   // T = 1, T inside one 64-row block, T past a block edge, several blocks; head dims 8 to 64.
   auto [B, H, T, D] = GENERATE(std::make_tuple(2, 3, 1, 8), std::make_tuple(2, 3, 37, 16),
                                std::make_tuple(1, 2, 130, 32), std::make_tuple(2, 4, 128, 64));
@@ -59,13 +61,15 @@ TEST_CASE("causal_attention and its gradients equal a float64 reference and ATen
   at::Tensor qkv = at::randn({B, T, 3 * H * D}, gen) * 2;  // scores spread enough to saturate rows
   at::Tensor g = at::randn({B, H, T, D}, gen);
 
-  auto ours = run([](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    return models::causal_attention(q, k, v);
-  }, qkv, H, g);
+  auto ours = run([](const at::Tensor& q, const at::Tensor& k,
+                     const at::Tensor& v) { return models::causal_attention(q, k, v); },
+                  qkv, H, g);
   auto ref = run(reference, qkv.to(at::kDouble), H, g.to(at::kDouble));
-  auto aten = run([](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
-  }, qkv, H, g);
+  auto aten = run(
+      [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        return at::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+      },
+      qkv, H, g);
 
   CHECK(max_rel(ours.y, ref.y) <= 1e-5);
   CHECK(max_rel(ours.dq, ref.dq) <= 1e-5);
@@ -84,7 +88,8 @@ TEST_CASE("causal_attention and its gradients equal a float64 reference and ATen
 
 TEST_CASE("causal_attention without grad gives the same values", "[models][attention]") {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
-  at::Tensor q = at::randn({2, 2, 70, 16}, gen), k = at::randn({2, 2, 70, 16}, gen), v = at::randn({2, 2, 70, 16}, gen);
+  at::Tensor q = at::randn({2, 2, 70, 16}, gen), k = at::randn({2, 2, 70, 16}, gen),
+             v = at::randn({2, 2, 70, 16}, gen);
   at::Tensor with_grad = models::causal_attention(q.requires_grad_(), k, v).detach();
   at::NoGradGuard no_grad;
   CHECK(models::causal_attention(q, k, v).equal(with_grad));
@@ -92,27 +97,34 @@ TEST_CASE("causal_attention without grad gives the same values", "[models][atten
 
 TEST_CASE("causal_attention takes expanded and permuted inputs", "[models][attention]") {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
-  // k shared by every head (stride 0), v with one row repeated over T (stride 0), q with D not innermost.
-  at::Tensor q = at::randn({2, 3, 16, 24}, gen).transpose(2, 3), k = at::randn({2, 1, 24, 16}, gen).expand({2, 3, 24, 16}),
+  // k shared by every head (stride 0), v with one row repeated over T (stride 0), q with D not
+  // innermost.
+  at::Tensor q = at::randn({2, 3, 16, 24}, gen).transpose(2, 3),
+             k = at::randn({2, 1, 24, 16}, gen).expand({2, 3, 24, 16}),
              v = at::randn({2, 3, 1, 16}, gen).expand({2, 3, 24, 16});
   at::Tensor ours = models::causal_attention(q, k, v);
   at::Tensor ref = reference(q.to(at::kDouble), k.to(at::kDouble), v.to(at::kDouble));
   CHECK(max_rel(ours, ref) <= 1e-5);
 }
 
-TEST_CASE("causal_attention hands other inputs to at::scaled_dot_product_attention", "[models][attention]") {
+TEST_CASE("causal_attention hands other inputs to at::scaled_dot_product_attention",
+          "[models][attention]") {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
-  at::Tensor q = at::randn({1, 2, 20, 8}, gen, at::kDouble), k = at::randn({1, 2, 20, 8}, gen, at::kDouble),
+  at::Tensor q = at::randn({1, 2, 20, 8}, gen, at::kDouble),
+             k = at::randn({1, 2, 20, 8}, gen, at::kDouble),
              v = at::randn({1, 2, 20, 8}, gen, at::kDouble);
   // float64: ATen's kernel, bit for bit.
-  CHECK(models::causal_attention(q, k, v).equal(at::scaled_dot_product_attention(q, k, v, {}, 0.0, true)));
+  CHECK(models::causal_attention(q, k, v).equal(
+      at::scaled_dot_product_attention(q, k, v, {}, 0.0, true)));
   // Probabilities over 64 MB ([1, 1, 4200, 4200] floats): flash attention's O(T) memory instead.
   at::Tensor ql = at::randn({1, 1, 4200, 4}, gen), kl = at::randn({1, 1, 4200, 4}, gen),
              vl = at::randn({1, 1, 4200, 4}, gen);
-  CHECK(models::causal_attention(ql, kl, vl).equal(at::scaled_dot_product_attention(ql, kl, vl, {}, 0.0, true)));
+  CHECK(models::causal_attention(ql, kl, vl)
+            .equal(at::scaled_dot_product_attention(ql, kl, vl, {}, 0.0, true)));
 }
 
-TEST_CASE("causal_attention splits heads over threads with the same bits as one thread", "[models][attention]") {
+TEST_CASE("causal_attention splits heads over threads with the same bits as one thread",
+          "[models][attention]") {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
   at::Tensor qkv = at::randn({3, 50, 3 * 5 * 16}, gen), g = at::randn({3, 5, 50, 16}, gen);
   auto attend = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
@@ -130,12 +142,14 @@ TEST_CASE("causal_attention splits heads over threads with the same bits as one 
   CHECK(three.dv.equal(one.dv));
 }
 
-TEST_CASE("causal_attention_packed equals splitting the heads and causal_attention, bit for bit", "[models][attention]") {
+TEST_CASE("causal_attention_packed equals splitting the heads and causal_attention, bit for bit",
+          "[models][attention]") {
   // The kernel's path (fp32) and ATen's (float64); T across a block edge.
   const auto dtype = GENERATE(at::kFloat, at::kDouble);
   const int64_t B = 2, T = 45, H = 3, D = 16, C = H * D;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(21);
-  const at::Tensor qkv = at::randn({B, T, 3 * C}, gen).to(dtype), g = at::randn({B, T, C}, gen).to(dtype);
+  const at::Tensor qkv = at::randn({B, T, 3 * C}, gen).to(dtype),
+                   g = at::randn({B, T, C}, gen).to(dtype);
 
   at::Tensor packed_leaf = qkv.clone().set_requires_grad(true);
   at::Tensor y_packed = models::causal_attention_packed(packed_leaf, H);
@@ -153,7 +167,8 @@ TEST_CASE("causal_attention_packed equals splitting the heads and causal_attenti
   CHECK(at::equal(y_packed, y_split));
   CHECK(at::equal(packed_leaf.grad(), split_leaf.grad()));
   // And both are attention: against the float64 definition.
-  at::Tensor want = reference(heads(qkv.split(C, 2)[0]).to(at::kDouble), heads(qkv.split(C, 2)[1]).to(at::kDouble),
+  at::Tensor want = reference(heads(qkv.split(C, 2)[0]).to(at::kDouble),
+                              heads(qkv.split(C, 2)[1]).to(at::kDouble),
                               heads(qkv.split(C, 2)[2]).to(at::kDouble))
                         .transpose(1, 2)
                         .reshape({B, T, C});

@@ -29,11 +29,13 @@ double max_rel(const at::Tensor& a, const at::Tensor& b) {
 }
 }  // namespace
 
-TEST_CASE("gelu_tanh equals at::gelu(tanh) and its gradient equals ATen's gelu_backward", "[models][gelu]") {
+TEST_CASE("gelu_tanh equals at::gelu(tanh) and its gradient equals ATen's gelu_backward",
+          "[models][gelu]") {
   // Sizes with a tail past the last 8-wide block, and one split over several parallel chunks.
   const int64_t n = GENERATE(7, 1000, 100003);
   // Every vector width this CPU has (the scalar loop, AVX2, AVX-512).
-  const auto level = GENERATE(models::simd::Level::scalar, models::simd::Level::avx2, models::simd::Level::avx512);
+  const auto level =
+      GENERATE(models::simd::Level::scalar, models::simd::Level::avx2, models::simd::Level::avx512);
   models::simd::force_level(level);
   CAPTURE(n, static_cast<int>(level), static_cast<int>(models::simd::level()));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
@@ -43,9 +45,12 @@ TEST_CASE("gelu_tanh equals at::gelu(tanh) and its gradient equals ATen's gelu_b
   auto ours = run([](const at::Tensor& t) { return models::gelu_tanh(t); }, x, upstream);
   auto aten = run([](const at::Tensor& t) { return at::gelu(t, "tanh"); }, x, upstream);
   // The exact value: ATen's formula in float64.
-  auto exact = run([](const at::Tensor& t) { return at::gelu(t, "tanh"); }, x.to(at::kDouble), upstream.to(at::kDouble));
-  const double y_err = max_rel(ours.y.to(at::kDouble), exact.y), grad_err = max_rel(ours.grad.to(at::kDouble), exact.grad);
-  CAPTURE(y_err, grad_err, max_rel(aten.y.to(at::kDouble), exact.y), max_rel(aten.grad.to(at::kDouble), exact.grad));
+  auto exact = run([](const at::Tensor& t) { return at::gelu(t, "tanh"); }, x.to(at::kDouble),
+                   upstream.to(at::kDouble));
+  const double y_err = max_rel(ours.y.to(at::kDouble), exact.y),
+               grad_err = max_rel(ours.grad.to(at::kDouble), exact.grad);
+  CAPTURE(y_err, grad_err, max_rel(aten.y.to(at::kDouble), exact.y),
+          max_rel(aten.grad.to(at::kDouble), exact.grad));
   // Within a few float32 roundings of the exact value (ATen's own float32 gradient is off by up
   // to 6e-7 here), and close to ATen's float32 result.
   CHECK(y_err <= 2e-7);
@@ -57,7 +62,8 @@ TEST_CASE("gelu_tanh equals at::gelu(tanh) and its gradient equals ATen's gelu_b
 }
 
 TEST_CASE("gelu_tanh on a [B, T, C] activation, by hand at three points", "[models][gelu]") {
-  // y = 0.5 x (1 + tanh(k (x + 0.044715 x^3))), y' = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2)
+  // y = 0.5 x (1 + tanh(k (x + 0.044715 x^3))), y' = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 *
+  // 0.044715 x^2)
   at::Tensor x = at::tensor({0.0f, 1.0f, -2.0f}).repeat({2, 4, 1});  // [2, 4, 3]
   auto r = run([](const at::Tensor& t) { return models::gelu_tanh(t); }, x, at::ones_like(x));
   const double k = std::sqrt(2.0 / M_PI);
@@ -65,11 +71,13 @@ TEST_CASE("gelu_tanh on a [B, T, C] activation, by hand at three points", "[mode
     const double v = x[0][0][i].item<double>(), t = std::tanh(k * (v + 0.044715 * v * v * v));
     CHECK(r.y[1][3][i].item<double>() == Approx(0.5 * v * (1 + t)).margin(1e-6));
     CHECK(r.grad[1][3][i].item<double>() ==
-          Approx(0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * 0.044715 * v * v)).margin(1e-6));
+          Approx(0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * 0.044715 * v * v))
+              .margin(1e-6));
   }
 }
 
-TEST_CASE("gelu_tanh gives the same bits without grad, and other dtypes are at::gelu itself", "[models][gelu]") {
+TEST_CASE("gelu_tanh gives the same bits without grad, and other dtypes are at::gelu itself",
+          "[models][gelu]") {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
   at::Tensor x = at::randn({33}, gen) * 3;
   at::Tensor with_grad = models::gelu_tanh(x.clone().set_requires_grad(true)).detach();

@@ -33,12 +33,14 @@ TEST_CASE("GPT is causal and its head is the token embedding", "[models]") {
   auto changed = tokens.clone();
   changed.index_put_({at::indexing::Slice(), 7}, (tokens.select(1, 7) + 1) % 50);
   auto logits2 = model->forward(changed);
-  CHECK(at::allclose(logits.narrow(1, 0, 7), logits2.narrow(1, 0, 7)));  // the past ignores the future
+  CHECK(at::allclose(logits.narrow(1, 0, 7),
+                     logits2.narrow(1, 0, 7)));  // the past ignores the future
   CHECK(!at::allclose(logits.narrow(1, 7, 1), logits2.narrow(1, 7, 1)));
   logits.sum().backward();
   // The LM head gradient lands on wte, for tokens never seen in the input too.
   CHECK(model->wte->weight.grad().abs().sum().item<float>() > 0);
-  CHECK_THROWS_WITH(model->forward(at::zeros({1, 17}, at::kLong)), Catch::Matchers::Contains("exceeds n_positions 16"));
+  CHECK_THROWS_WITH(model->forward(at::zeros({1, 17}, at::kLong)),
+                    Catch::Matchers::Contains("exceeds n_positions 16"));
 }
 
 TEST_CASE("a tiny GPT overfits a fixed batch", "[models]") {
@@ -58,5 +60,5 @@ TEST_CASE("a tiny GPT overfits a fixed batch", "[models]") {
     last = loss.item<double>();
   }
   CHECK(first == Approx(std::log(32.0)).margin(0.3));  // near uniform at init
-  CHECK(last < 0.5);                                    // memorized
+  CHECK(last < 0.5);                                   // memorized
 }

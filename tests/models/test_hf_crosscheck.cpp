@@ -32,12 +32,14 @@ json read_config(const std::string& model) {
 
 // transformers 5 keeps rope settings in rope_parameters; 4.x used rope_theta / rope_scaling.
 void rope_from_config(const json& c, double& theta, models::RopeScaling& s) {
-  const json& r = c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"]
-                  : c.contains("rope_scaling") && c["rope_scaling"].is_object()     ? c["rope_scaling"]
-                                                                                     : json::object();
+  const json& r = c.contains("rope_parameters") && c["rope_parameters"].is_object()
+                      ? c["rope_parameters"]
+                  : c.contains("rope_scaling") && c["rope_scaling"].is_object() ? c["rope_scaling"]
+                                                                                : json::object();
   theta = r.value("rope_theta", c.value("rope_theta", 10000.0));
   if (r.value("rope_type", r.value("type", std::string("default"))) == "llama3") {
-    s = {r.at("factor").get<double>(), r.at("low_freq_factor").get<double>(), r.at("high_freq_factor").get<double>(),
+    s = {r.at("factor").get<double>(), r.at("low_freq_factor").get<double>(),
+         r.at("high_freq_factor").get<double>(),
          r.at("original_max_position_embeddings").get<int64_t>()};
   }
 }
@@ -50,27 +52,37 @@ struct Diffs {
 Diffs compare(const at::Tensor& logits, const std::map<std::string, at::Tensor>& ref) {
   const auto& tokens = ref.at("tokens");
   const int64_t T = tokens.size(1), V = logits.size(-1);
-  auto loss = at::cross_entropy_loss(logits.narrow(1, 0, T - 1).reshape({-1, V}), tokens.narrow(1, 1, T - 1).reshape({-1}));
-  return {(logits - ref.at("logits")).abs().max().item<double>(), (loss - ref.at("loss")).abs().item<double>()};
+  auto loss = at::cross_entropy_loss(logits.narrow(1, 0, T - 1).reshape({-1, V}),
+                                     tokens.narrow(1, 1, T - 1).reshape({-1}));
+  return {(logits - ref.at("logits")).abs().max().item<double>(),
+          (loss - ref.at("loss")).abs().item<double>()};
 }
 
 void report(const char* model, const Diffs& d, const at::Tensor& ref_logits) {
-  std::cout << "hf cross-check " << model << ": max |logits diff| = " << d.logits << " (logits max |x| "
-            << ref_logits.abs().max().item<double>() << "), |loss diff| = " << d.loss << "\n";
+  std::cout << "hf cross-check " << model << ": max |logits diff| = " << d.logits
+            << " (logits max |x| " << ref_logits.abs().max().item<double>()
+            << "), |loss diff| = " << d.loss << "\n";
 }
 }  // namespace
 
-TEST_CASE("LLaMA with HF weights matches LlamaForCausalLM's logits and loss to 1e-5", "[models][hf]") {
+TEST_CASE("LLaMA with HF weights matches LlamaForCausalLM's logits and loss to 1e-5",
+          "[models][hf]") {
   auto c = read_config("llama");
-  models::LlamaOptions o{.vocab_size = c["vocab_size"], .dim = c["hidden_size"], .n_layers = c["num_hidden_layers"],
-                         .n_heads = c["num_attention_heads"], .n_kv_heads = c["num_key_value_heads"],
-                         .ffn_dim = c["intermediate_size"], .norm_eps = c["rms_norm_eps"],
-                         .max_seq_len = c["max_position_embeddings"], .tie_embeddings = c["tie_word_embeddings"]};
+  models::LlamaOptions o{.vocab_size = c["vocab_size"],
+                         .dim = c["hidden_size"],
+                         .n_layers = c["num_hidden_layers"],
+                         .n_heads = c["num_attention_heads"],
+                         .n_kv_heads = c["num_key_value_heads"],
+                         .ffn_dim = c["intermediate_size"],
+                         .norm_eps = c["rms_norm_eps"],
+                         .max_seq_len = c["max_position_embeddings"],
+                         .tie_embeddings = c["tie_word_embeddings"]};
   rope_from_config(c, o.rope_theta, o.rope_scaling);
-  REQUIRE(o.n_kv_heads < o.n_heads);      // GQA is exercised
-  REQUIRE(o.rope_scaling.factor > 0);     // and the llama3 scaling
+  REQUIRE(o.n_kv_heads < o.n_heads);   // GQA is exercised
+  REQUIRE(o.rope_scaling.factor > 0);  // and the llama3 scaling
   models::Llama model(o);
-  models::load_state_dict(*model, models::llama_from_hf(ckpt::load_safetensors(kDir + "/llama/model.safetensors"), o));
+  models::load_state_dict(
+      *model, models::llama_from_hf(ckpt::load_safetensors(kDir + "/llama/model.safetensors"), o));
   model->eval();
   auto ref = ckpt::load_safetensors(kDir + "/llama/reference.safetensors");
   at::NoGradGuard ng;
@@ -81,16 +93,25 @@ TEST_CASE("LLaMA with HF weights matches LlamaForCausalLM's logits and loss to 1
   CHECK(d.loss <= 1e-5);
 }
 
-TEST_CASE("Mixtral with HF weights matches MixtralForCausalLM's logits, loss and aux loss to 1e-5", "[models][hf]") {
+TEST_CASE("Mixtral with HF weights matches MixtralForCausalLM's logits, loss and aux loss to 1e-5",
+          "[models][hf]") {
   auto c = read_config("mixtral");
-  models::MixtralOptions o{.vocab_size = c["vocab_size"], .dim = c["hidden_size"], .n_layers = c["num_hidden_layers"],
-                           .n_heads = c["num_attention_heads"], .n_kv_heads = c["num_key_value_heads"],
-                           .ffn_dim = c["intermediate_size"], .n_experts = c["num_local_experts"],
-                           .top_k = c["num_experts_per_tok"], .norm_eps = c["rms_norm_eps"],
-                           .max_seq_len = c["max_position_embeddings"], .tie_embeddings = c["tie_word_embeddings"]};
+  models::MixtralOptions o{.vocab_size = c["vocab_size"],
+                           .dim = c["hidden_size"],
+                           .n_layers = c["num_hidden_layers"],
+                           .n_heads = c["num_attention_heads"],
+                           .n_kv_heads = c["num_key_value_heads"],
+                           .ffn_dim = c["intermediate_size"],
+                           .n_experts = c["num_local_experts"],
+                           .top_k = c["num_experts_per_tok"],
+                           .norm_eps = c["rms_norm_eps"],
+                           .max_seq_len = c["max_position_embeddings"],
+                           .tie_embeddings = c["tie_word_embeddings"]};
   rope_from_config(c, o.rope_theta, o.rope_scaling);
   models::Mixtral model(o);
-  models::load_state_dict(*model, models::mixtral_from_hf(ckpt::load_safetensors(kDir + "/mixtral/model.safetensors"), o));
+  models::load_state_dict(
+      *model,
+      models::mixtral_from_hf(ckpt::load_safetensors(kDir + "/mixtral/model.safetensors"), o));
   model->eval();
   auto ref = ckpt::load_safetensors(kDir + "/mixtral/reference.safetensors");
   auto logits = model->forward(ref.at("tokens"));
@@ -104,13 +125,19 @@ TEST_CASE("Mixtral with HF weights matches MixtralForCausalLM's logits, loss and
   CHECK(aux_diff <= 1e-5);
 }
 
-TEST_CASE("GPT-2 with HF weights matches GPT2LMHeadModel's logits and loss to 1e-5", "[models][hf]") {
+TEST_CASE("GPT-2 with HF weights matches GPT2LMHeadModel's logits and loss to 1e-5",
+          "[models][hf]") {
   auto c = read_config("gpt2");
-  models::GPTOptions o{.vocab_size = c["vocab_size"], .n_positions = c["n_positions"], .n_embd = c["n_embd"],
-                       .n_layer = c["n_layer"], .n_head = c["n_head"], .dropout = 0.0,
+  models::GPTOptions o{.vocab_size = c["vocab_size"],
+                       .n_positions = c["n_positions"],
+                       .n_embd = c["n_embd"],
+                       .n_layer = c["n_layer"],
+                       .n_head = c["n_head"],
+                       .dropout = 0.0,
                        .layer_norm_eps = c["layer_norm_epsilon"]};
   models::GPT model(o);
-  models::load_state_dict(*model, models::gpt2_from_hf(ckpt::load_safetensors(kDir + "/gpt2/model.safetensors"), o));
+  models::load_state_dict(
+      *model, models::gpt2_from_hf(ckpt::load_safetensors(kDir + "/gpt2/model.safetensors"), o));
   model->eval();
   auto ref = ckpt::load_safetensors(kDir + "/gpt2/reference.safetensors");
   {
@@ -129,18 +156,24 @@ TEST_CASE("GPT-2 with HF weights matches GPT2LMHeadModel's logits and loss to 1e
 TEST_CASE("HF import names what does not fit", "[models][hf]") {
   auto c = read_config("llama");
   auto hf = ckpt::load_safetensors(kDir + "/llama/model.safetensors");
-  models::LlamaOptions o{.vocab_size = c["vocab_size"], .dim = c["hidden_size"], .n_layers = 1,
-                         .n_heads = c["num_attention_heads"], .n_kv_heads = c["num_key_value_heads"],
+  models::LlamaOptions o{.vocab_size = c["vocab_size"],
+                         .dim = c["hidden_size"],
+                         .n_layers = 1,
+                         .n_heads = c["num_attention_heads"],
+                         .n_kv_heads = c["num_key_value_heads"],
                          .ffn_dim = c["intermediate_size"]};
   // One layer fewer than the file: layer 1's keys are unexpected.
-  CHECK_THROWS_WITH(models::llama_from_hf(hf, o), Catch::Matchers::Contains("unexpected: layers.1."));
+  CHECK_THROWS_WITH(models::llama_from_hf(hf, o),
+                    Catch::Matchers::Contains("unexpected: layers.1."));
   o.n_layers = 2;
   hf.erase("model.layers.0.mlp.up_proj.weight");
-  CHECK_THROWS_WITH(models::llama_from_hf(hf, o), Catch::Matchers::Contains("missing: layers.0.mlp.up_proj.weight"));
+  CHECK_THROWS_WITH(models::llama_from_hf(hf, o),
+                    Catch::Matchers::Contains("missing: layers.0.mlp.up_proj.weight"));
   // A tied model refuses a head that differs from the embedding.
   o.tie_embeddings = true;
   hf = ckpt::load_safetensors(kDir + "/llama/model.safetensors");
-  CHECK_THROWS_WITH(models::llama_from_hf(hf, o), Catch::Matchers::Contains("lm_head.weight differs"));
+  CHECK_THROWS_WITH(models::llama_from_hf(hf, o),
+                    Catch::Matchers::Contains("lm_head.weight differs"));
 }
 
 // The formulas of hf_reference.py's dtype_tensors(), computed here independently.
@@ -160,7 +193,10 @@ std::map<std::string, at::Tensor> expected_dtypes() {
           {"empty", at::zeros({0, 4}, at::kFloat)}};
 }
 
-TEST_CASE("safetensors: files written by the python library read back exactly, and ours are written for it", "[models][hf]") {
+TEST_CASE(
+    "safetensors: files written by the python library read back exactly, and ours are written for "
+    "it",
+    "[models][hf]") {
   auto got = ckpt::load_safetensors(kDir + "/dtypes.safetensors");
   auto want = expected_dtypes();
   REQUIRE(got.size() == want.size());

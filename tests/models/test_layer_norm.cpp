@@ -16,7 +16,8 @@ struct Grads {
 };
 
 template <class F>
-Grads run(F&& f, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& g) {
+Grads run(F&& f, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+          const at::Tensor& g) {
   at::Tensor xl = x.clone().set_requires_grad(true), wl = w.clone().set_requires_grad(true),
              bl = b.clone().set_requires_grad(true);
   at::Tensor y = f(xl, wl, bl);
@@ -25,15 +26,19 @@ Grads run(F&& f, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, 
 }
 
 double max_rel(const at::Tensor& a, const at::Tensor& b) {
-  return ((a.to(at::kDouble) - b.to(at::kDouble)).abs().max() / b.to(at::kDouble).abs().max().clamp_min(1e-30))
+  return ((a.to(at::kDouble) - b.to(at::kDouble)).abs().max() /
+          b.to(at::kDouble).abs().max().clamp_min(1e-30))
       .item<double>();
 }
 }  // namespace
 
-TEST_CASE("layer_norm and its gradients equal a float64 reference and ATen's", "[models][layer_norm]") {
+TEST_CASE("layer_norm and its gradients equal a float64 reference and ATen's",
+          "[models][layer_norm]") {
   // C with tails past the 8- and 16-wide blocks; rows over several parallel chunks.
-  auto [rows, C] = GENERATE(std::make_tuple(3, 7), std::make_tuple(200, 37), std::make_tuple(130, 384));
-  const auto level = GENERATE(models::simd::Level::scalar, models::simd::Level::avx2, models::simd::Level::avx512);
+  auto [rows, C] =
+      GENERATE(std::make_tuple(3, 7), std::make_tuple(200, 37), std::make_tuple(130, 384));
+  const auto level =
+      GENERATE(models::simd::Level::scalar, models::simd::Level::avx2, models::simd::Level::avx512);
   models::simd::force_level(level);
   CAPTURE(rows, C, static_cast<int>(models::simd::level()));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
@@ -47,9 +52,10 @@ TEST_CASE("layer_norm and its gradients equal a float64 reference and ATen's", "
     return at::layer_norm(t, {t.size(-1)}, wt, bt, 1e-5);
   };
   const Grads ours = run(ln, x, w, b, g), ref32 = run(aten, x, w, b, g);
-  const Grads exact = run(aten, x.to(at::kDouble), w.to(at::kDouble), b.to(at::kDouble), g.to(at::kDouble));
-  CAPTURE(max_rel(ours.y, exact.y), max_rel(ref32.y, exact.y), max_rel(ours.dx, exact.dx), max_rel(ref32.dx, exact.dx),
-          max_rel(ours.dw, exact.dw), max_rel(ref32.dw, exact.dw));
+  const Grads exact =
+      run(aten, x.to(at::kDouble), w.to(at::kDouble), b.to(at::kDouble), g.to(at::kDouble));
+  CAPTURE(max_rel(ours.y, exact.y), max_rel(ref32.y, exact.y), max_rel(ours.dx, exact.dx),
+          max_rel(ref32.dx, exact.dx), max_rel(ours.dw, exact.dw), max_rel(ref32.dw, exact.dw));
   CHECK(max_rel(ours.y, exact.y) <= 1e-6);
   CHECK(max_rel(ours.dx, exact.dx) <= 1e-5);
   CHECK(max_rel(ours.dw, exact.dw) <= 1e-5);
@@ -61,8 +67,8 @@ TEST_CASE("layer_norm and its gradients equal a float64 reference and ATen's", "
 
 TEST_CASE("layer_norm gives the same bits on 3 threads as on 1", "[models][layer_norm]") {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
-  const at::Tensor x = at::randn({700, 96}, gen), w = at::randn({96}, gen), b = at::randn({96}, gen),
-                   g = at::randn({700, 96}, gen);
+  const at::Tensor x = at::randn({700, 96}, gen), w = at::randn({96}, gen),
+                   b = at::randn({96}, gen), g = at::randn({700, 96}, gen);
   auto ln = [](const at::Tensor& t, const at::Tensor& wt, const at::Tensor& bt) {
     return models::layer_norm(t, wt, bt, 1e-5);
   };
@@ -78,10 +84,12 @@ TEST_CASE("layer_norm gives the same bits on 3 threads as on 1", "[models][layer
   CHECK(at::equal(one.db, three.db));
 }
 
-TEST_CASE("layer_norm hands other inputs to at::layer_norm, and the module keeps LayerNorm's parameters",
-          "[models][layer_norm]") {
+TEST_CASE(
+    "layer_norm hands other inputs to at::layer_norm, and the module keeps LayerNorm's parameters",
+    "[models][layer_norm]") {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
-  const at::Tensor x = at::randn({4, 10}, gen).to(at::kDouble), w = at::randn({10}, gen).to(at::kDouble),
+  const at::Tensor x = at::randn({4, 10}, gen).to(at::kDouble),
+                   w = at::randn({10}, gen).to(at::kDouble),
                    b = at::randn({10}, gen).to(at::kDouble);
   CHECK(at::equal(models::layer_norm(x, w, b, 1e-5), at::layer_norm(x, {10}, w, b, 1e-5)));
 
@@ -92,7 +100,8 @@ TEST_CASE("layer_norm hands other inputs to at::layer_norm, and the module keeps
   m->weight.copy_(at::randn({10}, gen));
   m->bias.copy_(at::randn({10}, gen));
   const at::Tensor xf = at::randn({3, 5, 10}, gen);
-  const at::Tensor want = at::layer_norm(xf.to(at::kDouble), {10}, m->weight.to(at::kDouble), m->bias.to(at::kDouble), 1e-6);
+  const at::Tensor want = at::layer_norm(xf.to(at::kDouble), {10}, m->weight.to(at::kDouble),
+                                         m->bias.to(at::kDouble), 1e-6);
   CHECK(max_rel(m->forward(xf), want) <= 1e-6);
   // A two-dimensional normalized shape is torch's own LayerNorm.
   models::LayerNorm m2(torch::nn::LayerNormOptions({5, 10}));

@@ -17,8 +17,15 @@ using models::LlamaOptions;
 
 namespace {
 LlamaOptions tiny() {
-  return LlamaOptions{.vocab_size = 64, .dim = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
-                      .ffn_dim = 48, .norm_eps = 1e-5, .rope_theta = 10000.0, .max_seq_len = 16};
+  return LlamaOptions{.vocab_size = 64,
+                      .dim = 32,
+                      .n_layers = 2,
+                      .n_heads = 4,
+                      .n_kv_heads = 2,
+                      .ffn_dim = 48,
+                      .norm_eps = 1e-5,
+                      .rope_theta = 10000.0,
+                      .max_seq_len = 16};
 }
 bool has_name(torch::nn::Module& m, const std::string& name) {
   auto names = m.named_parameters().keys();
@@ -26,7 +33,8 @@ bool has_name(torch::nn::Module& m, const std::string& name) {
 }
 }  // namespace
 
-TEST_CASE("LLaMA-3 8B and 70B parameter counts, from the formula and from meta-device models", "[models]") {
+TEST_CASE("LLaMA-3 8B and 70B parameter counts, from the formula and from meta-device models",
+          "[models]") {
   // Hand-computed: 8B = 2 x 128256 x 4096 + 32 x (2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 14336
   // + 2 x 4096) + 4096; 70B likewise with 8192 / 80 / 1024 (8 kv heads x 128) / 28672.
   CHECK(models::llama_parameter_count(models::llama3_8b()) == 8030261248);
@@ -43,20 +51,23 @@ TEST_CASE("LLaMA-3 8B and 70B parameter counts, from the formula and from meta-d
     CHECK(model->rope_cos.is_meta());
     auto params = model->named_parameters();
     CHECK(params["layers.0.attention.wk.weight"].sizes() == c10::IntArrayRef({8 * 128, o.dim}));
-    CHECK(params["layers.1.feed_forward.w2.weight"].sizes() == c10::IntArrayRef({o.dim, o.ffn_dim}));
+    CHECK(params["layers.1.feed_forward.w2.weight"].sizes() ==
+          c10::IntArrayRef({o.dim, o.ffn_dim}));
     CHECK(params["output.weight"].sizes() == c10::IntArrayRef({128256, o.dim}));
   }
   // After the scope, tensors are ordinary again.
   CHECK(!at::zeros({2}).is_meta());
 }
 
-TEST_CASE("a tiny LLaMA has Meta/TorchTitan names and the counted parameters, tied or not", "[models]") {
+TEST_CASE("a tiny LLaMA has Meta/TorchTitan names and the counted parameters, tied or not",
+          "[models]") {
   auto o = tiny();
   Llama untied(o);
   CHECK(models::count_parameters(*untied) == models::llama_parameter_count(o));
-  for (const char* n : {"tok_embeddings.weight", "layers.1.attention.wq.weight", "layers.1.attention.wo.weight",
-                        "layers.0.feed_forward.w3.weight", "layers.0.attention_norm.weight",
-                        "layers.0.ffn_norm.weight", "norm.weight", "output.weight"}) {
+  for (const char* n :
+       {"tok_embeddings.weight", "layers.1.attention.wq.weight", "layers.1.attention.wo.weight",
+        "layers.0.feed_forward.w3.weight", "layers.0.attention_norm.weight",
+        "layers.0.ffn_norm.weight", "norm.weight", "output.weight"}) {
     CHECK(has_name(*untied, n));
   }
   CHECK(!has_name(*untied, "layers.0.attention.wq.bias"));
@@ -81,9 +92,12 @@ TEST_CASE("RMSNorm computes in fp32 and casts back before the weight", "[models]
     for (int64_t j = 0; j < 8; ++j) ms += std::pow(xd[r][j].item<double>(), 2) / 8;
     for (int64_t j = 0; j < 8; ++j) {
       // Normalize, round to bf16, then multiply by the weight rounded to bf16, rounded again.
-      const float normed = at::scalar_tensor(xd[r][j].item<double>() / std::sqrt(ms + 1e-6)).to(at::kBFloat16).item<float>();
+      const float normed = at::scalar_tensor(xd[r][j].item<double>() / std::sqrt(ms + 1e-6))
+                               .to(at::kBFloat16)
+                               .item<float>();
       const float w = norm->weight[j].to(at::kBFloat16).item<float>();
-      const float expect = at::scalar_tensor(double(normed) * double(w)).to(at::kBFloat16).item<float>();
+      const float expect =
+          at::scalar_tensor(double(normed) * double(w)).to(at::kBFloat16).item<float>();
       CHECK(y[r][j].item<float>() == expect);
     }
   }
@@ -98,8 +112,10 @@ TEST_CASE("RoPE rotates pair (j, j + hd/2) by position * theta^(-2j/hd)", "[mode
     for (int64_t j = 0; j < 4; ++j) {
       const double angle = p * std::pow(1e4, -2.0 * j / 8);
       const double a = x[0][0][p][j].item<double>(), b = x[0][0][p][j + 4].item<double>();
-      CHECK(y[0][0][p][j].item<double>() == Approx(a * std::cos(angle) - b * std::sin(angle)).margin(1e-5));
-      CHECK(y[0][0][p][j + 4].item<double>() == Approx(b * std::cos(angle) + a * std::sin(angle)).margin(1e-5));
+      CHECK(y[0][0][p][j].item<double>() ==
+            Approx(a * std::cos(angle) - b * std::sin(angle)).margin(1e-5));
+      CHECK(y[0][0][p][j + 4].item<double>() ==
+            Approx(b * std::cos(angle) + a * std::sin(angle)).margin(1e-5));
     }
   }
 }
@@ -107,7 +123,10 @@ TEST_CASE("RoPE rotates pair (j, j + hd/2) by position * theta^(-2j/hd)", "[mode
 TEST_CASE("llama3 rope scaling matches the piecewise frequencies computed by hand", "[models]") {
   // Llama 3.1's values: factor 8, low 1, high 4, original context 8192; head_dim 128.
   LlamaOptions o = models::llama3_8b();
-  o.rope_scaling = {.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_position_embeddings = 8192};
+  o.rope_scaling = {.factor = 8,
+                    .low_freq_factor = 1,
+                    .high_freq_factor = 4,
+                    .original_max_position_embeddings = 8192};
   auto inv = models::rope_inv_freq(o, at::TensorOptions());
   REQUIRE(inv.size(0) == 64);
   int kept = 0, slowed = 0, blended = 0;
@@ -142,7 +161,8 @@ TEST_CASE("GQA attention equals a plain repeat-kv causal softmax attention", "[m
   auto c = cos.narrow(0, 0, T), s = sin.narrow(0, 0, T);
   auto y = attn->forward(x, c, s);
 
-  // Reference: project, rotate with an explicit rotation, repeat each kv head for its 2 query heads.
+  // Reference: project, rotate with an explicit rotation, repeat each kv head for its 2 query
+  // heads.
   auto rotate = [&](const at::Tensor& t) {  // t [B, n, T, hd]
     auto out = t.clone();
     for (int64_t p = 0; p < T; ++p)
@@ -154,14 +174,17 @@ TEST_CASE("GQA attention equals a plain repeat-kv causal softmax attention", "[m
       }
     return out;
   };
-  auto split = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, hd}).permute({0, 2, 1, 3}); };
+  auto split = [&](const at::Tensor& t, int64_t n) {
+    return t.view({B, T, n, hd}).permute({0, 2, 1, 3});
+  };
   auto q = rotate(split(at::matmul(x, attn->wq->weight.t()), H));
   auto k = rotate(split(at::matmul(x, attn->wk->weight.t()), KV)).repeat_interleave(H / KV, 1);
   auto v = split(at::matmul(x, attn->wv->weight.t()), KV).repeat_interleave(H / KV, 1);
   auto scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(hd));
   auto future = at::ones({T, T}, at::kBool).triu(1);
   auto probs = at::softmax(scores.masked_fill(future, -INFINITY), -1);
-  auto ref = at::matmul(at::matmul(probs, v).permute({0, 2, 1, 3}).reshape({B, T, H * hd}), attn->wo->weight.t());
+  auto ref = at::matmul(at::matmul(probs, v).permute({0, 2, 1, 3}).reshape({B, T, H * hd}),
+                        attn->wo->weight.t());
   CHECK(at::allclose(y, ref, 1e-5, 1e-5));
 }
 
@@ -175,7 +198,8 @@ TEST_CASE("LLaMA is causal, and rejects sequences beyond max_seq_len", "[models]
   auto logits2 = model->forward(changed);
   CHECK(at::allclose(logits.narrow(1, 0, 6), logits2.narrow(1, 0, 6)));
   CHECK(!at::allclose(logits.narrow(1, 6, 1), logits2.narrow(1, 6, 1)));
-  CHECK_THROWS_WITH(model->forward(at::zeros({1, 17}, at::kLong)), Catch::Matchers::Contains("exceeds max_seq_len 16"));
+  CHECK_THROWS_WITH(model->forward(at::zeros({1, 17}, at::kLong)),
+                    Catch::Matchers::Contains("exceeds max_seq_len 16"));
 }
 
 TEST_CASE("LLaMA init_weights refills the same tensors with TorchTitan's stds", "[models]") {
@@ -184,7 +208,10 @@ TEST_CASE("LLaMA init_weights refills the same tensors with TorchTitan's stds", 
   Llama model(o);
   auto params = model->named_parameters();
   const void* wo_ptr = params["layers.3.attention.wo.weight"].data_ptr();
-  { torch::NoGradGuard ng; for (auto& p : model->parameters()) p.fill_(7.0); }
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : model->parameters()) p.fill_(7.0);
+  }
   auto cos_before = model->rope_cos.clone();
   model->rope_cos.fill_(0);
   model->init_weights();

@@ -18,8 +18,17 @@ using models::MixtralOptions;
 
 namespace {
 MixtralOptions tiny() {
-  return MixtralOptions{.vocab_size = 64, .dim = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 24,
-                        .n_experts = 4, .top_k = 2, .norm_eps = 1e-5, .rope_theta = 10000.0, .max_seq_len = 16};
+  return MixtralOptions{.vocab_size = 64,
+                        .dim = 32,
+                        .n_layers = 2,
+                        .n_heads = 4,
+                        .n_kv_heads = 2,
+                        .ffn_dim = 24,
+                        .n_experts = 4,
+                        .top_k = 2,
+                        .norm_eps = 1e-5,
+                        .rope_theta = 10000.0,
+                        .max_seq_len = 16};
 }
 
 // For each token on its own: softmax over all experts, pick the k largest by a plain sort,
@@ -27,7 +36,8 @@ MixtralOptions tiny() {
 at::Tensor naive_moe(const models::MoEImpl& moe, const at::Tensor& x) {
   auto flat = x.reshape({-1, x.size(-1)}).to(at::kDouble);
   auto router = moe.router->weight.to(at::kDouble);
-  auto w1 = moe.experts->w1.to(at::kDouble), w2 = moe.experts->w2.to(at::kDouble), w3 = moe.experts->w3.to(at::kDouble);
+  auto w1 = moe.experts->w1.to(at::kDouble), w2 = moe.experts->w2.to(at::kDouble),
+       w3 = moe.experts->w3.to(at::kDouble);
   auto out = at::zeros_like(flat);
   for (int64_t n = 0; n < flat.size(0); ++n) {
     auto xn = flat[n];
@@ -35,7 +45,8 @@ at::Tensor naive_moe(const models::MoEImpl& moe, const at::Tensor& x) {
     for (int64_t e = 0; e < moe.n_experts; ++e) logits[e] = at::dot(router[e], xn).item<double>();
     std::vector<int64_t> idx(moe.n_experts);
     std::iota(idx.begin(), idx.end(), 0);
-    std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+    std::stable_sort(idx.begin(), idx.end(),
+                     [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
     // The softmax over all experts, top-k, renormalized == a softmax over the k chosen logits.
     double z = 0;
     for (int64_t j = 0; j < moe.top_k; ++j) z += std::exp(logits[idx[j]] - logits[idx[0]]);
@@ -52,7 +63,8 @@ at::Tensor naive_moe(const models::MoEImpl& moe, const at::Tensor& x) {
 }  // namespace
 
 TEST_CASE("Mixtral 8x7B has 46.7B parameters, counted and built on the meta device", "[models]") {
-  // 2 x 32000 x 4096 + 32 x (2 x 4096^2 + 2 x 4096 x 1024 + 8 x 3 x 4096 x 14336 + 8 x 4096 + 2 x 4096) + 4096
+  // 2 x 32000 x 4096 + 32 x (2 x 4096^2 + 2 x 4096 x 1024 + 8 x 3 x 4096 x 14336 + 8 x 4096 + 2 x
+  // 4096) + 4096
   CHECK(models::mixtral_parameter_count(models::mixtral_8x7b()) == 46702792704);
   Mixtral model{nullptr};
   {
@@ -73,7 +85,13 @@ TEST_CASE("the sparse MoE equals a per-token loop over the top-k experts", "[mod
   for (int64_t k : {1, 2, 3}) {
     o.top_k = k;
     models::MoE moe(o);
-    { torch::NoGradGuard ng; moe->router->weight.normal_(0, 0.5); moe->experts->w1.normal_(0, 0.2); moe->experts->w2.normal_(0, 0.2); moe->experts->w3.normal_(0, 0.2); }
+    {
+      torch::NoGradGuard ng;
+      moe->router->weight.normal_(0, 0.5);
+      moe->experts->w1.normal_(0, 0.2);
+      moe->experts->w2.normal_(0, 0.2);
+      moe->experts->w3.normal_(0, 0.2);
+    }
     auto x = at::randn({2, 5, 32});
     auto y = moe->forward(x);
     CHECK(at::allclose(y.to(at::kDouble), naive_moe(*moe, x), 1e-5, 1e-6));
@@ -81,7 +99,8 @@ TEST_CASE("the sparse MoE equals a per-token loop over the top-k experts", "[mod
   }
 }
 
-TEST_CASE("the MoE is dropless: every token reaches its experts however skewed the routing", "[models]") {
+TEST_CASE("the MoE is dropless: every token reaches its experts however skewed the routing",
+          "[models]") {
   auto o = tiny();
   models::MoE moe(o);
   {
@@ -106,7 +125,11 @@ TEST_CASE("the load-balancing loss matches a hand computation pooled over layers
   auto o = tiny();
   o.n_experts = 5, o.top_k = 2;
   Mixtral model(o);
-  { torch::NoGradGuard ng; for (auto& l : *model->layers) l->as<models::MixtralBlockImpl>()->feed_forward->router->weight.normal_(0, 0.3); }
+  {
+    torch::NoGradGuard ng;
+    for (auto& l : *model->layers)
+      l->as<models::MixtralBlockImpl>()->feed_forward->router->weight.normal_(0, 0.3);
+  }
   model->forward(at::randint(64, {2, 6}, at::kLong));
   auto aux = model->aux_loss();
 
@@ -132,12 +155,23 @@ TEST_CASE("the load-balancing loss matches a hand computation pooled over layers
 
   // Gradient reaches the routers; a uniform router gives exactly k.
   aux.backward();
-  CHECK(model->layers->ptr<models::MixtralBlockImpl>(0)->feed_forward->router->weight.grad().abs().sum().item<double>() > 0);
-  { torch::NoGradGuard ng; for (auto& l : *model->layers) l->as<models::MixtralBlockImpl>()->feed_forward->router->weight.zero_(); }
+  CHECK(model->layers->ptr<models::MixtralBlockImpl>(0)
+            ->feed_forward->router->weight.grad()
+            .abs()
+            .sum()
+            .item<double>() > 0);
+  {
+    torch::NoGradGuard ng;
+    for (auto& l : *model->layers)
+      l->as<models::MixtralBlockImpl>()->feed_forward->router->weight.zero_();
+  }
   model->forward(at::randint(64, {2, 6}, at::kLong));
   CHECK(model->aux_loss().item<double>() == Approx(2.0).epsilon(1e-6));
   // Logits from a no-grad forward would give a loss without gradient: that is an error.
-  { torch::NoGradGuard ng; model->forward(at::randint(64, {1, 4}, at::kLong)); }
+  {
+    torch::NoGradGuard ng;
+    model->forward(at::randint(64, {1, 4}, at::kLong));
+  }
   CHECK_THROWS_WITH(model->aux_loss(), Catch::Matchers::Contains("computed without autograd"));
 }
 
@@ -168,6 +202,7 @@ TEST_CASE("a tiny Mixtral overfits a fixed batch with the aux loss added", "[mod
     if (step == 0) first = ce.item<double>();
     last = ce.item<double>();
   }
-  CHECK(first == Approx(std::log(64.0) + 0.5).margin(0.4));  // head init gives logits of std ~1: +1/2
+  CHECK(first ==
+        Approx(std::log(64.0) + 0.5).margin(0.4));  // head init gives logits of std ~1: +1/2
   CHECK(last < 0.5);
 }

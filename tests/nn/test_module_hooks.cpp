@@ -9,7 +9,9 @@
 
 namespace {
 struct TwoInputImpl : torch::nn::Module {
-  torch::Tensor forward(const torch::Tensor& a, double scale, const torch::Tensor& b) { return a * scale - b; }
+  torch::Tensor forward(const torch::Tensor& a, double scale, const torch::Tensor& b) {
+    return a * scale - b;
+  }
 };
 TORCH_MODULE(TwoInput);
 }  // namespace
@@ -20,7 +22,8 @@ TEST_CASE("module hooks rewrite inputs in order and the output", "[models]") {
   CHECK(vescale::nn::call(m, a, 2.0, b).equal(torch::full({2}, 5.0)));  // no hooks: 3*2-1
 
   vescale::nn::ForwardHooks h;
-  h.inputs = {[](const torch::Tensor& t) { return t + 10; }, [](const torch::Tensor& t) { return t * 4; }};
+  h.inputs = {[](const torch::Tensor& t) { return t + 10; },
+              [](const torch::Tensor& t) { return t * 4; }};
   h.output = [](const torch::Tensor& t) { return -t; };
   vescale::nn::set_forward_hooks(m.get(), h);
   CHECK(vescale::nn::call(m, a, 2.0, b).equal(torch::full({2}, -(13.0 * 2 - 4.0))));
@@ -41,13 +44,15 @@ TEST_CASE("module hooks rewrite inputs in order and the output", "[models]") {
   vescale::nn::clear_all_forward_hooks();
 }
 
-TEST_CASE("an around hook gets the tensor inputs and a forward that outlives the call", "[models]") {
+TEST_CASE("an around hook gets the tensor inputs and a forward that outlives the call",
+          "[models]") {
   TwoInput m;
   auto a = torch::full({2}, 3.0), b = torch::full({2}, 1.0);
   vescale::nn::ForwardHooks::Forward saved;
   vescale::nn::ForwardHooks h;
   h.inputs = {[](const torch::Tensor& t) { return t + 1; }};
-  h.around = [&](const std::vector<torch::Tensor>& xs, const vescale::nn::ForwardHooks::Forward& fwd) {
+  h.around = [&](const std::vector<torch::Tensor>& xs,
+                 const vescale::nn::ForwardHooks::Forward& fwd) {
     REQUIRE(xs.size() == 2);
     CHECK(xs[0].equal(torch::full({2}, 4.0)));  // the input hook ran first
     saved = fwd;

@@ -37,7 +37,8 @@ TEST_CASE("AdamW steps DTensor parameters on their shards like whole tensors", "
   for (size_t k = 0; k < cases.size(); ++k) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + k);
     const at::Tensor full = at::randn(cases[k].shape, gen);
-    ours.emplace_back("p" + std::to_string(k), distribute_tensor(full, mesh, {cases[k].param}).requires_grad_(true));
+    ours.emplace_back("p" + std::to_string(k),
+                      distribute_tensor(full, mesh, {cases[k].param}).requires_grad_(true));
     ref.emplace_back("p" + std::to_string(k), full.clone().requires_grad_(true));
   }
   const optim::AdamWOptions o{.lr = 0.05, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
@@ -54,13 +55,16 @@ TEST_CASE("AdamW steps DTensor parameters on their shards like whole tensors", "
     opt.step();
     ref_opt.step();
     for (size_t k = 0; k < cases.size(); ++k) {
-      INFO("step " << step << ", parameter " << k << " " << to_string(spec_of(ours[k].second).placements));
+      INFO("step " << step << ", parameter " << k << " "
+                   << to_string(spec_of(ours[k].second).placements));
       const at::Tensor got = full_tensor(ours[k].second.detach()), want = ref[k].second.detach();
       const double diff = (got - want).abs().max().item<double>();
       INFO("max abs diff " << diff);
       // The op loop (another rounding order, and g / world summed) or the fused kernel on a shard.
-      CHECK(diff <= (cases[k].grad.is_partial() ? 1e-6 : 1e-7) * (1 + want.abs().max().item<double>()));
-      if (cases[k].param.is_replicate() && !cases[k].grad.is_partial()) CHECK(at::equal(got, want));  // the same elements
+      CHECK(diff <=
+            (cases[k].grad.is_partial() ? 1e-6 : 1e-7) * (1 + want.abs().max().item<double>()));
+      if (cases[k].param.is_replicate() && !cases[k].grad.is_partial())
+        CHECK(at::equal(got, want));  // the same elements
       CHECK(spec_of(ours[k].second).placements == Placements{cases[k].param});
     }
   }

@@ -28,7 +28,8 @@ at::Tensor loss_of(const std::vector<at::Tensor>& p, int step) {
 
 std::vector<at::Tensor> make_params() {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
-  std::vector<at::Tensor> p{at::randn({3, 5}, gen), at::randn({3}, gen), at::randn({4}, gen), at::randn({2, 2}, gen)};
+  std::vector<at::Tensor> p{at::randn({3, 5}, gen), at::randn({3}, gen), at::randn({4}, gen),
+                            at::randn({2, 2}, gen)};
   for (auto& t : p) t.set_requires_grad(true);
   return p;
 }
@@ -41,15 +42,18 @@ TEST_CASE("AdamW matches torch::optim::AdamW step for step", "[optim]") {
   const double lr = 0.05, wd = 0.1;
   auto ours = make_params(), ref = make_params();
   // Two groups with different decay, as the trainer uses them; p[3] never gets a gradient.
-  AdamW opt({ParamGroup{{{"w", ours[0]}, {"frozen", ours[3]}}, wd}, ParamGroup{{{"b", ours[1]}, {"c", ours[2]}}, 0.0}},
+  AdamW opt({ParamGroup{{{"w", ours[0]}, {"frozen", ours[3]}}, wd},
+             ParamGroup{{{"b", ours[1]}, {"c", ours[2]}}, 0.0}},
             AdamWOptions{.lr = lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .fused = fused});
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(std::vector<at::Tensor>{ref[0], ref[3]},
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(wd)));
-  groups.emplace_back(std::vector<at::Tensor>{ref[1], ref[2]},
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
+  groups.emplace_back(
+      std::vector<at::Tensor>{ref[0], ref[3]},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(wd)));
+  groups.emplace_back(
+      std::vector<at::Tensor>{ref[1], ref[2]},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
   torch::optim::AdamW torch_opt(std::move(groups), torch::optim::AdamWOptions(lr));
   for (int step = 0; step < 6; ++step) {
     opt.zero_grad();
@@ -100,15 +104,19 @@ TEST_CASE("AdamW state round-trips through state_dict", "[optim]") {
 
   auto bad = opt_a.state_dict();
   bad["w.exp_avg"] = at::zeros({2});
-  CHECK_THROWS_WITH(opt_b.load_state_dict(bad), Contains("AdamW state: 'w' has shape [2] in the checkpoint"));
+  CHECK_THROWS_WITH(opt_b.load_state_dict(bad),
+                    Contains("AdamW state: 'w' has shape [2] in the checkpoint"));
   auto extra = opt_a.state_dict();
   extra["z.step"] = at::scalar_tensor(1, at::kLong);
-  CHECK_THROWS_WITH(opt_b.load_state_dict(extra), Contains("1 entries for parameters this optimizer doesn't have"));
+  CHECK_THROWS_WITH(opt_b.load_state_dict(extra),
+                    Contains("1 entries for parameters this optimizer doesn't have"));
 }
 
 TEST_CASE("decay groups: 2-D+ tensors decay, biases and norms don't", "[optim]") {
-  auto groups = decay_groups({{"wte.weight", at::zeros({10, 4})}, {"ln.weight", at::zeros({4})},
-                              {"fc.weight", at::zeros({4, 4})}, {"fc.bias", at::zeros({4})}},
+  auto groups = decay_groups({{"wte.weight", at::zeros({10, 4})},
+                              {"ln.weight", at::zeros({4})},
+                              {"fc.weight", at::zeros({4, 4})},
+                              {"fc.bias", at::zeros({4})}},
                              0.1);
   REQUIRE(groups.size() == 2);
   CHECK(groups[0].weight_decay == 0.1);
@@ -121,16 +129,17 @@ TEST_CASE("decay groups: 2-D+ tensors decay, biases and norms don't", "[optim]")
 }
 
 TEST_CASE("warmup + cosine schedule at chosen steps", "[optim]") {
-  LRSchedule s{.lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 10, .total_steps = 110, .decay = "cosine"};
-  CHECK(lr_at(s, 0) == Approx(1e-4).epsilon(1e-12));        // 1e-3 * 1/10
-  CHECK(lr_at(s, 4) == Approx(5e-4).epsilon(1e-12));        // 1e-3 * 5/10
-  CHECK(lr_at(s, 9) == Approx(1e-3).epsilon(1e-12));        // warmup ends at the peak
-  CHECK(lr_at(s, 10) == Approx(1e-3).epsilon(1e-12));       // decay starts at the peak
-  CHECK(lr_at(s, 60) == Approx(5.5e-4).epsilon(1e-12));     // half way: (lr + min_lr) / 2
+  LRSchedule s{
+      .lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 10, .total_steps = 110, .decay = "cosine"};
+  CHECK(lr_at(s, 0) == Approx(1e-4).epsilon(1e-12));     // 1e-3 * 1/10
+  CHECK(lr_at(s, 4) == Approx(5e-4).epsilon(1e-12));     // 1e-3 * 5/10
+  CHECK(lr_at(s, 9) == Approx(1e-3).epsilon(1e-12));     // warmup ends at the peak
+  CHECK(lr_at(s, 10) == Approx(1e-3).epsilon(1e-12));    // decay starts at the peak
+  CHECK(lr_at(s, 60) == Approx(5.5e-4).epsilon(1e-12));  // half way: (lr + min_lr) / 2
   // a quarter of the way: min + (1 + cos(pi/4))/2 * (lr - min)
   CHECK(lr_at(s, 35) == Approx(1e-4 + 0.5 * (1 + std::sqrt(0.5)) * 9e-4).epsilon(1e-12));
-  CHECK(lr_at(s, 110) == Approx(1e-4).epsilon(1e-12));     // the floor
-  CHECK(lr_at(s, 500) == Approx(1e-4).epsilon(1e-12));     // stays there
+  CHECK(lr_at(s, 110) == Approx(1e-4).epsilon(1e-12));  // the floor
+  CHECK(lr_at(s, 500) == Approx(1e-4).epsilon(1e-12));  // stays there
   s.decay = "linear";
   CHECK(lr_at(s, 35) == Approx(1e-3 - 0.25 * 9e-4).epsilon(1e-12));
   s.decay = "constant";

@@ -47,7 +47,9 @@ models::GPTOptions tiny_gpt(double dropout = 0.0) {
 }
 
 // The same tokens on every rank: [B, T+1], inputs and next-token targets.
-at::Tensor batch(int64_t step, int64_t vocab) { return counting_tokens(1000 + step, kBatch, kSeq, vocab); }
+at::Tensor batch(int64_t step, int64_t vocab) {
+  return counting_tokens(1000 + step, kBatch, kSeq, vocab);
+}
 
 // With llama3 rope scaling, so the plans also carry the scaled rope tables.
 models::LlamaOptions scaled_tiny_llama() {
@@ -72,7 +74,7 @@ models::MixtralOptions tiny_mixtral() {
 }
 
 struct Trained {
-  std::map<std::string, at::Tensor> init;   // full values, before the first step
+  std::map<std::string, at::Tensor> init;  // full values, before the first step
   std::vector<double> losses;
   std::map<std::string, at::Tensor> final;  // full values, after the last step
 };
@@ -84,10 +86,12 @@ struct RunOptions {
 };
 
 template <class Model, class Options>
-Trained train_planned(const Options& o, const plan::Plan& plan, const mesh::DeviceMesh& mesh, RunOptions run = {}) {
+Trained train_planned(const Options& o, const plan::Plan& plan, const mesh::DeviceMesh& mesh,
+                      RunOptions run = {}) {
   random::manual_seed(1234);
   Model model(o);
-  plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }, .plain_on_one_device = run.plain});
+  plan::parallelize(*model, plan, mesh,
+                    {.init = [&] { model->init_weights(); }, .plain_on_one_device = run.plain});
   if (run.plain)
     for (auto& p : model->named_parameters()) {
       INFO(p.key());
@@ -95,7 +99,8 @@ Trained train_planned(const Options& o, const plan::Plan& plan, const mesh::Devi
     }
   Trained r;
   r.init = full_params(*model);
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
+  torch::optim::AdamW opt(model->parameters(),
+                          torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
   dtensor::set_static_eager(run.static_eager);
   for (int64_t s = 0; s < kSteps; ++s) {
     dtensor::static_eager_step();
@@ -131,7 +136,8 @@ Trained train_plain(const Options& o, const std::map<std::string, at::Tensor>& i
   }
   Trained r;
   r.init = init;
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
+  torch::optim::AdamW opt(model->parameters(),
+                          torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
   for (int64_t s = 0; s < kSteps; ++s) {
     auto full = batch(s, o.vocab_size);
     opt.zero_grad();
@@ -148,15 +154,19 @@ void check_close(const Trained& got, const Trained& want, double rtol, const std
   REQUIRE(got.losses.size() == want.losses.size());
   double worst_loss = 0, worst_param = 0, worst_rel = 0;
   for (size_t i = 0; i < got.losses.size(); ++i)
-    worst_loss = std::max(worst_loss, std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]));
+    worst_loss =
+        std::max(worst_loss, std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]));
   for (auto& [name, w] : want.final) {
     worst_param = std::max(worst_param, (got.final.at(name) - w).abs().max().item<double>());
-    worst_rel = std::max(worst_rel, (got.final.at(name) - w).norm().item<double>() / w.norm().item<double>());
+    worst_rel = std::max(worst_rel,
+                         (got.final.at(name) - w).norm().item<double>() / w.norm().item<double>());
   }
   if (dist::rank() == 0)
-    std::printf("%s (world %d): loss %.4f -> %.4f, max loss rel diff %.2e, params: max rel err %.2e, max abs diff %.2e\n",
-                label.c_str(), dist::world_size(), want.losses.front(), want.losses.back(), worst_loss, worst_rel,
-                worst_param);
+    std::printf(
+        "%s (world %d): loss %.4f -> %.4f, max loss rel diff %.2e, params: max rel err %.2e, max "
+        "abs diff %.2e\n",
+        label.c_str(), dist::world_size(), want.losses.front(), want.losses.back(), worst_loss,
+        worst_rel, worst_param);
   for (size_t i = 0; i < got.losses.size(); ++i) {
     INFO("step " << i << ": " << got.losses[i] << " vs " << want.losses[i]);
     CHECK(std::abs(got.losses[i] - want.losses[i]) <= rtol * std::abs(want.losses[i]));
@@ -168,7 +178,8 @@ void check_close(const Trained& got, const Trained& want, double rtol, const std
   for (auto& [name, w] : want.final) {
     const at::Tensor& g = got.final.at(name);
     const double err = (g - w).norm().item<double>() / std::max(w.norm().item<double>(), 1e-12);
-    INFO(name << ": relative error " << err << ", max abs diff " << (g - w).abs().max().item<double>());
+    INFO(name << ": relative error " << err << ", max abs diff "
+              << (g - w).abs().max().item<double>());
     CHECK(err <= rtol);
   }
 }
@@ -182,7 +193,8 @@ struct Case {
 std::vector<Case> cases_for(const std::string& family, int world) {
   std::vector<Case> cases = {{"_tp.json", {{"tp", world}}}};
   if (family != "mixtral") cases.push_back({"_tp_sp.json", {{"tp", world}}});
-  if (family != "mixtral" && world > 1) cases.push_back({"_dp_tp.json", {{"dp", 2}, {"tp", world / 2}}});
+  if (family != "mixtral" && world > 1)
+    cases.push_back({"_dp_tp.json", {{"dp", 2}, {"tp", world / 2}}});
   return cases;
 }
 
@@ -220,7 +232,8 @@ TEST_CASE("Mixtral under its TP plan trains like one device", "[plan][world2][wo
   check_plans<models::Mixtral>("mixtral", tiny_mixtral());
 }
 
-TEST_CASE("dropout under TP+SP equals the replicated run bitwise in forward", "[plan][world2][world4]") {
+TEST_CASE("dropout under TP+SP equals the replicated run bitwise in forward",
+          "[plan][world2][world4]") {
   const int world = dist::world_size();
   auto o = tiny_gpt(/*dropout=*/0.1);
   auto mesh = mesh::DeviceMesh::init({{"tp", world}});
@@ -242,11 +255,13 @@ TEST_CASE("parallelize on a 1-rank mesh is single-device training", "[plan][any]
   check_close(got, train_plain<models::GPT>(o, got.init), 1e-5, "gpt2_tp on a 1-rank mesh");
 }
 
-TEST_CASE("plain_on_one_device: plain tensors with the DTensor init bitwise, trained the same", "[plan][any]") {
+TEST_CASE("plain_on_one_device: plain tensors with the DTensor init bitwise, trained the same",
+          "[plan][any]") {
   if (dist::world_size() != 1) return;
   const auto o = tiny_gpt();
   auto mesh = mesh::DeviceMesh::init({{"tp", 1}});
-  auto plan = plan::Plan::from_json_file(repo_file("configs/plans/gpt2_tp_sp.json"));  // with forward entries
+  auto plan = plan::Plan::from_json_file(
+      repo_file("configs/plans/gpt2_tp_sp.json"));  // with forward entries
   Trained dt = train_planned<models::GPT>(o, plan, mesh);
   Trained plain = train_planned<models::GPT>(o, plan, mesh, {.plain = true});
   for (auto& [name, t] : dt.init) {
@@ -270,7 +285,8 @@ struct DropNetImpl : torch::nn::Module {
 TORCH_MODULE(DropNet);
 }  // namespace
 
-TEST_CASE("plain_on_one_device: nn::Dropout draws the DTensor masks from vescale::random", "[plan][any]") {
+TEST_CASE("plain_on_one_device: nn::Dropout draws the DTensor masks from vescale::random",
+          "[plan][any]") {
   if (dist::world_size() != 1) return;
   auto mesh = mesh::DeviceMesh::init({{"x", 1}});
   DropNet dt, plain;
@@ -293,20 +309,24 @@ TEST_CASE("plain_on_one_device: nn::Dropout draws the DTensor masks from vescale
   plan::remove_forward_hooks(*plain);
 }
 
-TEST_CASE("static eager replays the recorded dispatch and trains bitwise like eager", "[plan][world2][world4]") {
+TEST_CASE("static eager replays the recorded dispatch and trains bitwise like eager",
+          "[plan][world2][world4]") {
   const int world = dist::world_size();
   auto mesh = mesh::DeviceMesh::init({{"tp", world}});
   auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_tp_sp.json"));
   const auto o = scaled_tiny_llama();
   Trained eager = train_planned<models::Llama>(o, plan, mesh, {.short_step = 7});
   const auto before = dtensor::static_eager_stats();
-  Trained replay = train_planned<models::Llama>(o, plan, mesh, {.static_eager = true, .short_step = 7});
+  Trained replay =
+      train_planned<models::Llama>(o, plan, mesh, {.static_eager = true, .short_step = 7});
   const auto after = dtensor::static_eager_stats();
-  const int64_t replayed = after.replayed - before.replayed, recorded = after.recorded - before.recorded,
+  const int64_t replayed = after.replayed - before.replayed,
+                recorded = after.recorded - before.recorded,
                 diverged = after.diverged - before.diverged;
   if (dist::rank() == 0)
-    std::printf("static eager (world %d): %lld calls replayed, %lld recorded, %lld diverged\n", world,
-                static_cast<long long>(replayed), static_cast<long long>(recorded), static_cast<long long>(diverged));
+    std::printf("static eager (world %d): %lld calls replayed, %lld recorded, %lld diverged\n",
+                world, static_cast<long long>(replayed), static_cast<long long>(recorded),
+                static_cast<long long>(diverged));
   // Almost every call of the 20 steps is replayed; the short step (a new shape) and the step
   // after it (the old shape again) diverge and record.
   CHECK(replayed > 10 * recorded / 4);
@@ -322,14 +342,17 @@ TEST_CASE("static eager replays the recorded dispatch and trains bitwise like ea
   }
 }
 
-TEST_CASE("phase before_sharding keeps a parameter's values through the init", "[plan][world2][world4]") {
+TEST_CASE("phase before_sharding keeps a parameter's values through the init",
+          "[plan][world2][world4]") {
   const int world = dist::world_size();
   auto mesh = mesh::DeviceMesh::init({{"tp", world}});
   auto shipped = plan::Plan::from_json_file(repo_file("configs/plans/llama_tp.json"));
   plan::Plan plan = shipped;
   plan.phase("layers.*.attention.wq.weight", plan::InitPhase::BeforeSharding);
   const auto o = scaled_tiny_llama();
-  auto loaded = [](const at::Tensor& p) { return at::arange(p.numel(), at::kFloat).reshape(p.sizes()) / 1000.0; };
+  auto loaded = [](const at::Tensor& p) {
+    return at::arange(p.numel(), at::kFloat).reshape(p.sizes()) / 1000.0;
+  };
 
   random::manual_seed(7);
   models::Llama model(o);
@@ -366,11 +389,13 @@ TEST_CASE("phase before_sharding keeps a parameter's values through the init", "
 // and sum of exponentials (its gradient is local: rules/cross_entropy.cpp). No gradient
 // reduction after backward, and no other collective but the `gathers` named below.
 template <class Model, class Options>
-void check_tp_step_collectives(const std::string& file, const Options& o, int64_t all_reduces, int64_t gathers) {
+void check_tp_step_collectives(const std::string& file, const Options& o, int64_t all_reduces,
+                               int64_t gathers) {
   auto mesh = mesh::DeviceMesh::init({{"tp", dist::world_size()}});
   random::manual_seed(1234);
   Model model(o);
-  plan::parallelize(*model, plan::Plan::from_json_file(repo_file(file)), mesh, {.init = [&] { model->init_weights(); }});
+  plan::parallelize(*model, plan::Plan::from_json_file(repo_file(file)), mesh,
+                    {.init = [&] { model->init_weights(); }});
   auto full = batch(0, o.vocab_size);
   auto x = model_input(full.slice(1, 0, kSeq).contiguous(), mesh);
   auto y = model_input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
@@ -383,7 +408,8 @@ void check_tp_step_collectives(const std::string& file, const Options& o, int64_
   const auto after = dist::collective_stats();
   dtensor::set_redistribution_log(false);
   std::string moves;
-  for (auto& [what, n] : dtensor::redistribution_log()) moves += what + ": " + std::to_string(n) + "; ";
+  for (auto& [what, n] : dtensor::redistribution_log())
+    moves += what + ": " + std::to_string(n) + "; ";
   INFO(file << ", redistributions: " << moves);
   if (gathers == 0) CHECK(dtensor::dispatch_stats().redistributions == 0);
   CHECK(after.all_reduce - before.all_reduce == all_reduces);
@@ -392,14 +418,17 @@ void check_tp_step_collectives(const std::string& file, const Options& o, int64_
   plan::remove_forward_hooks(*model);
 }
 
-TEST_CASE("a TP step makes Megatron's all-reduces and no other collective", "[plan][world2][world4]") {
+TEST_CASE("a TP step makes Megatron's all-reduces and no other collective",
+          "[plan][world2][world4]") {
   const int64_t L = scaled_tiny_llama().n_layers;
-  check_tp_step_collectives<models::Llama>("configs/plans/llama_tp.json", scaled_tiny_llama(), 4 * L + 4, 0);
+  check_tp_step_collectives<models::Llama>("configs/plans/llama_tp.json", scaled_tiny_llama(),
+                                           4 * L + 4, 0);
   // Mixtral's experts are replicated: only attention is split, two all-reduces per block.
   check_tp_step_collectives<models::Mixtral>("configs/plans/mixtral_tp.json", tiny_mixtral(),
                                              2 * tiny_mixtral().n_layers + 4, 0);
   // GPT-2's fused c_attn holds q, k and v side by side, so a rank's rows are not whole heads:
   // the split gathers it, and attention's output gradient is gathered back (one each per block).
   const int64_t G = tiny_gpt().n_layer;
-  check_tp_step_collectives<models::GPT>("configs/plans/gpt2_tp.json", tiny_gpt(), 4 * G + 4, 2 * G);
+  check_tp_step_collectives<models::GPT>("configs/plans/gpt2_tp.json", tiny_gpt(), 4 * G + 4,
+                                         2 * G);
 }

@@ -51,15 +51,18 @@ TEST_CASE("a plan from JSON: first match wins, shard dims normalized", "[plan]")
   CHECK(plan.zero() == 1);
   CHECK(plan.grad_reduce().dims == std::vector<std::string>{"dp"});
   CHECK(plan.placements_for("layers.3.attention.wv.weight") == Placements{Replicate(), Shard(0)});
-  CHECK(plan.placements_for("layers.3.feed_forward.w3.weight") == Placements{Replicate(), Shard(0)});
-  CHECK(plan.placements_for("norm.weight") == Placements{Replicate(), Replicate()});  // the '*' default
+  CHECK(plan.placements_for("layers.3.feed_forward.w3.weight") ==
+        Placements{Replicate(), Shard(0)});
+  CHECK(plan.placements_for("norm.weight") ==
+        Placements{Replicate(), Replicate()});  // the '*' default
   auto resolved = plan.resolve({"dp", "tp"}, {{"tok_embeddings.weight", {256, 16}},
-                                               {"layers.0.attention.wq.weight", {16, 16}},
-                                               {"layers.0.attention.wo.weight", {16, 16}},
-                                               {"layers.0.feed_forward.w1.weight", {64, 16}},
-                                               {"layers.0.feed_forward.w2.weight", {16, 64}},
-                                               {"norm.weight", {16}}});
-  CHECK(resolved["layers.0.feed_forward.w2.weight"] == Placements{Replicate(), Shard(1)});  // Shard(-1) -> 1
+                                              {"layers.0.attention.wq.weight", {16, 16}},
+                                              {"layers.0.attention.wo.weight", {16, 16}},
+                                              {"layers.0.feed_forward.w1.weight", {64, 16}},
+                                              {"layers.0.feed_forward.w2.weight", {16, 64}},
+                                              {"norm.weight", {16}}});
+  CHECK(resolved["layers.0.feed_forward.w2.weight"] ==
+        Placements{Replicate(), Shard(1)});  // Shard(-1) -> 1
   auto* f = plan.forward_for("layers.5.attention_norm");
   REQUIRE(f);
   CHECK(f->input.at(0) == Placements{Shard(0), Shard(1)});
@@ -68,81 +71,110 @@ TEST_CASE("a plan from JSON: first match wins, shard dims normalized", "[plan]")
 
 TEST_CASE("the C++ builder equals the JSON", "[plan]") {
   Plan plan({"dp", "tp"});
-  plan.shard("layers.*.attention.w[qkv].weight", {Replicate(), Shard(0)}).shard("*", {Replicate(), Replicate()});
+  plan.shard("layers.*.attention.w[qkv].weight", {Replicate(), Shard(0)})
+      .shard("*", {Replicate(), Replicate()});
   auto json = Plan::from_json(kLlamaPlan);
   for (auto name : {"layers.1.attention.wq.weight", "output.weight"})
     CHECK(plan.placements_for(name) == json.placements_for(name));
 }
 
-TEST_CASE("a plan pattern that matches nothing is an error with a guess, unless optional", "[plan]") {
+TEST_CASE("a plan pattern that matches nothing is an error with a guess, unless optional",
+          "[plan]") {
   const std::vector<std::pair<std::string, std::vector<int64_t>>> params{
-      {"layers.0.attention.wq.weight", {8, 8}}, {"layers.1.attention.wq.weight", {8, 8}}, {"norm.weight", {8}}};
+      {"layers.0.attention.wq.weight", {8, 8}},
+      {"layers.1.attention.wq.weight", {8, 8}},
+      {"norm.weight", {8}}};
   // A typo would leave every attention weight replicated by the '*' default.
   auto typo = Plan::from_json(
-      R"J({"mesh": ["tp"], "params": {"layers.*.atention.wq.weight": ["Shard(0)"], "*": ["Replicate"]}})J", "t.json");
-  CHECK_THROWS_WITH(typo.resolve({"tp"}, params),
-                    Contains("plan 't.json': params['layers.*.atention.wq.weight'] matches no parameter of the model; "
-                             "did you mean 'layers.*.attention.wq.weight'? Fix the pattern, or list it under "
-                             "\"optional\""));
+      R"J({"mesh": ["tp"], "params": {"layers.*.atention.wq.weight": ["Shard(0)"], "*": ["Replicate"]}})J",
+      "t.json");
+  CHECK_THROWS_WITH(
+      typo.resolve({"tp"}, params),
+      Contains(
+          "plan 't.json': params['layers.*.atention.wq.weight'] matches no parameter of the model; "
+          "did you mean 'layers.*.attention.wq.weight'? Fix the pattern, or list it under "
+          "\"optional\""));
   // Listed as optional (a plan shared by models with and without the parameter): fine.
-  auto optional = Plan::from_json(R"J({"mesh": ["tp"], "params": {"output.weight": ["Shard(0)"], "*": ["Replicate"]},
-                                       "optional": ["output.weight"]})J", "o.json");
+  auto optional = Plan::from_json(
+      R"J({"mesh": ["tp"], "params": {"output.weight": ["Shard(0)"], "*": ["Replicate"]},
+                                       "optional": ["output.weight"]})J",
+      "o.json");
   CHECK(optional.resolve({"tp"}, params).size() == 3);
   Plan built({"tp"});
   built.shard("output.weight", {Shard(0)}).shard("*", {Replicate()});
-  CHECK_THROWS_WITH(built.resolve({"tp"}, params), Contains("params['output.weight'] matches no parameter"));
+  CHECK_THROWS_WITH(built.resolve({"tp"}, params),
+                    Contains("params['output.weight'] matches no parameter"));
   built.optional("output.weight");
   CHECK(built.resolve({"tp"}, params).size() == 3);
   // Phase patterns too.
   auto phase = Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Replicate"]},
-                                    "phase": {"norm.wieght": "before_sharding"}})J", "ph.json");
-  CHECK_THROWS_WITH(phase.resolve({"tp"}, params),
-                    Contains("phase['norm.wieght'] matches no parameter of the model; did you mean 'norm.weight'?"));
+                                    "phase": {"norm.wieght": "before_sharding"}})J",
+                               "ph.json");
+  CHECK_THROWS_WITH(
+      phase.resolve({"tp"}, params),
+      Contains(
+          "phase['norm.wieght'] matches no parameter of the model; did you mean 'norm.weight'?"));
   // Forward patterns are checked against module names.
   auto fwd = Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Replicate"]},
-                                  "forward": {"layers.*.atention": {"input": [["Replicate"]]}}})J", "f.json");
-  const std::vector<std::string> modules{"", "layers", "layers.0", "layers.0.attention", "layers.0.attention.wq"};
+                                  "forward": {"layers.*.atention": {"input": [["Replicate"]]}}})J",
+                             "f.json");
+  const std::vector<std::string> modules{"", "layers", "layers.0", "layers.0.attention",
+                                         "layers.0.attention.wq"};
   auto good = Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Replicate"]},
-                                   "forward": {"layers.*.attention": {"input": [["Replicate"]]}}})J", "g.json");
+                                   "forward": {"layers.*.attention": {"input": [["Replicate"]]}}})J",
+                              "g.json");
   CHECK_NOTHROW(good.check_modules(modules));
-  CHECK_THROWS_WITH(fwd.check_modules(modules),
-                    Contains("forward['layers.*.atention'] matches no module of the model; did you mean "
-                             "'layers.*.attention'?"));
+  CHECK_THROWS_WITH(
+      fwd.check_modules(modules),
+      Contains("forward['layers.*.atention'] matches no module of the model; did you mean "
+               "'layers.*.attention'?"));
   // An unknown top-level key gets a guess too.
-  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Replicate"]}, "optinal": []})J", "k.json"),
-                    Contains("key 'optinal' is unknown; did you mean 'optional'?"));
+  CHECK_THROWS_WITH(
+      Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Replicate"]}, "optinal": []})J",
+                      "k.json"),
+      Contains("key 'optinal' is unknown; did you mean 'optional'?"));
 }
 
 TEST_CASE("plan errors name the pattern, the parameter or the mesh dim", "[plan]") {
   // An unmatched parameter.
   auto plan = Plan::from_json(R"J({"mesh": ["tp"], "params": {"a.*": ["Shard(0)"]}})J", "p.json");
-  CHECK_THROWS_WITH(plan.resolve({"tp"}, {{"b.weight", {4}}}),
-                    Contains("plan 'p.json': parameter 'b.weight' matches no pattern; add one, or a '*' default"));
+  CHECK_THROWS_WITH(
+      plan.resolve({"tp"}, {{"b.weight", {4}}}),
+      Contains(
+          "plan 'p.json': parameter 'b.weight' matches no pattern; add one, or a '*' default"));
   // A bad placement string.
-  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Shard(x)"]}})J", "p.json"),
-                    Contains("params['*'][0]: placement 'Shard(x)': Shard needs an integer dim"));
+  CHECK_THROWS_WITH(
+      Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Shard(x)"]}})J", "p.json"),
+      Contains("params['*'][0]: placement 'Shard(x)': Shard needs an integer dim"));
   // An unknown mesh dim.
   auto pp = Plan::from_json(R"J({"mesh": ["pp"], "params": {"*": ["Replicate"]}})J", "p.json");
-  CHECK_THROWS_WITH(pp.resolve({"tp"}, {{"w", {4}}}), Contains("mesh dim 'pp' is not in the mesh [tp]"));
+  CHECK_THROWS_WITH(pp.resolve({"tp"}, {{"w", {4}}}),
+                    Contains("mesh dim 'pp' is not in the mesh [tp]"));
   // A shard dim out of range.
   auto deep = Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Shard(2)"]}})J", "p.json");
-  CHECK_THROWS_WITH(deep.resolve({"tp"}, {{"w", {4, 4}}}),
-                    Contains("parameter 'w' has 2 dims (shape [4, 4]) but its pattern shards dim 2"));
+  CHECK_THROWS_WITH(
+      deep.resolve({"tp"}, {{"w", {4, 4}}}),
+      Contains("parameter 'w' has 2 dims (shape [4, 4]) but its pattern shards dim 2"));
   // Wrong counts, types and keys.
-  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["dp", "tp"], "params": {"*": ["Replicate"]}})J", "p.json"),
-                    Contains("params['*'] has 1 placements for a mesh of 2 dims"));
+  CHECK_THROWS_WITH(
+      Plan::from_json(R"J({"mesh": ["dp", "tp"], "params": {"*": ["Replicate"]}})J", "p.json"),
+      Contains("params['*'] has 1 placements for a mesh of 2 dims"));
   CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zeros": 1})J", "p.json"),
                     Contains("key 'zeros' is unknown"));
   CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zero": 5})J", "p.json"),
                     Contains("zero must be 0, 1, 2 or 3"));
-  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": "tp", "params": {}})J", "p.json"), Contains("mesh must be a non-empty list"));
-  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {"re:(": ["Replicate"]}})J", "p.json"),
-                    Contains("is not a valid regex"));
-  CHECK_THROWS_WITH(Plan::from_json("{\"mesh\": [", "p.json"), Contains("plan 'p.json': not valid JSON"));
+  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": "tp", "params": {}})J", "p.json"),
+                    Contains("mesh must be a non-empty list"));
+  CHECK_THROWS_WITH(
+      Plan::from_json(R"J({"mesh": ["tp"], "params": {"re:(": ["Replicate"]}})J", "p.json"),
+      Contains("is not a valid regex"));
+  CHECK_THROWS_WITH(Plan::from_json("{\"mesh\": [", "p.json"),
+                    Contains("plan 'p.json': not valid JSON"));
   CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Partial"]}})J", "p.json")
                         .resolve({"tp"}, {{"w", {2}}}),
                     Contains("cannot be Partial"));
-  CHECK_THROWS_WITH(Plan::from_json_file("/nonexistent/plan.json"), Contains("cannot open '/nonexistent/plan.json'"));
+  CHECK_THROWS_WITH(Plan::from_json_file("/nonexistent/plan.json"),
+                    Contains("cannot open '/nonexistent/plan.json'"));
 }
 
 TEST_CASE("plan phase: parsed, matched, and bad values named", "[plan]") {
@@ -151,25 +183,30 @@ TEST_CASE("plan phase: parsed, matched, and bad values named", "[plan]") {
   CHECK(p.phase_for("layers.3.wq.weight") == vescale::plan::InitPhase::BeforeSharding);
   CHECK(p.phase_for("layers.3.wk.weight") == vescale::plan::InitPhase::AfterSharding);
   CHECK(vescale::plan::Plan({"tp"}).phase_for("x") == vescale::plan::InitPhase::AfterSharding);
-  CHECK_THROWS_WITH(vescale::plan::Plan::from_json(R"({"mesh": ["tp"], "params": {"*": ["Replicate"]},
-      "phase": {"w": "later"}})", "p.json"),
-                    Catch::Matchers::Contains("phase['w']") && Catch::Matchers::Contains("before_sharding"));
+  CHECK_THROWS_WITH(
+      vescale::plan::Plan::from_json(R"({"mesh": ["tp"], "params": {"*": ["Replicate"]},
+      "phase": {"w": "later"}})",
+                                     "p.json"),
+      Catch::Matchers::Contains("phase['w']") && Catch::Matchers::Contains("before_sharding"));
 }
 
 // Found by fuzz/plan_fuzzer (docs/BUILD.md, Fuzzing) or written against the same failure modes
 // of std::regex: each used to crash, hang, hit undefined behaviour, or throw a non-vescale error.
-TEST_CASE("regex patterns that could crash std::regex are refused with a vescale::Error", "[plan]") {
+TEST_CASE("regex patterns that could crash std::regex are refused with a vescale::Error",
+          "[plan]") {
   // A back-reference with 20 digits: libstdc++ overflows a long reading it (UB).
   CHECK_THROWS_WITH(fqn_match("re:a\\88888888888888888888", "a"), Contains("back-references"));
-  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {"re:(a)\\1": ["Replicate"]}})J", "p.json"),
-                    Contains("plan 'p.json': params['re:(a)\\1']") && Contains("back-references"));
+  CHECK_THROWS_WITH(
+      Plan::from_json(R"J({"mesh": ["tp"], "params": {"re:(a)\\1": ["Replicate"]}})J", "p.json"),
+      Contains("plan 'p.json': params['re:(a)\\1']") && Contains("back-references"));
   // A long pattern: std::regex's compiler recurses per term and overflows the stack.
   std::string nested = "re:";
   nested.append(20000, '(').append("a").append(20000, ')');
   CHECK_THROWS_WITH(fqn_match(nested, "a"), Contains("regex patterns are limited to 512"));
   // Counted repeats copy the automaton: (a?){1000} has thousands of states, 1e20 overflows.
   CHECK_THROWS_WITH(fqn_match("re:(a?){1000}", "a"), Contains("repeat counts are too large"));
-  CHECK_THROWS_WITH(fqn_match("re:a{99999999999999999999}", "a"), Contains("repeat counts are too large"));
+  CHECK_THROWS_WITH(fqn_match("re:a{99999999999999999999}", "a"),
+                    Contains("repeat counts are too large"));
   CHECK_THROWS_WITH(fqn_match("re:(a{64}){64}", "a"), Contains("repeat counts are too large"));
   // A syntax error is a vescale::Error too (it was std::regex_error from fqn_match).
   CHECK_THROWS_AS(fqn_match("re:(", "x"), vescale::Error);
@@ -191,9 +228,12 @@ TEST_CASE("regex patterns match long names in polynomial time and bounded stack"
 
 TEST_CASE("zero out of int range is refused, not wrapped", "[plan]") {
   // 4294967297 = 2^32 + 1 read as int was 1, a valid ZeRO stage.
-  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zero": 4294967297})J", "p.json"),
-                    Contains("zero must be 0, 1, 2 or 3"));
-  CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zero": 18446744073709551615})J", "p.json"),
-                    Contains("zero must be 0, 1, 2 or 3"));
+  CHECK_THROWS_WITH(
+      Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zero": 4294967297})J", "p.json"),
+      Contains("zero must be 0, 1, 2 or 3"));
+  CHECK_THROWS_WITH(
+      Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zero": 18446744073709551615})J",
+                      "p.json"),
+      Contains("zero must be 0, 1, 2 or 3"));
   CHECK(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zero": 3})J").zero() == 3);
 }

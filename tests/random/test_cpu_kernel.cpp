@@ -13,15 +13,16 @@
 
 using namespace vescale::random;
 
-extern void vescale_test_fill_region(at::Tensor&, const std::vector<int64_t>&, const std::vector<int64_t>&, uint64_t,
-                                     uint64_t, const DistParams&);
+extern void vescale_test_fill_region(at::Tensor&, const std::vector<int64_t>&,
+                                     const std::vector<int64_t>&, uint64_t, uint64_t,
+                                     const DistParams&);
 
 namespace {
 
 // The reference: each local element's global row-major index, its value from element_value().
 at::Tensor reference(const std::vector<int64_t>& global, const std::vector<int64_t>& local,
-                     const std::vector<int64_t>& offset, uint64_t seed, uint64_t base, const DistParams& p,
-                     at::ScalarType dtype) {
+                     const std::vector<int64_t>& offset, uint64_t seed, uint64_t base,
+                     const DistParams& p, at::ScalarType dtype) {
   at::Tensor ref = at::empty(local, at::kDouble);
   double* r = ref.data_ptr<double>();
   const int64_t nd = static_cast<int64_t>(local.size());
@@ -32,7 +33,8 @@ at::Tensor reference(const std::vector<int64_t>& global, const std::vector<int64
     r[i] = element_value(seed, base, static_cast<uint64_t>(g), p);
     for (int64_t d = nd - 1; d >= 0 && ++idx[d] == local[d]; --d) idx[d] = 0;
   }
-  return ref.to(dtype);  // the kernel casts the same double (static_cast, or torch's copy_ for other dtypes)
+  return ref.to(
+      dtype);  // the kernel casts the same double (static_cast, or torch's copy_ for other dtypes)
 }
 
 bool same_bits(const at::Tensor& a, const at::Tensor& b) {
@@ -69,8 +71,9 @@ TEST_CASE("the vectorised CPU kernel equals the per-element formula bit for bit"
           const uint64_t seed = 0x9e3779b97f4a7c15ull;
           at::Tensor out = at::empty(r.local, dtype);
           vescale_test_fill_region(out, r.global, r.offset, seed, base, p);
-          INFO("dist " << static_cast<int>(p.dist) << " local " << c10::IntArrayRef(r.local) << " offset "
-                       << c10::IntArrayRef(r.offset) << " base " << base << " dtype " << dtype);
+          INFO("dist " << static_cast<int>(p.dist) << " local " << c10::IntArrayRef(r.local)
+                       << " offset " << c10::IntArrayRef(r.offset) << " base " << base << " dtype "
+                       << dtype);
           CHECK(same_bits(out, reference(r.global, r.local, r.offset, seed, base, p, dtype)));
         }
 }
@@ -84,12 +87,14 @@ TEST_CASE("dropout and the public fills use the same per-element formula", "[ran
   // dropout draws keep ~ Bernoulli(0.75) at (seed, offset), then x * keep * (1 / 0.75)
   at::Tensor keep = at::empty({n}, at::kFloat);
   for (int64_t i = 0; i < n; ++i)
-    keep[i] = static_cast<float>(element_value(s0.seed, s0.offset, i, DistParams{Dist::Bernoulli, 0.75, 0.0}));
+    keep[i] = static_cast<float>(
+        element_value(s0.seed, s0.offset, i, DistParams{Dist::Bernoulli, 0.75, 0.0}));
   CHECK(same_bits(y, x * keep * (1.0 / 0.75)));
   CHECK(get_state().offset == s0.offset + (n + 3) / 4);
 
   at::Tensor z = at::empty({n}, at::kFloat);
   const State s1 = get_state();
   normal_(z, 0.5, 2.0);
-  CHECK(same_bits(z, reference({n}, {n}, {0}, s1.seed, s1.offset, DistParams{Dist::Normal, 0.5, 2.0}, at::kFloat)));
+  CHECK(same_bits(z, reference({n}, {n}, {0}, s1.seed, s1.offset,
+                               DistParams{Dist::Normal, 0.5, 2.0}, at::kFloat)));
 }

@@ -20,9 +20,13 @@ TEST_CASE("Philox4x32-10 matches the Random123 known-answer tests", "[random]") 
   };
   const Kat kats[] = {
       {{{0, 0, 0, 0}}, 0, 0, {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}}},
-      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff,
+      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+       0xffffffff,
+       0xffffffff,
        {{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}}},
-      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0,
+      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+       0xa4093822,
+       0x299f31d0,
        {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}},
   };
   for (const auto& k : kats) {
@@ -58,8 +62,9 @@ TEST_CASE("any region of the stream equals that slice of the whole tensor", "[ra
       auto [seed, base] = std::make_pair(state.seed, state.offset);
       const DistParams params = p;
       auto fill = [&](at::Tensor& out, std::vector<int64_t> off) {
-        extern void vescale_test_fill_region(at::Tensor&, const std::vector<int64_t>&, const std::vector<int64_t>&,
-                                             uint64_t, uint64_t, const DistParams&);
+        extern void vescale_test_fill_region(at::Tensor&, const std::vector<int64_t>&,
+                                             const std::vector<int64_t>&, uint64_t, uint64_t,
+                                             const DistParams&);
         vescale_test_fill_region(out, shape, off, seed, base, params);
       };
       fill(whole, std::vector<int64_t>(shape.size(), 0));
@@ -123,7 +128,8 @@ TEST_CASE("distributions have the right moments", "[random]") {
   CHECK(z.mean().item<double>() == Approx(2.0).margin(0.01));
   CHECK(z.std().item<double>() == Approx(0.5).epsilon(0.01));
   // tails: P(|z - mean| > 2 std) = 4.55%
-  CHECK(((z - 2.0).abs() > 1.0).to(at::kDouble).mean().item<double>() == Approx(0.0455).margin(0.003));
+  CHECK(((z - 2.0).abs() > 1.0).to(at::kDouble).mean().item<double>() ==
+        Approx(0.0455).margin(0.003));
 
   at::Tensor bern = at::empty({n});
   bernoulli_(bern, 0.3);
@@ -141,14 +147,16 @@ TEST_CASE("the normal inverse CDF and the truncated normal", "[random]") {
   for (double p : {1e-9, 1e-4, 0.02, 0.1, 0.3, 0.5, 0.77, 0.98, 0.9999}) {
     const double x = normal_icdf(p);
     INFO("p " << p);
-    CHECK(0.5 * std::erfc(-x / std::sqrt(2.0)) == Approx(p).epsilon(1e-7));  // Acklam: |dx/x| < 1.2e-9
+    CHECK(0.5 * std::erfc(-x / std::sqrt(2.0)) ==
+          Approx(p).epsilon(1e-7));  // Acklam: |dx/x| < 1.2e-9
   }
   manual_seed(11);
   at::Tensor t = at::empty({100000}, at::kDouble);
   trunc_normal_(t, 1.0, 2.0, -1.0, 2.0);
   CHECK(t.min().item<double>() >= -1.0);
   CHECK(t.max().item<double>() <= 2.0);
-  // mean of N(1, 2) truncated to [-1, 2]: mu + sigma (phi(alpha) - phi(beta)) / (Phi(beta) - Phi(alpha))
+  // mean of N(1, 2) truncated to [-1, 2]: mu + sigma (phi(alpha) - phi(beta)) / (Phi(beta) -
+  // Phi(alpha))
   auto phi = [](double x) { return std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI); };
   auto Phi = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
   const double alpha = -1.0, beta = 0.5;

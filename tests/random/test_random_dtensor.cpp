@@ -35,11 +35,14 @@ void check_fills(const mesh::DeviceMesh& mesh, std::vector<int64_t> shape) {
   for (auto& [name, fill] : fills()) {
     random::manual_seed(99);
     at::Tensor ref = at::zeros(shape);
-    if (name == "aten normal_") random::normal_(ref, 0.0, 1.0);  // plain tensors take our function
-    else fill(ref);
+    if (name == "aten normal_")
+      random::normal_(ref, 0.0, 1.0);  // plain tensors take our function
+    else
+      fill(ref);
     const auto after = random::get_state();
     // trunc_normal_ has no aten op to reduce a Partial first; the others take Partial too.
-    for (auto& p : all_placements(mesh, static_cast<int64_t>(shape.size()), name != "trunc_normal")) {
+    for (auto& p :
+         all_placements(mesh, static_cast<int64_t>(shape.size()), name != "trunc_normal")) {
       INFO(name << " " << c10::IntArrayRef(shape) << " " << to_string(p));
       random::manual_seed(99);
       at::Tensor dt = distribute_tensor(at::zeros(shape), mesh, p);
@@ -52,7 +55,8 @@ void check_fills(const mesh::DeviceMesh& mesh, std::vector<int64_t> shape) {
 
 }  // namespace
 
-TEST_CASE("sharded random fills equal the single-device fill bitwise (1-D mesh)", "[world2][world4]") {
+TEST_CASE("sharded random fills equal the single-device fill bitwise (1-D mesh)",
+          "[world2][world4]") {
   auto mesh = mesh::DeviceMesh::init({{"x", -1}});
   check_fills(mesh, {8, 6});
   check_fills(mesh, {7, 5});

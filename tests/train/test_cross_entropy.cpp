@@ -32,8 +32,9 @@ LossAndGrad run(F&& loss_fn, const at::Tensor& logits, const at::Tensor& targets
 
 TEST_CASE("fused cross_entropy equals at::cross_entropy in value and gradient", "[train][loss]") {
   // Vocab sizes with and without a tail past the last 8-wide block, and one below 8.
-  const auto [n, v] = GENERATE(std::pair<int64_t, int64_t>{37, 300}, std::pair<int64_t, int64_t>{64, 256},
-                               std::pair<int64_t, int64_t>{5, 3}, std::pair<int64_t, int64_t>{9, 50257});
+  const auto [n, v] =
+      GENERATE(std::pair<int64_t, int64_t>{37, 300}, std::pair<int64_t, int64_t>{64, 256},
+               std::pair<int64_t, int64_t>{5, 3}, std::pair<int64_t, int64_t>{9, 50257});
   const double offset = GENERATE(0.0, 1e4);  // large logits: the max must be subtracted first
   CAPTURE(n, v, offset);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
@@ -41,14 +42,15 @@ TEST_CASE("fused cross_entropy equals at::cross_entropy in value and gradient", 
   at::Tensor targets = at::randint(v, {n}, gen);
   const double upstream = 2.5;  // e.g. a loss scale, or 1 / grad_accum
   auto ours = run([](auto& x, auto& t) { return cross_entropy(x, t); }, logits, targets, upstream);
-  auto ref = run([](auto& x, auto& t) { return at::cross_entropy_loss(x, t); }, logits, targets, upstream);
+  auto ref =
+      run([](auto& x, auto& t) { return at::cross_entropy_loss(x, t); }, logits, targets, upstream);
   CHECK(ours.loss == Approx(ref.loss).epsilon(1e-6));
   REQUIRE(ours.grad.sizes() == ref.grad.sizes());
   // Gradients against ATen in float64. Both fp32 results sum v exponentials per row, in
   // different orders (ATen's depends on the CPU's vector width): allow the usual fp32 error of
   // such a sum, ~sqrt(v) roundings of 2^-24 relative, on the largest gradient.
-  auto ref64 = run([](auto& x, auto& t) { return at::cross_entropy_loss(x, t); }, logits.to(at::kDouble), targets,
-                   upstream);
+  auto ref64 = run([](auto& x, auto& t) { return at::cross_entropy_loss(x, t); },
+                   logits.to(at::kDouble), targets, upstream);
   const double max_grad = ref64.grad.abs().max().item<double>();
   const double bound = max_grad * (8 + std::sqrt(static_cast<double>(v))) * std::ldexp(1.0, -24);
   const double err = (ours.grad.to(at::kDouble) - ref64.grad).abs().max().item<double>();
@@ -62,7 +64,8 @@ TEST_CASE("fused cross_entropy on a hand-computed example", "[train][loss]") {
   // Row 1: logits (ln 2, ln 2, 0), target 2: p = (2/5, 2/5, 1/5), loss ln 5 (padded to 3 columns
   // with -inf in row 0, whose probability is 0).
   const float inf = std::numeric_limits<float>::infinity();
-  at::Tensor logits = at::tensor({0.0f, std::log(3.0f), -inf, std::log(2.0f), std::log(2.0f), 0.0f}).view({2, 3});
+  at::Tensor logits =
+      at::tensor({0.0f, std::log(3.0f), -inf, std::log(2.0f), std::log(2.0f), 0.0f}).view({2, 3});
   at::Tensor targets = at::tensor({int64_t{0}, int64_t{2}});
   auto r = run([](auto& x, auto& t) { return cross_entropy(x, t); }, logits, targets, 1.0);
   CHECK(r.loss == Approx((std::log(4.0) + std::log(5.0)) / 2).epsilon(1e-6));
@@ -72,7 +75,8 @@ TEST_CASE("fused cross_entropy on a hand-computed example", "[train][loss]") {
 }
 
 TEST_CASE("fused cross_entropy: NaN and inf logits give a NaN loss", "[train][loss]") {
-  const float bad = GENERATE(std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity());
+  const float bad =
+      GENERATE(std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity());
   at::Tensor logits = at::zeros({4, 20});
   logits[2][13] = bad;
   at::Tensor targets = at::zeros({4}, at::kLong);
@@ -98,5 +102,6 @@ TEST_CASE("fused cross_entropy: without grad, and other dtypes through ATen", "[
           Approx(at::cross_entropy_loss(logits, targets).item<double>()).epsilon(1e-6));
   }
   at::Tensor d = logits.to(at::kDouble);
-  CHECK(cross_entropy(d, targets).item<double>() == at::cross_entropy_loss(d, targets).item<double>());
+  CHECK(cross_entropy(d, targets).item<double>() ==
+        at::cross_entropy_loss(d, targets).item<double>());
 }

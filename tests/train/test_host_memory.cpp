@@ -14,7 +14,8 @@ namespace {
 const void* address(const at::Tensor& t) { return t.storage().data(); }
 }  // namespace
 
-TEST_CASE("host cache: a freed block goes to the next request of its size, last freed first", "[host_memory]") {
+TEST_CASE("host cache: a freed block goes to the next request of its size, last freed first",
+          "[host_memory]") {
   train::cache_host_memory();
   train::release_cached_host_memory();
   const int64_t n = 1 << 18;  // 1 MiB of floats
@@ -57,8 +58,9 @@ TEST_CASE("host cache: a freed block goes to the next request of its size, last 
   train::cache_host_memory(false);
 }
 
-TEST_CASE("host cache: other sizes miss, small blocks are not kept, turning it off frees the idle blocks",
-          "[host_memory]") {
+TEST_CASE(
+    "host cache: other sizes miss, small blocks are not kept, turning it off frees the idle blocks",
+    "[host_memory]") {
   train::cache_host_memory();
   train::release_cached_host_memory();
   const int64_t n = 1 << 18;

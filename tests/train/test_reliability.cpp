@@ -27,11 +27,13 @@ const std::string TRAIN = VESCALE_TRAIN;
 const std::string CONFIG = " --config " VESCALE_SOURCE_DIR "/configs/llama_tiny.json";
 const std::string PLANS = VESCALE_SOURCE_DIR "/configs/plans/";
 // llama_tiny at toy shapes: a step takes milliseconds.
-const std::string TINY = " --set train.batch_size=2 --set train.seq_len=32 --set train.log_every=1"
-                         " --set log.metrics_jsonl=";
+const std::string TINY =
+    " --set train.batch_size=2 --set train.seq_len=32 --set train.log_every=1"
+    " --set log.metrics_jsonl=";
 // Inside run_command's bash -c '...': JSON quotes are backslash-escaped.
-const std::string TP2 = " --nproc-per-node 2 --set parallel.mesh={\\\"tp\\\":2} --set parallel.plan=" + PLANS +
-                        "llama_tp.json";
+const std::string TP2 =
+    " --nproc-per-node 2 --set parallel.mesh={\\\"tp\\\":2} --set parallel.plan=" + PLANS +
+    "llama_tp.json";
 
 // A fresh folder for one test case.
 std::string scratch(const std::string& name) {
@@ -58,7 +60,8 @@ std::vector<std::tuple<int64_t, double, double>> metrics(const std::string& path
   std::ifstream f(path);
   for (std::string line; std::getline(f, line);) {
     const auto j = nlohmann::json::parse(line);
-    out.emplace_back(j["step"].get<int64_t>(), j["loss"].get<double>(), j["grad_norm"].get<double>());
+    out.emplace_back(j["step"].get<int64_t>(), j["loss"].get<double>(),
+                     j["grad_norm"].get<double>());
   }
   return out;
 }
@@ -78,42 +81,53 @@ TEST_CASE("token ids past model.vocab_size stop the run at their batch, naming t
     INFO(r.out << r.err);
     CHECK(r.code == 1);
     CHECK(r.seconds < 60);
-    CHECK_THAT(r.err, Contains("step 1: reading the batch: data: '" + oov + "' holds token id 65000 (token "));
+    CHECK_THAT(r.err, Contains("step 1: reading the batch: data: '" + oov +
+                               "' holds token id 65000 (token "));
     CHECK_THAT(r.err, Contains("outside model.vocab_size = 256"));
-    CHECK_THAT(r.out, !Contains("step 1/3"));  // before it trained on anything (TP=2 gave loss 0.0000)
+    CHECK_THAT(r.out,
+               !Contains("step 1/3"));  // before it trained on anything (TP=2 gave loss 0.0000)
     check_no_stack(r);
   }
   // 2% bad ids (with TP=2 these trained normally-looking): found in the batch that holds one.
   std::vector<int64_t> mixed(4000);
-  for (size_t i = 0; i < mixed.size(); ++i) mixed[i] = i % 50 == 7 ? 300 : static_cast<int64_t>(i % 256);
+  for (size_t i = 0; i < mixed.size(); ++i)
+    mixed[i] = i % 50 == 7 ? 300 : static_cast<int64_t>(i % 256);
   const std::string some = dir + "/some_oov.bin";
   vescale::train::write_token_file(some, mixed);
-  auto r = run_command(TRAIN + TP2 + CONFIG + TINY + " --set train.steps=3 --set data.train=" + some);
+  auto r =
+      run_command(TRAIN + TP2 + CONFIG + TINY + " --set train.steps=3 --set data.train=" + some);
   INFO(r.out << r.err);
   CHECK(r.code == 1);
-  CHECK_THAT(r.err, Contains("' holds token id 300 (token ") && Contains("set model.vocab_size to at least 301"));
+  CHECK_THAT(r.err, Contains("' holds token id 300 (token ") &&
+                        Contains("set model.vocab_size to at least 301"));
   fs::remove_all(dir);
 }
 
-TEST_CASE("kill -9 of the launcher takes its ranks with it and latest stops moving", "[reliability]") {
+TEST_CASE("kill -9 of the launcher takes its ranks with it and latest stops moving",
+          "[reliability]") {
   const std::string dir = scratch("kill9"), ckpt = dir + "/ckpt";
   // Ranks are the launcher's children: their pids, then SIGKILL to the launcher alone. A rank
   // counts as alive while /proc shows it in any state but zombie (dead, not yet reaped).
-  auto r = run_command(TRAIN + " --nproc-per-node 2" + CONFIG + TINY +
-                           " --set train.steps=1000000 --set checkpoint.every=2 --set checkpoint.dir=" + ckpt +
-                           " > " + dir + "/log 2>&1 & pid=$!; "
-                           "for i in $(seq 600); do [ -f " + ckpt + "/latest ] && break; sleep 0.1; done; "
-                           "ranks=$(pgrep -P $pid); echo \"ranks $ranks\"; kill -9 $pid; "
-                           "for i in $(seq 20); do alive=0; for p in $ranks; do "
-                           "st=$(awk \"/^State/{print \\$2}\" /proc/$p/status 2>/dev/null); "
-                           "[ -n \"$st\" ] && [ \"$st\" != Z ] && alive=1; done; "
-                           "[ $alive = 0 ] && break; sleep 0.1; done; echo \"alive $alive after $i\"; "
-                           "cp " + ckpt + "/latest " + dir + "/latest.at_kill; sleep 2",
-                       120);
+  auto r = run_command(
+      TRAIN + " --nproc-per-node 2" + CONFIG + TINY +
+          " --set train.steps=1000000 --set checkpoint.every=2 --set checkpoint.dir=" + ckpt +
+          " > " + dir +
+          "/log 2>&1 & pid=$!; "
+          "for i in $(seq 600); do [ -f " +
+          ckpt +
+          "/latest ] && break; sleep 0.1; done; "
+          "ranks=$(pgrep -P $pid); echo \"ranks $ranks\"; kill -9 $pid; "
+          "for i in $(seq 20); do alive=0; for p in $ranks; do "
+          "st=$(awk \"/^State/{print \\$2}\" /proc/$p/status 2>/dev/null); "
+          "[ -n \"$st\" ] && [ \"$st\" != Z ] && alive=1; done; "
+          "[ $alive = 0 ] && break; sleep 0.1; done; echo \"alive $alive after $i\"; "
+          "cp " +
+          ckpt + "/latest " + dir + "/latest.at_kill; sleep 2",
+      120);
   INFO(r.out << r.err << slurp(dir + "/log"));
   CHECK_THAT(r.out, Contains("ranks "));
   CHECK(r.out.find("ranks \n") == std::string::npos);  // it found the two ranks
-  CHECK_THAT(r.out, Contains("alive 0 after"));      // all gone within 2 s
+  CHECK_THAT(r.out, Contains("alive 0 after"));        // all gone within 2 s
   CHECK_FALSE(latest(ckpt).empty());
   CHECK(slurp(dir + "/latest.at_kill") == slurp(ckpt + "/latest"));  // nobody kept saving
   fs::remove_all(dir);
@@ -125,14 +139,16 @@ TEST_CASE("an unwritable checkpoint.dir or metrics path fails before step 1", "[
   for (const std::string& bad : {std::string("/proc/vescale_no_such_dir"), dir + "/a_file/ckpt"}) {
     INFO(bad);
     for (const std::string& launch : {std::string(), std::string(" --nproc-per-node 2")}) {
-      auto r = run_command(TRAIN + launch + CONFIG + TINY + " --set train.steps=3 --set checkpoint.dir=" + bad);
+      auto r = run_command(TRAIN + launch + CONFIG + TINY +
+                           " --set train.steps=3 --set checkpoint.dir=" + bad);
       INFO(r.out << r.err);
       CHECK(r.code == 1);
       CHECK_THAT(r.err, Contains("checkpoint.dir '" + bad + "' cannot be created"));
       CHECK_THAT(r.out, !Contains("step 1/3"));
     }
   }
-  auto r = run_command(TRAIN + CONFIG + TINY + " --set train.steps=3 --set log.metrics_jsonl=/proc/vescale_x/m.jsonl");
+  auto r = run_command(TRAIN + CONFIG + TINY +
+                       " --set train.steps=3 --set log.metrics_jsonl=/proc/vescale_x/m.jsonl");
   INFO(r.out << r.err);
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Contains("log.metrics_jsonl's folder '/proc/vescale_x' cannot be created"));
@@ -142,7 +158,8 @@ TEST_CASE("an unwritable checkpoint.dir or metrics path fails before step 1", "[
 
 TEST_CASE("the divergence guard keeps the last good checkpoint as latest", "[reliability]") {
   const std::string dir = scratch("diverge"), ckpt = dir + "/ckpt";
-  const std::string base = TRAIN + CONFIG + TINY + " --set checkpoint.every=1 --set checkpoint.dir=" + ckpt;
+  const std::string base =
+      TRAIN + CONFIG + TINY + " --set checkpoint.every=1 --set checkpoint.dir=" + ckpt;
   auto r = run_command(base + " --set train.steps=4");
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
@@ -153,7 +170,10 @@ TEST_CASE("the divergence guard keeps the last good checkpoint as latest", "[rel
   INFO(r.out << r.err);
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Contains("step 6: the "));
-  CHECK_THAT(r.err, Contains("the checkpoint before this step does not become latest. Lower train.lr (now 1e+06)"));
+  CHECK_THAT(
+      r.err,
+      Contains(
+          "the checkpoint before this step does not become latest. Lower train.lr (now 1e+06)"));
   CHECK_THAT(r.err, !Contains("train.grad_clip"));  // it is on (1.0): not the knob to turn
   CHECK(latest(ckpt) == "step-00000004");
   CHECK_FALSE(fs::exists(ckpt + "/step-00000005"));
@@ -166,32 +186,42 @@ TEST_CASE("the divergence guard keeps the last good checkpoint as latest", "[rel
   fs::remove_all(dir);
 }
 
-TEST_CASE("a foreign program on MASTER_PORT is an error within the timeout, not a hang", "[reliability]") {
+TEST_CASE("a foreign program on MASTER_PORT is an error within the timeout, not a hang",
+          "[reliability]") {
   const int port = vescale::dist::find_free_port();
   const std::string p = std::to_string(port);
-  const std::string server = "python3 -m http.server " + p + " --bind 127.0.0.1 >/dev/null 2>&1 & srv=$!; "
-                             "for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/" + p +
-                             ") 2>/dev/null && break; sleep 0.1; done; ";
-  const std::string env = "VESCALE_COLLECTIVE_TIMEOUT_S=5 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + p;
+  const std::string server = "python3 -m http.server " + p +
+                             " --bind 127.0.0.1 >/dev/null 2>&1 & srv=$!; "
+                             "for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/" +
+                             p + ") 2>/dev/null && break; sleep 0.1; done; ";
+  const std::string env =
+      "VESCALE_COLLECTIVE_TIMEOUT_S=5 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + p;
   // A rank that connects: the listener accepts and never answers the store's handshake.
-  auto r = run_command(server + env + " RANK=1 " + TRAIN + CONFIG + TINY + "; rc=$?; kill $srv; exit $rc", 60);
+  auto r = run_command(
+      server + env + " RANK=1 " + TRAIN + CONFIG + TINY + "; rc=$?; kill $srv; exit $rc", 60);
   INFO(r.out << r.err);
   CHECK(r.code == 1);
   CHECK(r.seconds < 30);
-  CHECK_THAT(r.err, Contains("rendezvous: rank 1 connected to 127.0.0.1:" + p +
-                             " but it did not answer the store handshake within 5000 ms; it is not a vescale (c10d) "
-                             "store"));
+  CHECK_THAT(
+      r.err,
+      Contains(
+          "rendezvous: rank 1 connected to 127.0.0.1:" + p +
+          " but it did not answer the store handshake within 5000 ms; it is not a vescale (c10d) "
+          "store"));
   // Rank 0 cannot serve there: said at once, without a timeout or libtorch's stack.
-  r = run_command(server + env + " RANK=0 " + TRAIN + CONFIG + TINY + "; rc=$?; kill $srv; exit $rc", 60);
+  r = run_command(
+      server + env + " RANK=0 " + TRAIN + CONFIG + TINY + "; rc=$?; kill $srv; exit $rc", 60);
   INFO(r.out << r.err);
   CHECK(r.code == 1);
   CHECK(r.seconds < 20);
-  CHECK_THAT(r.err, Contains("rank 0 cannot serve the store on port " + p + ": another program is listening there"));
+  CHECK_THAT(r.err, Contains("rank 0 cannot serve the store on port " + p +
+                             ": another program is listening there"));
   CHECK_THAT(r.err, !Contains("within"));
   check_no_stack(r);
 }
 
-TEST_CASE("resume=false on a used checkpoint.dir is an error, and overwrite keeps the other run's", "[reliability]") {
+TEST_CASE("resume=false on a used checkpoint.dir is an error, and overwrite keeps the other run's",
+          "[reliability]") {
   const std::string dir = scratch("used"), ckpt = dir + "/ckpt";
   const std::string base = TRAIN + CONFIG + TINY + " --set checkpoint.dir=" + ckpt;
   auto r = run_command(base + " --set train.steps=4 --set checkpoint.every=2");
@@ -199,26 +229,32 @@ TEST_CASE("resume=false on a used checkpoint.dir is an error, and overwrite keep
   r = run_command(base + " --set train.steps=3 --set checkpoint.resume=false");
   INFO(r.out << r.err);
   CHECK(r.code == 1);
-  CHECK_THAT(r.err, Contains("checkpoint.dir '" + ckpt + "' already holds checkpoints (latest: " + ckpt +
-                             "/step-00000004) and checkpoint.resume is false") &&
+  CHECK_THAT(r.err, Contains("checkpoint.dir '" + ckpt + "' already holds checkpoints (latest: " +
+                             ckpt + "/step-00000004) and checkpoint.resume is false") &&
                         Contains("set checkpoint.overwrite=true"));
   CHECK_THAT(r.out, !Contains("step 1/3"));
   // overwrite: the new run's step 3 goes beside the old run's 2 and 4; keep=1 prunes only its own.
-  r = run_command(base + " --set train.steps=3 --set checkpoint.every=3 --set checkpoint.keep=1 "
-                         "--set checkpoint.resume=false --set checkpoint.overwrite=true");
+  r = run_command(base +
+                  " --set train.steps=3 --set checkpoint.every=3 --set checkpoint.keep=1 "
+                  "--set checkpoint.resume=false --set checkpoint.overwrite=true");
   INFO(r.out << r.err);
   CHECK(r.code == 0);
   CHECK(latest(ckpt) == "step-00000003");
-  for (const char* s : {"/step-00000002", "/step-00000003", "/step-00000004"}) CHECK(fs::exists(ckpt + s + "/index.json"));
-  auto run_id = [&](const char* s) { return nlohmann::json::parse(slurp(ckpt + s + "/index.json")).value("run_id", ""); };
+  for (const char* s : {"/step-00000002", "/step-00000003", "/step-00000004"})
+    CHECK(fs::exists(ckpt + s + "/index.json"));
+  auto run_id = [&](const char* s) {
+    return nlohmann::json::parse(slurp(ckpt + s + "/index.json")).value("run_id", "");
+  };
   CHECK_FALSE(run_id("/step-00000003").empty());
   CHECK(run_id("/step-00000002") == run_id("/step-00000004"));
   CHECK(run_id("/step-00000002") != run_id("/step-00000003"));
   fs::remove_all(dir);
 }
 
-TEST_CASE("SIGTERM saves and exits 0, a rerun resumes bitwise, and SIGINT to one rank stops all, exit 130",
-          "[reliability]") {
+TEST_CASE(
+    "SIGTERM saves and exits 0, a rerun resumes bitwise, and SIGINT to one rank stops all, exit "
+    "130",
+    "[reliability]") {
   const std::string dir = scratch("sigterm"), ckpt = dir + "/ckpt";
   const std::string steps = " --set train.steps=200";
   const std::string base = TRAIN + " --nproc-per-node 2" + CONFIG + TINY + steps;
@@ -237,11 +273,13 @@ TEST_CASE("SIGTERM saves and exits 0, a rerun resumes bitwise, and SIGINT to one
                        120);
   };
   // The same run, SIGTERM to the launcher once a few steps are logged.
-  const std::string cmd = base + " --set log.metrics_jsonl=" + cut_metrics + " --set checkpoint.dir=" + ckpt;
+  const std::string cmd =
+      base + " --set log.metrics_jsonl=" + cut_metrics + " --set checkpoint.dir=" + ckpt;
   r = signal_after_5_steps(cmd, "kill -TERM $pid");
   INFO(r.out << r.err);
   CHECK(r.code == 0);
-  CHECK_THAT(r.out + r.err, Contains("SIGTERM: stopped after step ") && Contains("rerun the same command to resume"));
+  CHECK_THAT(r.out + r.err, Contains("SIGTERM: stopped after step ") &&
+                                Contains("rerun the same command to resume"));
   const std::string stopped = latest(ckpt);
   REQUIRE_FALSE(stopped.empty());
   const int64_t cut = std::stoll(stopped.substr(5));
@@ -281,13 +319,15 @@ TEST_CASE("stale unfinished saves are removed at start", "[reliability]") {
   auto r = run_command(base + " --set train.steps=3");
   INFO(r.out << r.err);
   CHECK(r.code == 0);
-  CHECK_THAT(r.out + r.err, Contains("checkpoint: removed " + ckpt + "/step-00000001.tmp, an unfinished save older than the "
-                             "newest checkpoint"));
+  CHECK_THAT(r.out + r.err, Contains("checkpoint: removed " + ckpt +
+                                     "/step-00000001.tmp, an unfinished save older than the "
+                                     "newest checkpoint"));
   CHECK_FALSE(fs::exists(ckpt + "/step-00000001.tmp"));
   fs::remove_all(dir);
 }
 
-TEST_CASE("messages: a directory as --config, a plan typo, who launched, a corrupt rank file", "[reliability]") {
+TEST_CASE("messages: a directory as --config, a plan typo, who launched, a corrupt rank file",
+          "[reliability]") {
   const std::string dir = scratch("messages");
   auto r = run_command(TRAIN + " --config " + dir);
   CHECK(r.code == 1);
@@ -295,18 +335,24 @@ TEST_CASE("messages: a directory as --config, a plan typo, who launched, a corru
 
   // A typo in a plan pattern would leave every attention weight replicated.
   const std::string plan = dir + "/typo.json";
-  std::ofstream(plan) << R"J({"mesh": ["tp"], "params": {"layers.*.atention.wq.weight": ["Shard(0)"], "*": ["Replicate"]}})J";
-  r = run_command(TRAIN + " --nproc-per-node 2 --set parallel.mesh={\\\"tp\\\":2} --set parallel.plan=" + plan + CONFIG +
-                  TINY + " --set train.steps=2");
+  std::ofstream(plan)
+      << R"J({"mesh": ["tp"], "params": {"layers.*.atention.wq.weight": ["Shard(0)"], "*": ["Replicate"]}})J";
+  r = run_command(
+      TRAIN + " --nproc-per-node 2 --set parallel.mesh={\\\"tp\\\":2} --set parallel.plan=" + plan +
+      CONFIG + TINY + " --set train.steps=2");
   INFO(r.out << r.err);
   CHECK(r.code == 1);
-  CHECK_THAT(r.err, Contains("params['layers.*.atention.wq.weight'] matches no parameter of the model; did you mean "
-                             "'layers.*.attention.wq.weight'?"));
+  CHECK_THAT(
+      r.err,
+      Contains(
+          "params['layers.*.atention.wq.weight'] matches no parameter of the model; did you mean "
+          "'layers.*.attention.wq.weight'?"));
   CHECK_THAT(r.out, Contains("(launched by vescale-run, device cpu)"));
 
   // A checkpoint whose rank-1 file is corrupt: no rank reports a resume that another could not do.
   const std::string ckpt = dir + "/ckpt";
-  r = run_command(TRAIN + TP2 + CONFIG + TINY + " --set train.steps=2 --set checkpoint.dir=" + ckpt);
+  r = run_command(TRAIN + TP2 + CONFIG + TINY +
+                  " --set train.steps=2 --set checkpoint.dir=" + ckpt);
   REQUIRE(r.code == 0);
   const std::string file = ckpt + "/step-00000002/rank-00001.safetensors";
   REQUIRE(fs::exists(file));
@@ -315,11 +361,13 @@ TEST_CASE("messages: a directory as --config, a plan typo, who launched, a corru
     f.seekp(static_cast<std::streamoff>(fs::file_size(file) - 8));
     f << "CORRUPT!";
   }
-  r = run_command(TRAIN + TP2 + CONFIG + TINY + " --set train.steps=4 --set checkpoint.dir=" + ckpt);
+  r = run_command(TRAIN + TP2 + CONFIG + TINY +
+                  " --set train.steps=4 --set checkpoint.dir=" + ckpt);
   INFO(r.out << r.err);
   CHECK(r.code == 1);
   CHECK_THAT(r.out + r.err, !Contains("resumed from"));
-  CHECK_THAT(r.err, Contains("[rank 1] vescale-train: checkpoint") && Contains("rank-00001.safetensors"));
+  CHECK_THAT(r.err,
+             Contains("[rank 1] vescale-train: checkpoint") && Contains("rank-00001.safetensors"));
   CHECK_THAT(r.err, Contains("[rank 0] vescale-train: rank 1 failed: checkpoint"));
   fs::remove_all(dir);
 }

@@ -17,7 +17,9 @@ using namespace vescale::train;
 using Catch::Matchers::Contains;
 
 namespace {
-std::string tmp(const std::string& name) { return "/tmp/vescale_data_test." + std::to_string(::getpid()) + "." + name; }
+std::string tmp(const std::string& name) {
+  return "/tmp/vescale_data_test." + std::to_string(::getpid()) + "." + name;
+}
 
 std::vector<int64_t> iota(int64_t n, int64_t start = 0) {
   std::vector<int64_t> v(n);
@@ -82,7 +84,8 @@ TEST_CASE("a resumed loader continues at the same position", "[data]") {
   write_token_file(path, iota(3001));
   auto data = std::make_shared<TokenDataset>(std::vector<std::string>{path});
   DataLoader a(data, 2, 16, 1, 2, 7);
-  for (int i = 0; i < 5 + static_cast<int>(a.steps_per_epoch()); ++i) a.next();  // into the second epoch
+  for (int i = 0; i < 5 + static_cast<int>(a.steps_per_epoch()); ++i)
+    a.next();  // into the second epoch
   const auto pos = a.position();
   CHECK(pos.epoch == 1);
   DataLoader b(data, 2, 16, 1, 2, 7);
@@ -96,20 +99,23 @@ TEST_CASE("a resumed loader continues at the same position", "[data]") {
   std::remove(path.c_str());
 }
 
-TEST_CASE("token ids at or past the vocab size are an error naming the file, the id and its place", "[data]") {
+TEST_CASE("token ids at or past the vocab size are an error naming the file, the id and its place",
+          "[data]") {
   auto a = tmp("v_a.bin"), b = tmp("v_b.bin");
-  write_token_file(a, iota(40));                    // ids 0..39
+  write_token_file(a, iota(40));  // ids 0..39
   auto tokens = iota(40);
-  tokens[17] = 70000;                                 // uint32 file
+  tokens[17] = 70000;  // uint32 file
   write_token_file(b, tokens);
   auto data = std::make_shared<TokenDataset>(std::vector<std::string>{a, b});
   CHECK(data->locate(57) == std::make_pair(b, int64_t{17}));
   // Unshuffled, 8 x 9-token windows: batch 0 takes tokens [0, 72], which hold global token 57.
   DataLoader loader(data, 8, 9, 0, 1, 1, /*shuffle=*/false);
   loader.set_vocab_size(1000);
-  CHECK_THROWS_WITH(loader.next(), Contains("data: '" + b + "' holds token id 70000 (token 17 of the file), outside "
-                                            "model.vocab_size = 1000") &&
-                                       Contains("set model.vocab_size to at least 70001"));
+  CHECK_THROWS_WITH(loader.next(),
+                    Contains("data: '" + b +
+                             "' holds token id 70000 (token 17 of the file), outside "
+                             "model.vocab_size = 1000") &&
+                        Contains("set model.vocab_size to at least 70001"));
   // A vocab that covers every id, or no check at all: the same batch loads.
   DataLoader wide(data, 8, 9, 0, 1, 1, false), unchecked(data, 8, 9, 0, 1, 1, false);
   wide.set_vocab_size(70001);

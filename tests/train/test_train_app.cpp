@@ -37,7 +37,8 @@ const std::string CONFIGS = VESCALE_SOURCE_DIR "/configs/";
 
 TEST_CASE("vescale-train trains nanogpt_tiny: loss falls, metrics JSONL per step", "[train_app]") {
   const std::string jsonl = "/tmp/vescale_train_app." + std::to_string(::getpid()) + ".jsonl";
-  auto r = run(TRAIN + " --config " + CONFIGS + "nanogpt_tiny.json --set train.steps=40 --set train.batch_size=8 " +
+  auto r = run(TRAIN + " --config " + CONFIGS +
+               "nanogpt_tiny.json --set train.steps=40 --set train.batch_size=8 " +
                "--set train.warmup_steps=5 --set log.metrics_jsonl=" + jsonl);
   INFO(r.out);
   REQUIRE(r.code == 0);
@@ -65,8 +66,10 @@ TEST_CASE("vescale-train trains nanogpt_tiny: loss falls, metrics JSONL per step
   std::remove(jsonl.c_str());
 }
 
-TEST_CASE("vescale-train warns once when MFU exceeds 100% (peak_flops set too low)", "[train_app]") {
-  const std::string base = TRAIN + " --config " + CONFIGS + "nanogpt_tiny.json --set train.steps=3 --set train.batch_size=2 " +
+TEST_CASE("vescale-train warns once when MFU exceeds 100% (peak_flops set too low)",
+          "[train_app]") {
+  const std::string base = TRAIN + " --config " + CONFIGS +
+                           "nanogpt_tiny.json --set train.steps=3 --set train.batch_size=2 " +
                            "--set train.log_every=1 --set log.metrics_jsonl=";
   auto count = [](const std::string& s, const std::string& what) {
     size_t n = 0;
@@ -103,7 +106,8 @@ TEST_CASE("vescale-train names config errors", "[train_app]") {
   r = run(TRAIN + " --config /no/such.json");
   CHECK(r.code == 1);
   CHECK_THAT(r.out, Contains("cannot open '/no/such.json'"));
-  r = run(TRAIN + " --config " + CONFIGS + "nanogpt_tiny.json --set data.train=/no/such_*.bin --set train.steps=1");
+  r = run(TRAIN + " --config " + CONFIGS +
+          "nanogpt_tiny.json --set data.train=/no/such_*.bin --set train.steps=1");
   CHECK(r.code == 1);
   CHECK_THAT(r.out, Contains("data.train: '/no/such_*.bin' matches no file"));
 }
@@ -112,15 +116,18 @@ namespace {
 std::vector<double> losses_of(const std::string& jsonl) {
   std::ifstream f(jsonl);
   std::vector<double> out;
-  for (std::string line; std::getline(f, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  for (std::string line; std::getline(f, line);)
+    out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
   std::remove(jsonl.c_str());
   return out;
 }
 }  // namespace
 
-TEST_CASE("vescale-train applies the config's plan on any mesh and trains like world 1", "[train_app]") {
+TEST_CASE("vescale-train applies the config's plan on any mesh and trains like world 1",
+          "[train_app]") {
   // The same global batch (4 sequences) everywhere: dp ranks take 4 / dp each.
-  const std::string common = " --config " + CONFIGS + "llama_tiny.json --set train.steps=8 --set train.seq_len=64 " +
+  const std::string common = " --config " + CONFIGS +
+                             "llama_tiny.json --set train.steps=8 --set train.seq_len=64 " +
                              "--set train.warmup_steps=2 --set train.log_every=4 ";
   struct Run {
     int ranks;
@@ -135,8 +142,9 @@ TEST_CASE("vescale-train applies the config's plan on any mesh and trains like w
   std::vector<double> reference;
   for (const auto& r : runs) {
     const std::string jsonl = "/tmp/vescale_plans." + std::to_string(::getpid()) + ".jsonl";
-    auto res = run(TRAIN + common + "--nproc-per-node " + std::to_string(r.ranks) + " --set 'parallel.mesh=" + r.mesh +
-                   "' --set 'parallel.plan=\"" + r.plan + "\"' --set train.batch_size=" + std::to_string(r.batch) +
+    auto res = run(TRAIN + common + "--nproc-per-node " + std::to_string(r.ranks) +
+                   " --set 'parallel.mesh=" + r.mesh + "' --set 'parallel.plan=\"" + r.plan +
+                   "\"' --set train.batch_size=" + std::to_string(r.batch) +
                    " --set log.metrics_jsonl=" + jsonl);
     INFO(r.mesh << " " << r.plan << "\n" << res.out);
     REQUIRE(res.code == 0);

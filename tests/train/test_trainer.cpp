@@ -32,22 +32,25 @@ using Catch::Matchers::Contains;
 
 namespace {
 Config tiny(const std::vector<std::string>& overrides = {}) {
-  std::vector<std::string> o{"model.n_layer=2", "model.n_embd=64", "model.n_head=4", "train.batch_size=4",
-                             "train.seq_len=32", "train.warmup_steps=2", "train.steps=4", "train.eval_steps=2",
-                             "log.metrics_jsonl=\"\""};
+  std::vector<std::string> o{"model.n_layer=2",    "model.n_embd=64",    "model.n_head=4",
+                             "train.batch_size=4", "train.seq_len=32",   "train.warmup_steps=2",
+                             "train.steps=4",      "train.eval_steps=2", "log.metrics_jsonl=\"\""};
   o.insert(o.end(), overrides.begin(), overrides.end());
   return Config::from_file(VESCALE_SOURCE_DIR "/configs/nanogpt_tiny.json", o);
 }
 
 Config tiny_mixtral(const std::vector<std::string>& overrides = {}) {
-  std::vector<std::string> o{"model.n_layers=2", "model.dim=64", "model.n_heads=4", "model.n_kv_heads=2",
-                             "model.ffn_dim=64", "train.batch_size=4", "train.seq_len=32", "train.warmup_steps=2",
-                             "train.steps=4", "train.eval_steps=2", "log.metrics_jsonl=\"\""};
+  std::vector<std::string> o{"model.n_layers=2",   "model.dim=64",          "model.n_heads=4",
+                             "model.n_kv_heads=2", "model.ffn_dim=64",      "train.batch_size=4",
+                             "train.seq_len=32",   "train.warmup_steps=2",  "train.steps=4",
+                             "train.eval_steps=2", "log.metrics_jsonl=\"\""};
   o.insert(o.end(), overrides.begin(), overrides.end());
   return Config::from_file(VESCALE_SOURCE_DIR "/configs/mixtral_tiny.json", o);
 }
 
-double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>();
+}
 
 std::map<std::string, at::Tensor> grads_of(torch::nn::Module& m) {
   std::map<std::string, at::Tensor> g;
@@ -65,12 +68,14 @@ TEST_CASE("dry-run shapes come from a meta build: LLaMA-3 70B has 70.55B paramet
   CHECK(n == 2 * 128256LL * 8192 + 80 * layer + 8192);
   CHECK(std::fabs(static_cast<double>(n) / 1e9 - 70.55) < 0.1);
   auto m8x7 = Config::from_file(VESCALE_SOURCE_DIR "/configs/mixtral_8x7b.json");
-  CHECK(parameter_count(parameter_shapes(m8x7.model)) == 46702792704LL);  // Mixtral's published size
+  CHECK(parameter_count(parameter_shapes(m8x7.model)) ==
+        46702792704LL);  // Mixtral's published size
   // nanoGPT's bias=False: no Linear biases (LayerNorm keeps its own).
   auto nobias = tiny({"model.bias=false"});
   for (const auto& [name, shape] : parameter_shapes(nobias.model))
     CHECK(name.find("c_fc.bias") == std::string::npos);
-  CHECK(parameter_count(parameter_shapes(nobias.model)) < parameter_count(parameter_shapes(tiny().model)));
+  CHECK(parameter_count(parameter_shapes(nobias.model)) <
+        parameter_count(parameter_shapes(tiny().model)));
   // The meta build lists what the real module holds, in order.
   auto small = tiny();
   auto shapes = parameter_shapes(small.model);
@@ -99,7 +104,8 @@ TEST_CASE("dry-run memory splits Shard(d) params over the mesh, torch.chunk styl
     std::ofstream f(plan);
     f << R"J({"mesh": ["dp", "tp"], "params": {"wte.weight": ["Replicate", "Shard(0)"], "*": ["Replicate", "Replicate"]}})J";
   }
-  auto sharded = tiny({"parallel.plan=" + plan, "parallel.zero=1", "parallel.mesh={\"dp\":2,\"tp\":3}"});
+  auto sharded =
+      tiny({"parallel.plan=" + plan, "parallel.zero=1", "parallel.mesh={\"dp\":2,\"tp\":3}"});
   m = memory_per_rank(sharded, vescale::mesh::MeshShape({{"dp", 2}, {"tp", 3}}, 6));
   const double local = static_cast<double>(n - 256 * 64 + 86 * 64);
   CHECK(m.param_bytes == 4 * local);
@@ -120,12 +126,14 @@ TEST_CASE("FLOPs per token: 6 x matmul parameters + attention", "[trainer]") {
 }
 
 TEST_CASE("activation checkpointing gives the same grads, dropout included", "[trainer]") {
-  models::GPTOptions o{.vocab_size = 64, .n_positions = 16, .n_embd = 32, .n_layer = 3, .n_head = 4, .dropout = 0.2};
+  models::GPTOptions o{
+      .vocab_size = 64, .n_positions = 16, .n_embd = 32, .n_layer = 3, .n_head = 4, .dropout = 0.2};
   torch::manual_seed(3);
   models::GPT plain(o), ckpt(o);
   {
     c10::NoGradGuard g;
-    for (size_t i = 0; i < plain->parameters().size(); ++i) ckpt->parameters()[i].copy_(plain->parameters()[i]);
+    for (size_t i = 0; i < plain->parameters().size(); ++i)
+      ckpt->parameters()[i].copy_(plain->parameters()[i]);
   }
   auto tokens = at::randint(64, {2, 16}, at::kLong);
   auto targets = at::randint(64, {2, 16}, at::kLong);
@@ -152,14 +160,17 @@ TEST_CASE("activation checkpointing gives the same grads, dropout included", "[t
   auto a = plain->forward(tokens);
   auto b = plain->forward(tokens);
   CHECK_FALSE(at::allclose(a, b));
-  CHECK_THROWS_WITH(enable_activation_checkpointing(*plain, "blocks.*"), Contains("no module matches 'blocks.*'"));
+  CHECK_THROWS_WITH(enable_activation_checkpointing(*plain, "blocks.*"),
+                    Contains("no module matches 'blocks.*'"));
 }
 
 namespace {
 // A block whose dropout draws from vescale::random (as DTensor dropout does).
 struct VescaleDropoutBlock : torch::nn::Module {
   VescaleDropoutBlock() { w = register_parameter("w", at::randn({8, 8})); }
-  at::Tensor forward(const at::Tensor& x) { return vescale::random::dropout(at::tanh(at::matmul(x, w)), 0.5); }
+  at::Tensor forward(const at::Tensor& x) {
+    return vescale::random::dropout(at::tanh(at::matmul(x, w)), 0.5);
+  }
   at::Tensor w;
 };
 }  // namespace
@@ -174,7 +185,8 @@ TEST_CASE("checkpoint replays vescale::random's stream in backward", "[trainer]"
   block->w.mutable_grad() = at::Tensor();
   x.mutable_grad() = at::Tensor();
   vescale::random::manual_seed(5);
-  auto y1 = checkpoint({x}, [&](const std::vector<at::Tensor>& xs) { return block->forward(xs[0]); });
+  auto y1 =
+      checkpoint({x}, [&](const std::vector<at::Tensor>& xs) { return block->forward(xs[0]); });
   const auto after_forward = vescale::random::get_state();
   y1.sum().backward();
   CHECK(at::equal(y0, y1));
@@ -189,7 +201,8 @@ TEST_CASE("NaN or inf stops training with the step named", "[trainer]") {
     Trainer t(tiny());
     {
       c10::NoGradGuard g;
-      t.model().module->named_parameters()["ln_f.weight"].fill_(std::numeric_limits<float>::quiet_NaN());
+      t.model().module->named_parameters()["ln_f.weight"].fill_(
+          std::numeric_limits<float>::quiet_NaN());
     }
     CHECK_THROWS_WITH(t.run(), Contains("step 1: the loss is nan; stopping before the update"));
   }
@@ -203,7 +216,8 @@ TEST_CASE("NaN or inf stops training with the step named", "[trainer]") {
   }
 }
 
-TEST_CASE("a libtorch error in a step becomes one line naming the step and the phase", "[trainer]") {
+TEST_CASE("a libtorch error in a step becomes one line naming the step and the phase",
+          "[trainer]") {
   Trainer t(tiny());
   auto w = t.model().module->named_parameters()["h.0.mlp.c_fc.weight"];
   w.register_hook([](const at::Tensor& g) -> at::Tensor {
@@ -224,23 +238,30 @@ TEST_CASE("divergence guard: NaN/inf always, spikes over the median after warmup
           "[trainer][guard]") {
   using vescale::train::DivergenceGuard;
   // ln(256) = 5.545: the uniform bound is 3 x 5.545 = 16.64.
-  DivergenceGuard g({.max_loss_spike = 3, .warmup_steps = 2, .vocab_size = 256, .lr = 1e-3, .grad_clip = 1});
+  DivergenceGuard g(
+      {.max_loss_spike = 3, .warmup_steps = 2, .vocab_size = 256, .lr = 1e-3, .grad_clip = 1});
   g.check(1, 5.0, 1.0);
   g.check(2, 16.0, 1.0);  // in warmup: only the uniform bound applies (16 < 16.64)
-  CHECK_THROWS_WITH(g.check(3, 17.0, 1.0), Contains("step 3: the loss 17 is above train.max_loss_spike x "
-                                                    "ln(vocab_size) = 3 x 5.545"));
+  CHECK_THROWS_WITH(g.check(3, 17.0, 1.0),
+                    Contains("step 3: the loss 17 is above train.max_loss_spike x "
+                             "ln(vocab_size) = 3 x 5.545"));
   CHECK(g.median() == 10.5);  // of {5, 16}: the failed step is not remembered
   g.check(3, 4.0, 1.0);
   CHECK(g.median() == 5.0);  // {5, 16, 4}
-  CHECK_THROWS_WITH(g.check(4, 15.5, 1.0), Contains("step 4: the loss 15.5 is above train.max_loss_spike x the "
-                                                    "median of the last 3 steps = 3 x 5"));
+  CHECK_THROWS_WITH(g.check(4, 15.5, 1.0),
+                    Contains("step 4: the loss 15.5 is above train.max_loss_spike x the "
+                             "median of the last 3 steps = 3 x 5"));
   g.check(4, 14.9, 1.0);  // below 3 x 5
-  CHECK_THROWS_WITH(g.check(5, std::nan(""), 1.0), Contains("step 5: the loss is nan; stopping before the update"));
-  CHECK_THROWS_WITH(g.check(5, 4.0, INFINITY), Contains("step 5: the gradient norm is inf (loss 4)"));
+  CHECK_THROWS_WITH(g.check(5, std::nan(""), 1.0),
+                    Contains("step 5: the loss is nan; stopping before the update"));
+  CHECK_THROWS_WITH(g.check(5, 4.0, INFINITY),
+                    Contains("step 5: the gradient norm is inf (loss 4)"));
   // The knobs: grad_clip only when clipping is off.
   CHECK_THROWS_WITH(g.check(5, 4.0, INFINITY), !Contains("grad_clip"));
-  DivergenceGuard off_clip({.max_loss_spike = 0, .warmup_steps = 0, .vocab_size = 256, .lr = 1e-3, .grad_clip = 0});
-  CHECK_THROWS_WITH(off_clip.check(1, 4.0, INFINITY), Contains("or set train.grad_clip (now 0: clipping is off)"));
+  DivergenceGuard off_clip(
+      {.max_loss_spike = 0, .warmup_steps = 0, .vocab_size = 256, .lr = 1e-3, .grad_clip = 0});
+  CHECK_THROWS_WITH(off_clip.check(1, 4.0, INFINITY),
+                    Contains("or set train.grad_clip (now 0: clipping is off)"));
   off_clip.check(1, 1e6, 1.0);  // max_loss_spike 0: only NaN/inf stop
   // The window is the last 20 steps.
   DivergenceGuard w({.max_loss_spike = 3, .warmup_steps = 0, .vocab_size = 0});
@@ -283,14 +304,17 @@ TEST_CASE("loss falls on the built-in corpus, with checkpointing too", "[trainer
   }
 }
 
-TEST_CASE("Mixtral's aux loss under activation checkpointing: the same value, counted once, same grads", "[trainer]") {
+TEST_CASE(
+    "Mixtral's aux loss under activation checkpointing: the same value, counted once, same grads",
+    "[trainer]") {
   const auto cfg = tiny_mixtral();
   REQUIRE(cfg.model.mixtral.aux_loss_coef > 0);
   torch::manual_seed(3);
   Model plain = build_model(cfg.model);
   torch::manual_seed(3);
   Model ckpt = build_model(cfg.model);
-  REQUIRE(enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern, ckpt.block_side_outputs) == 2);
+  REQUIRE(enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern,
+                                          ckpt.block_side_outputs) == 2);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
   const auto tokens = at::randint(256, {4, 33}, gen, at::kLong);
   const auto x = tokens.slice(1, 0, 32), y = tokens.slice(1, 1, 33);
@@ -309,7 +333,7 @@ TEST_CASE("Mixtral's aux loss under activation checkpointing: the same value, co
   };
   const Out want = run(plain, true), got = run(ckpt, true);
   CHECK(got.ce == want.ce);
-  CHECK(got.aux == want.aux);  // the forward's own value, once
+  CHECK(got.aux == want.aux);                         // the forward's own value, once
   CHECK(want.aux > cfg.model.mixtral.aux_loss_coef);  // coef x (~top_k when balanced)
   for (auto& [name, g] : want.grads) {
     INFO(name << ": max |diff| " << max_diff(got.grads.at(name), g));
@@ -323,7 +347,8 @@ TEST_CASE("Mixtral's aux loss under activation checkpointing: the same value, co
   vescale::nn::clear_all_forward_hooks();
 }
 
-TEST_CASE("Mixtral with its aux loss trains the same with and without activation checkpointing", "[trainer]") {
+TEST_CASE("Mixtral with its aux loss trains the same with and without activation checkpointing",
+          "[trainer]") {
   Trainer a(tiny_mixtral());
   Trainer b(tiny_mixtral({"train.activation_checkpointing=true"}));
   for (int64_t s = 0; s < 4; ++s) {
@@ -366,19 +391,23 @@ TEST_CASE("a 1-device mesh trains on plain tensors, initialised like the DTensor
     t.step(1);
     const auto m2 = t.step(2);
     CHECK(m2.loss < m0.loss);
-    for (auto& item : t.model().module->named_parameters()) CHECK(!vescale::dtensor::is_dtensor(item.value()));
+    for (auto& item : t.model().module->named_parameters())
+      CHECK(!vescale::dtensor::is_dtensor(item.value()));
   }
   if (owns_world) vescale::dist::shutdown();
 }
 
 TEST_CASE("a run resumed from its checkpoint continues bitwise", "[trainer][checkpoint]") {
-  const auto dir = std::filesystem::temp_directory_path() / ("vescale_resume_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("vescale_resume_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   // Dropout on: the resumed run must also continue libtorch's random stream.
   const std::vector<std::string> common{"train.steps=6", "model.dropout=0.1", "train.grad_accum=2"};
   auto with_ckpt = common;
-  with_ckpt.insert(with_ckpt.end(), {"checkpoint.dir=\"" + dir.string() + "\"", "checkpoint.every=3", "checkpoint.keep=1",
-                                     "log.metrics_jsonl=\"" + (dir / "metrics.jsonl").string() + "\""});
+  with_ckpt.insert(
+      with_ckpt.end(),
+      {"checkpoint.dir=\"" + dir.string() + "\"", "checkpoint.every=3", "checkpoint.keep=1",
+       "log.metrics_jsonl=\"" + (dir / "metrics.jsonl").string() + "\""});
 
   Trainer ref(tiny(common));
   const auto want = ref.run();
@@ -423,7 +452,8 @@ TEST_CASE("a run resumed from its checkpoint continues bitwise", "[trainer][chec
   // checkpoint.resume=false on a used folder is an error; with overwrite it starts over.
   auto fresh = with_ckpt;
   fresh.push_back("checkpoint.resume=false");
-  CHECK_THROWS_WITH(Trainer(tiny(fresh)), Contains("already holds checkpoints") && Contains("checkpoint.overwrite"));
+  CHECK_THROWS_WITH(Trainer(tiny(fresh)),
+                    Contains("already holds checkpoints") && Contains("checkpoint.overwrite"));
   fresh.push_back("checkpoint.overwrite=true");
   Trainer over(tiny(fresh));
   CHECK(over.resumed_step() == 0);

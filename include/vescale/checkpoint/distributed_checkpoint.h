@@ -80,7 +80,8 @@ class AsyncSave {
 
 // begin() + commit().
 std::string save(const std::string& root, const std::string& name, const StateDict& state,
-                 const std::string& metadata_json = "{}", int64_t keep = 0, const std::vector<Piece>& pieces = {});
+                 const std::string& metadata_json = "{}", int64_t keep = 0,
+                 const std::vector<Piece>& pieces = {});
 
 // The folder root/latest points at, or nullopt when root has no committed checkpoint.
 std::optional<std::string> latest(const std::string& root);

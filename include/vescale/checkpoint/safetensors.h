@@ -14,8 +14,8 @@
 namespace vescale::checkpoint {
 
 struct Safetensors {
-  std::map<std::string, at::Tensor> tensors;        // CPU, contiguous, owning their memory
-  std::map<std::string, std::string> metadata;      // the optional "__metadata__" object
+  std::map<std::string, at::Tensor> tensors;    // CPU, contiguous, owning their memory
+  std::map<std::string, std::string> metadata;  // the optional "__metadata__" object
 };
 
 // A file's size and CRC-32 (IEEE, as zlib and gzip), taken from the bytes as they are written
@@ -36,7 +36,8 @@ std::map<std::string, at::Tensor> load_safetensors(const std::string& path);
 // padded with spaces to a multiple of 8 bytes as the reference writer does. Written to
 // path + ".tmp" and renamed, so a crash never leaves a half-written file under `path`.
 // Returns the written file's size and CRC-32.
-FileDigest save_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+FileDigest save_safetensors(const std::string& path,
+                            const std::map<std::string, at::Tensor>& tensors,
                             const std::map<std::string, std::string>& metadata = {});
 
 // The format's dtype names ("F32", "BF16", ...); `where` names the caller's file and tensor in

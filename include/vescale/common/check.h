@@ -30,11 +30,10 @@ std::string cat(const Args&... args) {
 
 }  // namespace vescale
 
-#define VESCALE_CHECK(cond, ...)                                                  \
-  do {                                                                            \
-    if (__builtin_expect(!(cond), 0))                                             \
-      ::vescale::detail::throw_error(__FILE__, __LINE__,                          \
-                                     ::vescale::detail::cat(__VA_ARGS__));        \
+#define VESCALE_CHECK(cond, ...)                                                               \
+  do {                                                                                         \
+    if (__builtin_expect(!(cond), 0))                                                          \
+      ::vescale::detail::throw_error(__FILE__, __LINE__, ::vescale::detail::cat(__VA_ARGS__)); \
   } while (0)
 
 #define VESCALE_FAIL(...) \

@@ -4,12 +4,12 @@
 // parameter is Replicate (dp for data parallelism; also tp for sequence-parallel norm weights)
 // needs a reduction over those dims. (A gradient Partial where its parameter is Shard, or
 // Replicate where it is Shard, is all-reduced too and then sliced locally; one sharded along
-// another tensor dim than its parameter is redistributed on its own, a "fallback".) The GradReducer packs such gradients into flat buckets of
-// about bucket_mb, in reverse order of registration, one bucket list per (dtype, dims, op).
-// A hook on each parameter (after AccumulateGrad) marks it ready; when a bucket's last
-// gradient is ready its local shards are copied into the bucket and ONE async all-reduce is
-// launched, while backward goes on. finish() waits and hands each parameter its reduced
-// gradient back as a DTensor with the parameter's placements.
+// another tensor dim than its parameter is redistributed on its own, a "fallback".) The GradReducer
+// packs such gradients into flat buckets of about bucket_mb, in reverse order of registration, one
+// bucket list per (dtype, dims, op). A hook on each parameter (after AccumulateGrad) marks it
+// ready; when a bucket's last gradient is ready its local shards are copied into the bucket and ONE
+// async all-reduce is launched, while backward goes on. finish() waits and hands each parameter its
+// reduced gradient back as a DTensor with the parameter's placements.
 //
 // With fused (the default), a bucket reduced over several dims makes one collective on the
 // group over all of them; unfused makes one per dim (for comparison).
@@ -60,17 +60,19 @@ struct GradReducerOptions {
 
 // What the reducer sent, for tests and benchmarks.
 struct ReduceStats {
-  int64_t collectives = 0;  // collectives launched (bucket all-reduces and fallback redistributions)
-  int64_t bytes = 0;        // bytes of the buffers they reduced (per rank)
-  int64_t buckets = 0;      // buckets reduced
-  int64_t fallbacks = 0;    // gradients outside any bucket, redistributed one by one
-  int64_t overlapped = 0;   // buckets launched from backward's hooks (the rest start in finish())
+  int64_t collectives =
+      0;                   // collectives launched (bucket all-reduces and fallback redistributions)
+  int64_t bytes = 0;       // bytes of the buffers they reduced (per rank)
+  int64_t buckets = 0;     // buckets reduced
+  int64_t fallbacks = 0;   // gradients outside any bucket, redistributed one by one
+  int64_t overlapped = 0;  // buckets launched from backward's hooks (the rest start in finish())
 };
 
 class GradReducer {
  public:
   // Installs a post-accumulate-grad hook on every DTensor parameter of `model`.
-  GradReducer(torch::nn::Module& model, const mesh::DeviceMesh& mesh, GradReducerOptions options = {});
+  GradReducer(torch::nn::Module& model, const mesh::DeviceMesh& mesh,
+              GradReducerOptions options = {});
   ~GradReducer();  // removes the hooks
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;

@@ -31,7 +31,8 @@ class ZeroOptimizer : public optim::Optimizer {
   // `reducer` must have options.zero >= 1 and outlive this optimizer. `groups` hold every
   // parameter, as for optim::AdamW: the bucketed ones are stepped on this rank's slice, the
   // rest (whose gradients need no reduction, or are reduced one by one) by a plain AdamW.
-  ZeroOptimizer(GradReducer& reducer, std::vector<optim::ParamGroup> groups, optim::AdamWOptions options);
+  ZeroOptimizer(GradReducer& reducer, std::vector<optim::ParamGroup> groups,
+                optim::AdamWOptions options);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -82,7 +83,8 @@ class ZeroOptimizer : public optim::Optimizer {
   // the plain AdamW's state of the rest; so ZeRO and AdamW checkpoints load into each other.
   optim::OptimizerState state_to_save() override;
   bool ready_to_load() const override { return prepared(); }
-  optim::OptimizerState state_to_load(const std::map<std::string, std::vector<int64_t>>& saved) override;
+  optim::OptimizerState state_to_load(
+      const std::map<std::string, std::vector<int64_t>>& saved) override;
   void loaded() override;
   void params_loaded() override { reload_params(); }
 

@@ -12,8 +12,8 @@ struct LauncherOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;        // 0: a free port on one node, 29500 across nodes
-  double grace_seconds = 5;   // after SIGTERM, how long ranks get before SIGKILL
+  int master_port = 0;       // 0: a free port on one node, 29500 across nodes
+  double grace_seconds = 5;  // after SIGTERM, how long ranks get before SIGKILL
 };
 
 // Checks the options; throws an Error naming the flag and the fix.

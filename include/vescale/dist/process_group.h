@@ -38,7 +38,7 @@ class ProcessGroup {
   ProcessGroup() = default;  // an empty handle; valid() is false
 
   bool valid() const { return impl_ != nullptr; }
-  int rank() const;   // rank within this group
+  int rank() const;  // rank within this group
   int size() const;
   const std::vector<int>& global_ranks() const;  // group rank -> world rank
   const std::string& name() const;
@@ -50,7 +50,8 @@ class ProcessGroup {
   // `out` holds size() equal pieces of `in`, concatenated along dim 0 in group-rank order.
   Work all_gather(at::Tensor out, const at::Tensor& in);
   // Uneven: rank r contributes dim0_sizes[r] rows (its `in` has that many). `out` has their sum.
-  Work all_gather_uneven(at::Tensor out, const at::Tensor& in, const std::vector<int64_t>& dim0_sizes);
+  Work all_gather_uneven(at::Tensor out, const at::Tensor& in,
+                         const std::vector<int64_t>& dim0_sizes);
   // `in` has size() equal pieces along dim 0; rank r receives the reduction of piece r in `out`.
   Work reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp op = ReduceOp::Sum);
   // Rows in_splits[r] of `in` go to rank r; rows out_splits[r] of `out` come from rank r.
@@ -76,8 +77,11 @@ class ProcessGroup {
 // for tests and benchmarks: how many a training step makes is the figure to compare between
 // implementations. all_gather_uneven counts as one all_gather.
 struct CollectiveStats {
-  int64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0, all_to_all = 0, broadcast = 0, send_recv = 0;
-  int64_t total() const { return all_reduce + all_gather + reduce_scatter + all_to_all + broadcast + send_recv; }
+  int64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0, all_to_all = 0, broadcast = 0,
+          send_recv = 0;
+  int64_t total() const {
+    return all_reduce + all_gather + reduce_scatter + all_to_all + broadcast + send_recv;
+  }
 };
 CollectiveStats collective_stats();
 

@@ -8,11 +8,16 @@ enum class ReduceOp { Sum, Avg, Max, Min, Product };
 
 inline const char* to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Product: return "product";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Product:
+      return "product";
   }
   return "?";
 }

@@ -24,8 +24,8 @@ const DTensorSpec& spec_of(const at::Tensor& t);
 // From a full tensor that every rank holds (src_rank < 0), or that only world rank src_rank
 // holds (the others pass a tensor of the same shape and dtype; it is broadcast first).
 // The result is a leaf (as in PyTorch) that requires grad if `full` does.
-at::Tensor distribute_tensor(const at::Tensor& full, const mesh::DeviceMesh& mesh, Placements placements,
-                             int src_rank = -1);
+at::Tensor distribute_tensor(const at::Tensor& full, const mesh::DeviceMesh& mesh,
+                             Placements placements, int src_rank = -1);
 
 // From this rank's shard. The global shape is `shape` if given; otherwise it is inferred by
 // gathering the local sizes along the sharded mesh dims (a collective). Differentiable.
@@ -52,12 +52,14 @@ at::Tensor full_tensor(const at::Tensor& dtensor);
 // gradient goes back through the reverse redistribution.
 at::Tensor redistribute(const at::Tensor& dtensor, Placements placements);
 
-// One line for logs: "DTensor([4, 3], Float, [Shard(0)] on DeviceMesh(x=2; rank 1 at [1]), local [2, 3])".
-// Not collective. (Printing a DTensor with << needs its values: use full_tensor, on every rank.)
+// One line for logs: "DTensor([4, 3], Float, [Shard(0)] on DeviceMesh(x=2; rank 1 at [1]), local
+// [2, 3])". Not collective. (Printing a DTensor with << needs its values: use full_tensor, on every
+// rank.)
 std::string describe(const at::Tensor& dtensor);
 
-// Factory calls that name the dtensor device but have no DTensor input (torch::ones(n, x.options()))
-// create Replicate DTensors on this mesh. Set automatically by the first DTensor made.
+// Factory calls that name the dtensor device but have no DTensor input (torch::ones(n,
+// x.options())) create Replicate DTensors on this mesh. Set automatically by the first DTensor
+// made.
 void set_default_mesh(const mesh::DeviceMesh& mesh);
 
 // Ops without a sharding rule fail naming the op and its input specs. With this on, they
@@ -99,8 +101,8 @@ class BackwardOnCallerThread {
 // Counters of the dispatcher fallback, for tests and benchmarks.
 struct DispatchStats {
   int64_t calls = 0;
-  int64_t cache_hits = 0;   // propagation results reused
-  int64_t bypasses = 0;     // all-Replicate calls that needed no rule
+  int64_t cache_hits = 0;       // propagation results reused
+  int64_t bypasses = 0;         // all-Replicate calls that needed no rule
   int64_t redistributions = 0;  // inputs moved to other placements inside ops
   int64_t in_place_sums = 0;    // add_ of two DTensors laid out alike, on the shards directly
                                 // (the autograd engine's in-place gradient sums among them)

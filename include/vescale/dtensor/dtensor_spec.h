@@ -1,7 +1,8 @@
 // DTensorSpec: what a DTensor is, globally: its mesh, one placement per mesh dim, and its
 // global shape and dtype. Local shapes and offsets follow torch.chunk: along a sharded dim of
-// size n over k ranks every rank gets ceil(n/k) rows but the last ones, which may get fewer or none.
-// A tensor dim sharded over several mesh dims is split by the first, then each piece by the next.
+// size n over k ranks every rank gets ceil(n/k) rows but the last ones, which may get fewer or
+// none. A tensor dim sharded over several mesh dims is split by the first, then each piece by the
+// next.
 #pragma once
 #include <c10/core/ScalarType.h>
 
@@ -23,7 +24,7 @@ ChunkRange chunk_range(int64_t dim_size, int64_t count, int64_t index);
 
 struct DTensorSpec {
   mesh::DeviceMesh mesh;
-  Placements placements;     // one per mesh dim
+  Placements placements;       // one per mesh dim
   std::vector<int64_t> shape;  // global
   c10::ScalarType dtype = c10::ScalarType::Float;
 
@@ -38,7 +39,7 @@ struct DTensorSpec {
   std::vector<int64_t> local_shape_at(const std::vector<int64_t>& coord) const;
   std::vector<int64_t> local_offset_at(const std::vector<int64_t>& coord) const;
 
-  bool is_replicated() const;    // Replicate on every mesh dim
+  bool is_replicated() const;  // Replicate on every mesh dim
   bool has_partial() const;
   // Mesh dims that shard tensor dim `d`, in mesh-dim order.
   std::vector<int64_t> mesh_dims_sharding(int64_t d) const;

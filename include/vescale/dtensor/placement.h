@@ -14,12 +14,14 @@ namespace vescale::dtensor {
 struct Placement {
   enum class Kind : uint8_t { Replicate, Shard, Partial };
   Kind kind = Kind::Replicate;
-  int64_t dim = 0;                          // Shard only
+  int64_t dim = 0;                              // Shard only
   dist::ReduceOp reduce = dist::ReduceOp::Sum;  // Partial only
 
   static Placement replicate() { return {}; }
   static Placement shard(int64_t dim) { return {Kind::Shard, dim, dist::ReduceOp::Sum}; }
-  static Placement partial(dist::ReduceOp op = dist::ReduceOp::Sum) { return {Kind::Partial, 0, op}; }
+  static Placement partial(dist::ReduceOp op = dist::ReduceOp::Sum) {
+    return {Kind::Partial, 0, op};
+  }
 
   bool is_replicate() const { return kind == Kind::Replicate; }
   bool is_shard() const { return kind == Kind::Shard; }
@@ -27,7 +29,8 @@ struct Placement {
   bool is_partial() const { return kind == Kind::Partial; }
 
   bool operator==(const Placement& o) const {
-    return kind == o.kind && (kind != Kind::Shard || dim == o.dim) && (kind != Kind::Partial || reduce == o.reduce);
+    return kind == o.kind && (kind != Kind::Shard || dim == o.dim) &&
+           (kind != Kind::Partial || reduce == o.reduce);
   }
   bool operator!=(const Placement& o) const { return !(*this == o); }
 

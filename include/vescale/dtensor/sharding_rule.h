@@ -15,10 +15,10 @@ namespace vescale::dtensor {
 
 struct OpCall {
   const c10::OperatorHandle& op;
-  const std::string& name;                   // "aten::mm" or "aten::add.Tensor"
-  const std::vector<DTensorSpec>& specs;     // every tensor input, flattened in argument order
-  const std::vector<size_t>& spec_arg;       // which schema argument each spec came from
-  c10::ArrayRef<c10::IValue> args;           // the call's arguments (tensors still as given)
+  const std::string& name;                // "aten::mm" or "aten::add.Tensor"
+  const std::vector<DTensorSpec>& specs;  // every tensor input, flattened in argument order
+  const std::vector<size_t>& spec_arg;    // which schema argument each spec came from
+  c10::ArrayRef<c10::IValue> args;        // the call's arguments (tensors still as given)
 
   int64_t mesh_ndim() const { return specs.empty() ? 0 : specs[0].mesh.ndim(); }
   // The argument at schema position `i`, or by name.
@@ -27,7 +27,7 @@ struct OpCall {
   bool has_arg(const char* name) const;
   // Index into `specs` of the tensor at schema position `i`, or -1.
   int64_t spec_index(size_t arg_index) const;
-  bool is_inplace() const;  // mutates its first argument (add_, copy_, fill_, ...)
+  bool is_inplace() const;   // mutates its first argument (add_, copy_, fill_, ...)
   size_t n_outputs() const;  // tensor returns (a Tensor[] counts once)
 };
 

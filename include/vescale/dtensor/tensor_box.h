@@ -27,6 +27,7 @@ struct FlatBox {
   std::vector<int64_t> offsets, shape;
   int64_t flat_begin = 0;
 };
-std::vector<FlatBox> flat_range_boxes(const std::vector<int64_t>& shape, int64_t begin, int64_t end);
+std::vector<FlatBox> flat_range_boxes(const std::vector<int64_t>& shape, int64_t begin,
+                                      int64_t end);
 
 }  // namespace vescale::dtensor

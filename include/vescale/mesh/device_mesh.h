@@ -62,7 +62,8 @@ class DeviceMesh {
   // "cpu" or "cuda".
   const std::string& device_type() const;
 
-  // This rank's group along one dim, or over a set of dims (in any order; for fused N-D collectives).
+  // This rank's group along one dim, or over a set of dims (in any order; for fused N-D
+  // collectives).
   dist::ProcessGroup& group(const std::string& dim) const;
   dist::ProcessGroup& group_over(const std::vector<std::string>& dims) const;
 

@@ -85,11 +85,13 @@ auto call(Holder&& sub, Args&&... args) {
       std::vector<at::Tensor> inputs;
       std::apply([&](const auto&... a) { (detail::collect_tensor(inputs, a), ...); }, hooked);
       // forward again from other tensors in the same positions, the other arguments as given
-      ForwardHooks::Forward forward = [module = std::decay_t<Holder>(sub), hooked, run](
-                                          const std::vector<at::Tensor>& xs) mutable {
+      ForwardHooks::Forward forward = [module = std::decay_t<Holder>(sub), hooked,
+                                       run](const std::vector<at::Tensor>& xs) mutable {
         size_t j = 0;
         auto picked = std::apply(
-            [&](const auto&... a) { return std::tuple<std::decay_t<Args>...>{detail::pick_input(xs, j, a)...}; },
+            [&](const auto&... a) {
+              return std::tuple<std::decay_t<Args>...>{detail::pick_input(xs, j, a)...};
+            },
             hooked);
         return run(module, picked);
       };

@@ -34,28 +34,30 @@ struct AdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  // Parameters (DTensors by their shards) through at::_fused_adamw_ (within 1 ulp of the loop); false:
-  // the op-by-op loop for every parameter, bitwise torch::optim::AdamW.
+  // Parameters (DTensors by their shards) through at::_fused_adamw_ (within 1 ulp of the loop);
+  // false: the op-by-op loop for every parameter, bitwise torch::optim::AdamW.
   bool fused = true;
 };
 
 // One AdamW update of `p` in place (its moments too), the arithmetic of AdamW::step; `step`
 // counts from 1. ZeRO calls it on flat slices of parameters.
-void adamw_update(at::Tensor& p, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, int64_t step,
-                  const AdamWOptions& options, double weight_decay);
+void adamw_update(at::Tensor& p, const at::Tensor& grad, at::Tensor& exp_avg,
+                  at::Tensor& exp_avg_sq, int64_t step, const AdamWOptions& options,
+                  double weight_decay);
 
 // Zero targets for the AdamW entries of `saved` (checkpoint names "<param>.<field>" -> global
 // shape) of the parameters `want` accepts, in their parameters' placements (a "step" is an int64
 // scalar). Throws naming an entry whose parameter is not in `params`.
-std::map<std::string, at::Tensor> adamw_state_targets(const NamedParams& params,
-                                                      const std::map<std::string, std::vector<int64_t>>& saved,
-                                                      const std::function<bool(const std::string&)>& want);
+std::map<std::string, at::Tensor> adamw_state_targets(
+    const NamedParams& params, const std::map<std::string, std::vector<int64_t>>& saved,
+    const std::function<bool(const std::string&)>& want);
 
 class AdamW : public Optimizer {
  public:
   // `clip_order`: the parameters in the order clip_grad_norm_ sums their norms (the model's
   // order, so the norm's rounding does not depend on the grouping); empty: the groups' order.
-  AdamW(std::vector<ParamGroup> groups, AdamWOptions options, std::vector<at::Tensor> clip_order = {});
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions options,
+        std::vector<at::Tensor> clip_order = {});
 
   // One update of every parameter that has a gradient; one without (grad undefined) is left
   // alone and its step count does not advance, as in torch.

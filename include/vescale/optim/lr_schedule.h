@@ -6,8 +6,8 @@
 namespace vescale::optim {
 
 struct LRSchedule {
-  double lr = 3e-4;       // peak, reached at the end of warmup
-  double min_lr = 3e-5;   // the floor the decay ends at
+  double lr = 3e-4;      // peak, reached at the end of warmup
+  double min_lr = 3e-5;  // the floor the decay ends at
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
   std::string decay = "cosine";  // cosine | linear | constant

@@ -42,7 +42,8 @@ class Optimizer {
   // Targets to fill from a checkpoint holding `saved` (name -> global shape, the "optim/" entries
   // without that prefix); throws for state of a parameter this optimizer does not have. After
   // filling them, call loaded().
-  virtual OptimizerState state_to_load(const std::map<std::string, std::vector<int64_t>>& saved) = 0;
+  virtual OptimizerState state_to_load(
+      const std::map<std::string, std::vector<int64_t>>& saved) = 0;
   virtual void loaded() = 0;
   // Before the model's parameters are read or overwritten for a checkpoint: makes them whole
   // (ZeRO-3; released again at their next use). After overwriting: params_loaded().

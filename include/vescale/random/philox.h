@@ -31,11 +31,13 @@ VESCALE_HD void mulhilo32(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
 }
 
 // Philox4x32-10's constants (Salmon et al., SC'11; Random123's key schedule).
-constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u, kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
+constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u, kPhiloxW0 = 0x9E3779B9u,
+                   kPhiloxW1 = 0xBB67AE85u;
 
 // One round on counter words (c0, c1, c2, c3) under round key (k0, k1). The CPU kernel runs
 // it across many blocks at once (one array per word), so it is a function of words.
-VESCALE_HD void philox_round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t k0, uint32_t k1) {
+VESCALE_HD void philox_round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t k0,
+                             uint32_t k1) {
   uint32_t hi0, lo0, hi1, lo1;
   mulhilo32(kPhiloxM0, c0, hi0, lo0);
   mulhilo32(kPhiloxM1, c2, hi1, lo1);
@@ -73,8 +75,10 @@ VESCALE_HD double det_log(double x) {
   uint64_t bits;
   memcpy(&bits, &x, sizeof bits);
   const uint64_t mant = bits & 0x000fffffffffffffull;
-  const uint64_t halve = mant > 0x0006a09e667f3bcdull ? 1u : 0u;  // 1.mant > sqrt(2): use m / 2, e + 1
-  const uint64_t e_bits = (((bits >> 52) & 0x7ff) + halve) | 0x4330000000000000ull;  // the double 2^52 + biased e
+  const uint64_t halve =
+      mant > 0x0006a09e667f3bcdull ? 1u : 0u;  // 1.mant > sqrt(2): use m / 2, e + 1
+  const uint64_t e_bits =
+      (((bits >> 52) & 0x7ff) + halve) | 0x4330000000000000ull;  // the double 2^52 + biased e
   const uint64_t m_bits = mant | (0x3ff0000000000000ull - (halve << 52));
   double e, m;
   memcpy(&e, &e_bits, sizeof e);
@@ -143,7 +147,8 @@ enum class Dist : int { Uniform = 0, Normal = 1, Bernoulli = 2, RandInt = 3, Tru
 struct DistParams {
   Dist dist = Dist::Uniform;
   double a = 0.0, b = 1.0;  // uniform [a, b); normal mean a, std b; bernoulli p = a; randint [a, b)
-  // trunc normal: mean a, std b, CDF bounds [c, d) of the standardized limits, values clamped to [e, f]
+  // trunc normal: mean a, std b, CDF bounds [c, d) of the standardized limits, values clamped to
+  // [e, f]
   double c = 0.0, d = 1.0, e = 0.0, f = 0.0;
 };
 
@@ -152,17 +157,36 @@ VESCALE_HD double normal_icdf(double p) {
   const double lo = 0.02425, hi = 1.0 - lo;
   if (p < lo || p > hi) {
     const double q = sqrt(-2.0 * det_log(p < lo ? p : 1.0 - p));
-    const double num = ((((-7.784894002430293e-03 * q + -3.223964580411365e-01) * q + -2.400758277161838e+00) * q +
-                         -2.549732539343734e+00) * q + 4.374664141464968e+00) * q + 2.938163982698783e+00;
-    const double den = (((7.784695709041462e-03 * q + 3.224671290700398e-01) * q + 2.445134137142996e+00) * q +
-                        3.754408661907416e+00) * q + 1.0;
+    const double num =
+        ((((-7.784894002430293e-03 * q + -3.223964580411365e-01) * q + -2.400758277161838e+00) * q +
+          -2.549732539343734e+00) *
+             q +
+         4.374664141464968e+00) *
+            q +
+        2.938163982698783e+00;
+    const double den =
+        (((7.784695709041462e-03 * q + 3.224671290700398e-01) * q + 2.445134137142996e+00) * q +
+         3.754408661907416e+00) *
+            q +
+        1.0;
     return p < lo ? num / den : -(num / den);
   }
   const double q = p - 0.5, r = q * q;
-  const double num = (((((-3.969683028665376e+01 * r + 2.209460984245205e+02) * r + -2.759285104469687e+02) * r +
-                        1.383577518672690e+02) * r + -3.066479806614716e+01) * r + 2.506628277459239e+00) * q;
-  const double den = ((((-5.447609879822406e+01 * r + 1.615858368580409e+02) * r + -1.556989798598866e+02) * r +
-                       6.680131188771972e+01) * r + -1.328068155288572e+01) * r + 1.0;
+  const double num =
+      (((((-3.969683028665376e+01 * r + 2.209460984245205e+02) * r + -2.759285104469687e+02) * r +
+         1.383577518672690e+02) *
+            r +
+        -3.066479806614716e+01) *
+           r +
+       2.506628277459239e+00) *
+      q;
+  const double den =
+      ((((-5.447609879822406e+01 * r + 1.615858368580409e+02) * r + -1.556989798598866e+02) * r +
+        6.680131188771972e+01) *
+           r +
+       -1.328068155288572e+01) *
+          r +
+      1.0;
   return num / den;
 }
 
@@ -174,7 +198,8 @@ VESCALE_HD double u32_to_double(uint32_t w) {
 
 // The distributions, from one word (two for Box-Muller) of a Philox block.
 VESCALE_HD double uniform_value(uint32_t w, const DistParams& p) {
-  const double u = static_cast<double>(static_cast<int32_t>(w >> 8)) * (1.0 / 16777216.0);  // 24 bits: exact in float
+  const double u = static_cast<double>(static_cast<int32_t>(w >> 8)) *
+                   (1.0 / 16777216.0);  // 24 bits: exact in float
   return p.a + u * (p.b - p.a);
 }
 
@@ -187,14 +212,16 @@ VESCALE_HD double randint_value(uint32_t w, const DistParams& p) {
   return p.a + static_cast<double>((static_cast<uint64_t>(w) * range) >> 32);
 }
 
-VESCALE_HD double trunc_normal_value(uint32_t w, const DistParams& p) {  // inverse CDF of a uniform in [CDF(lo), CDF(hi))
+VESCALE_HD double trunc_normal_value(
+    uint32_t w, const DistParams& p) {  // inverse CDF of a uniform in [CDF(lo), CDF(hi))
   const double u = (u32_to_double(w) + 0.5) / 4294967296.0;  // (0, 1)
   const double x = p.a + p.b * normal_icdf(p.c + u * (p.d - p.c));
   return x < p.e ? p.e : (x > p.f ? p.f : x);
 }
 
 // Box-Muller on the words of lanes (even, even + 1) of a block: both normals of the pair.
-VESCALE_HD void normal_pair(uint32_t w_even, uint32_t w_odd, const DistParams& p, double& z_even, double& z_odd) {
+VESCALE_HD void normal_pair(uint32_t w_even, uint32_t w_odd, const DistParams& p, double& z_even,
+                            double& z_odd) {
   const double two32 = 4294967296.0;
   const double u1 = (u32_to_double(w_even) + 1.0) / two32;  // (0, 1]
   const double u2 = u32_to_double(w_odd) / two32;           // [0, 1)
@@ -208,22 +235,28 @@ VESCALE_HD void normal_pair(uint32_t w_even, uint32_t w_odd, const DistParams& p
 // The value of lane `lane` of a Philox block `r`, in double (the caller casts to its dtype).
 VESCALE_HD double value_from_block(const Philox4& r, uint32_t lane, const DistParams& p) {
   switch (p.dist) {
-    case Dist::Uniform: return uniform_value(r.v[lane], p);
+    case Dist::Uniform:
+      return uniform_value(r.v[lane], p);
     case Dist::Normal: {  // Box-Muller on lanes (0,1) and (2,3) of the block
       double z_even, z_odd;
       normal_pair(r.v[lane & ~1u], r.v[lane | 1u], p, z_even, z_odd);
       return (lane & 1u) ? z_odd : z_even;
     }
-    case Dist::Bernoulli: return bernoulli_value(r.v[lane], p);
-    case Dist::RandInt: return randint_value(r.v[lane], p);
-    case Dist::TruncNormal: return trunc_normal_value(r.v[lane], p);
+    case Dist::Bernoulli:
+      return bernoulli_value(r.v[lane], p);
+    case Dist::RandInt:
+      return randint_value(r.v[lane], p);
+    case Dist::TruncNormal:
+      return trunc_normal_value(r.v[lane], p);
   }
   return 0.0;
 }
 
 // The value of global element `index` under (seed, offset).
-VESCALE_HD double element_value(uint64_t seed, uint64_t offset, uint64_t index, const DistParams& p) {
-  return value_from_block(philox_block(seed, offset + index / 4), static_cast<uint32_t>(index % 4), p);
+VESCALE_HD double element_value(uint64_t seed, uint64_t offset, uint64_t index,
+                                const DistParams& p) {
+  return value_from_block(philox_block(seed, offset + index / 4), static_cast<uint32_t>(index % 4),
+                          p);
 }
 
 }  // namespace vescale::random

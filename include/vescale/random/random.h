@@ -27,12 +27,14 @@ at::Tensor& normal_(at::Tensor& t, double mean = 0.0, double std = 1.0);
 at::Tensor& bernoulli_(at::Tensor& t, double p);
 at::Tensor& randint_(at::Tensor& t, int64_t low, int64_t high);  // [low, high)
 // Normal(mean, std) truncated to [a, b], as torch.nn.init.trunc_normal_ (by inverse CDF).
-at::Tensor& trunc_normal_(at::Tensor& t, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0);
+at::Tensor& trunc_normal_(at::Tensor& t, double mean = 0.0, double std = 1.0, double a = -2.0,
+                          double b = 2.0);
 // Zeroes each element with probability p and scales the rest by 1/(1-p). Differentiable.
 at::Tensor dropout(const at::Tensor& x, double p, bool train = true);
 
 // torch::nn::init equivalents on this stream. Fans come from the global shape.
-at::Tensor& kaiming_uniform_(at::Tensor& w, double a = 2.23606797749979);  // a = sqrt(5), as nn.Linear
+at::Tensor& kaiming_uniform_(at::Tensor& w,
+                             double a = 2.23606797749979);  // a = sqrt(5), as nn.Linear
 at::Tensor& xavier_uniform_(at::Tensor& w, double gain = 1.0);
 
 }  // namespace vescale::random

@@ -10,7 +10,8 @@ namespace vescale::train {
 struct ByteTokenizer {
   static constexpr int64_t kVocabSize = 256;
   static std::vector<int64_t> encode(const std::string& text);
-  static std::string decode(const std::vector<int64_t>& tokens);  // throws on a token outside [0, 256)
+  static std::string decode(
+      const std::vector<int64_t>& tokens);  // throws on a token outside [0, 256)
 };
 
 }  // namespace vescale::train

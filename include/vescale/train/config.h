@@ -123,10 +123,10 @@ struct DataConfig {
 };
 
 struct CheckpointConfig {
-  std::string dir;    // empty: no checkpoints
-  int64_t every = 0;  // steps between checkpoints; 0: only at the end (when dir is set)
-  int64_t keep = 0;   // the newest checkpoints kept in dir; 0: all
-  bool async = true;  // write in the background while training goes on (docs/checkpoint.md)
+  std::string dir;     // empty: no checkpoints
+  int64_t every = 0;   // steps between checkpoints; 0: only at the end (when dir is set)
+  int64_t keep = 0;    // the newest checkpoints kept in dir; 0: all
+  bool async = true;   // write in the background while training goes on (docs/checkpoint.md)
   bool resume = true;  // start from dir's latest checkpoint when there is one
   // With resume=false, a dir that holds checkpoints is an error unless this is set: then the new
   // run's checkpoints go beside the old ones (same step names are replaced; keep prunes only
@@ -135,7 +135,7 @@ struct CheckpointConfig {
 };
 
 struct LogConfig {
-  std::string metrics_jsonl;  // one JSON object per step, written by rank 0; empty: none
+  std::string metrics_jsonl;   // one JSON object per step, written by rank 0; empty: none
   std::string level = "info";  // trace | debug | info | warn | error | off
 };
 
@@ -152,7 +152,8 @@ struct Config {
   // parses, else a string). `base_dir` anchors relative paths (default: the working directory).
   // Throws vescale::Error naming `source` and the key for any problem.
   static Config from_json(const std::string& text, const std::string& source = "<string>",
-                          const std::vector<std::string>& overrides = {}, const std::string& base_dir = "");
+                          const std::vector<std::string>& overrides = {},
+                          const std::string& base_dir = "");
   // Reads the file; relative paths in it resolve against its directory first.
   static Config from_file(const std::string& path, const std::vector<std::string>& overrides = {});
 

@@ -35,7 +35,7 @@ void cache_host_memory(bool on = true);
 void release_cached_host_memory();
 
 struct HostCacheStats {
-  int64_t cached_bytes = 0;  // idle blocks waiting for reuse
+  int64_t cached_bytes = 0;      // idle blocks waiting for reuse
   int64_t hits = 0, misses = 0;  // requests of 256 KiB or more served from the cache / not
 };
 HostCacheStats host_cache_stats();

@@ -53,8 +53,8 @@ struct LoaderPosition {
 // once per epoch across the ranks, and a resumed loader continues where it stopped.
 class DataLoader {
  public:
-  DataLoader(std::shared_ptr<const TokenDataset> data, int64_t batch, int64_t seq_len, int64_t dp_rank,
-             int64_t dp_size, uint64_t seed, bool shuffle = true);
+  DataLoader(std::shared_ptr<const TokenDataset> data, int64_t batch, int64_t seq_len,
+             int64_t dp_rank, int64_t dp_size, uint64_t seed, bool shuffle = true);
 
   struct Batch {
     at::Tensor inputs;   // [batch, seq_len] int64

@@ -104,7 +104,7 @@ class Trainer {
   std::string run_id_;
   int stopped_by_ = 0;
   std::unique_ptr<DivergenceGuard> guard_;
-  const char* doing_ = "";  // the part of the step running, for error messages
+  const char* doing_ = "";        // the part of the step running, for error messages
   std::string optimizer_resume_;  // a checkpoint whose optimizer state loads once the optimizer can
 };
 

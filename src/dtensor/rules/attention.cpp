@@ -78,7 +78,8 @@ Strategy sdpa_forward(const OpCall& call) {
       out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
       lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
     } else {
-      std::tie(out, lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, {}, scale);
+      std::tie(out, lse) =
+          at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, {}, scale);
     }
     stack.emplace_back(out);
     stack.emplace_back(lse);
@@ -95,7 +96,8 @@ Strategy sdpa_forward(const OpCall& call) {
 
 // _scaled_dot_product_fused_attention_overrideable_backward(grad_out, query, key, value,
 // attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
-// is_causal, philox_seed, philox_offset, *, scale) -> (grad_query, grad_key, grad_value, grad_attn_bias)
+// is_causal, philox_seed, philox_offset, *, scale) -> (grad_query, grad_key, grad_value,
+// grad_attn_bias)
 Strategy sdpa_backward(const OpCall& call) {
   const Placements p = attention_placements(call.specs[1]);
   Strategy st;
@@ -105,7 +107,8 @@ Strategy sdpa_backward(const OpCall& call) {
   st.output_shapes = {call.specs[1].shape, call.specs[2].shape, call.specs[3].shape, {0}};
   st.local_fn = [](torch::jit::Stack& stack) {
     auto a = torch::jit::last(stack, 17);
-    const at::Tensor grad = a[0].toTensor(), q = a[1].toTensor(), k = a[2].toTensor(), v = a[3].toTensor();
+    const at::Tensor grad = a[0].toTensor(), q = a[1].toTensor(), k = a[2].toTensor(),
+                     v = a[3].toTensor();
     const at::Tensor out = a[6].toTensor(), lse = a[7].toTensor();
     const double dropout_p = a[12].toDouble();
     const bool is_causal = a[13].toBool();
@@ -115,8 +118,8 @@ Strategy sdpa_backward(const OpCall& call) {
     if (q.numel() == 0) {
       gq = at::zeros_like(q), gk = at::zeros_like(k), gv = at::zeros_like(v);
     } else {
-      std::tie(gq, gk, gv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(grad, q, k, v, out, lse,
-                                                                                      dropout_p, is_causal, {}, scale);
+      std::tie(gq, gk, gv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          grad, q, k, v, out, lse, dropout_p, is_causal, {}, scale);
     }
     stack.emplace_back(gq);
     stack.emplace_back(gk);

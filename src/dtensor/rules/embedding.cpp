@@ -55,7 +55,8 @@ Strategy embedding(const OpCall& call) {
       at::Tensor local_idx = at::where(mine, idx - row0, at::zeros_like(idx));
       auto shape = idx.sizes().vec();
       shape.push_back(table.size(1));
-      at::Tensor out = rows > 0 ? at::embedding(table, local_idx) : at::zeros(shape, table.options());
+      at::Tensor out =
+          rows > 0 ? at::embedding(table, local_idx) : at::zeros(shape, table.options());
       stack.emplace_back(out * mine.unsqueeze(-1).to(out.scalar_type()));
     };
   }

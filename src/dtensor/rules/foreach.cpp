@@ -30,10 +30,12 @@ Strategy foreach_rule(const OpCall& call) {
     const size_t a = call.spec_arg[k];
     const size_t j = seen[a]++;
     const bool is_list = args[a].type()->kind() == c10::TypeKind::ListType;
-    if (is_list && j < target.size() && call.specs[k].shape == call.specs[first[j]].shape) st.inputs[k] = target[j];
+    if (is_list && j < target.size() && call.specs[k].shape == call.specs[first[j]].shape)
+      st.inputs[k] = target[j];
   }
   bool returns_list = false;
-  for (auto& r : call.op.schema().returns()) returns_list |= r.type()->kind() == c10::TypeKind::ListType;
+  for (auto& r : call.op.schema().returns())
+    returns_list |= r.type()->kind() == c10::TypeKind::ListType;
   if (returns_list) {
     st.outputs = {replicate_all(nm)};
     st.element_outputs = target;

@@ -9,11 +9,13 @@ namespace vescale::dtensor {
 namespace {
 
 // Placements of `s` with the shards of `dims` and all Partials replaced by Replicate.
-Placements keep_other_shards(const DTensorSpec& s, const std::vector<int64_t>& dims, bool keep_partial = false) {
+Placements keep_other_shards(const DTensorSpec& s, const std::vector<int64_t>& dims,
+                             bool keep_partial = false) {
   Placements p = s.placements;
   for (auto& q : p) {
     if (q.is_partial() && !keep_partial) q = Placement::replicate();
-    if (q.is_shard() && std::find(dims.begin(), dims.end(), q.dim) != dims.end()) q = Placement::replicate();
+    if (q.is_shard() && std::find(dims.begin(), dims.end(), q.dim) != dims.end())
+      q = Placement::replicate();
   }
   return p;
 }
@@ -77,8 +79,10 @@ Strategy along(const OpCall& call) {
   auto shape = x.shape;
   if (call.has_arg("k")) shape[dim] = call.arg("k").toInt();
   if (call.has_arg("keepdim")) {
-    if (drops) shape.erase(shape.begin() + dim);
-    else shape[dim] = 1;
+    if (drops)
+      shape.erase(shape.begin() + dim);
+    else
+      shape[dim] = 1;
   }
   st.output_shapes.assign(st.outputs.size(), shape);
   return st;
@@ -115,7 +119,8 @@ Strategy add_into(const OpCall& call, bool scatter) {
   Placements p = keep_other_shards(x, {dim});
   for (size_t i = 1; i < call.specs.size(); ++i)
     for (int64_t m = 0; m < call.mesh_ndim(); ++m)
-      if (p[m].is_shard() && (call.specs[i].ndim() != x.ndim() || call.specs[i].shape[p[m].dim] != x.shape[p[m].dim]))
+      if (p[m].is_shard() &&
+          (call.specs[i].ndim() != x.ndim() || call.specs[i].shape[p[m].dim] != x.shape[p[m].dim]))
         p[m] = Placement::replicate();
   Strategy st;
   st.inputs.assign(call.specs.size(), p);
@@ -130,18 +135,19 @@ Strategy add_into(const OpCall& call, bool scatter) {
 void register_index_rules() {
   for (const char* op : {"aten::index_add", "aten::index_add_"})
     register_rule(op, [](const OpCall& c) { return add_into(c, false); });
-  for (const char* op : {"aten::scatter_add", "aten::scatter_add_", "aten::scatter.src", "aten::scatter_.src",
-                         "aten::scatter.value", "aten::scatter_.value"})
+  for (const char* op : {"aten::scatter_add", "aten::scatter_add_", "aten::scatter.src",
+                         "aten::scatter_.src", "aten::scatter.value", "aten::scatter_.value"})
     register_rule(op, [](const OpCall& c) { return add_into(c, true); });
   register_rule("aten::tril", triangle);
   register_rule("aten::triu", triangle);
   register_rule("aten::index_select", index_select);
   register_rule("aten::gather", gather);
   register_rule("aten::topk", along);
-  for (const char* op : {"aten::cumsum", "aten::cumsum_", "aten::max.dim", "aten::min.dim", "aten::argmax",
-                         "aten::argmin"})
+  for (const char* op : {"aten::cumsum", "aten::cumsum_", "aten::max.dim", "aten::min.dim",
+                         "aten::argmax", "aten::argmin"})
     register_rule(op, along);
-  for (const char* op : {"aten::nonzero", "aten::bincount", "aten::histc", "aten::unique_dim", "aten::_unique2"})
+  for (const char* op :
+       {"aten::nonzero", "aten::bincount", "aten::histc", "aten::unique_dim", "aten::_unique2"})
     register_rule(op, whole);
   register_rule("aten::sort", along);
   register_rule("aten::sort.stable", along);

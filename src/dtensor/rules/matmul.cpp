@@ -17,7 +17,8 @@ struct Candidate {
 
 // `eq` like "mk,kn->mn"; `operands` index OpCall::specs; `bias` (or -1) is added to the output
 // with broadcasting (addmm's self).
-Strategy einsum(const OpCall& call, const std::string& eq, const std::vector<int64_t>& operands, int64_t bias) {
+Strategy einsum(const OpCall& call, const std::string& eq, const std::vector<int64_t>& operands,
+                int64_t bias) {
   const auto arrow = eq.find("->");
   std::vector<std::string> ins;
   for (size_t b = 0, e; b < arrow; b = e + 1) {
@@ -42,7 +43,8 @@ Strategy einsum(const OpCall& call, const std::string& eq, const std::vector<int
       Candidate cd;
       for (auto& s : ins) {
         auto pos = s.find(c);
-        cd.inputs.push_back(pos == std::string::npos ? Placement::replicate() : Placement::shard(pos));
+        cd.inputs.push_back(pos == std::string::npos ? Placement::replicate()
+                                                     : Placement::shard(pos));
       }
       auto opos = out.find(c);
       cd.output = opos == std::string::npos ? Placement::partial() : Placement::shard(opos);
@@ -55,7 +57,8 @@ Strategy einsum(const OpCall& call, const std::string& eq, const std::vector<int
       cd.output = Placement::partial();
       cands.push_back(cd);
     }
-    cands.push_back({std::vector<Placement>(ins.size(), Placement::replicate()), Placement::replicate()});
+    cands.push_back(
+        {std::vector<Placement>(ins.size(), Placement::replicate()), Placement::replicate()});
 
     double best = 1e300;
     const Candidate* pick = nullptr;
@@ -93,7 +96,9 @@ void register_matmul_rules() {
   register_rule("aten::mm", [](const OpCall& c) { return einsum(c, "mk,kn->mn", {0, 1}, -1); });
   register_rule("aten::bmm", [](const OpCall& c) { return einsum(c, "bmk,bkn->bmn", {0, 1}, -1); });
   register_rule("aten::addmm", [](const OpCall& c) { return einsum(c, "mk,kn->mn", {1, 2}, 0); });
-  register_rule("aten::baddbmm", [](const OpCall& c) { return einsum(c, "bmk,bkn->bmn", {1, 2}, 0); });
+  register_rule("aten::baddbmm", [](const OpCall& c) {
+    return einsum(c, "bmk,bkn->bmn", {1, 2}, 0);
+  });
 }
 
 }  // namespace vescale::dtensor

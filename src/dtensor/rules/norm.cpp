@@ -29,7 +29,8 @@ std::vector<int64_t> stats_shape(const DTensorSpec& x, int64_t axis) {
 // native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
 Strategy layer_norm(const OpCall& call) {
   const auto& x = call.specs[0];
-  const int64_t axis = x.ndim() - static_cast<int64_t>(call.arg("normalized_shape").toIntVector().size());
+  const int64_t axis =
+      x.ndim() - static_cast<int64_t>(call.arg("normalized_shape").toIntVector().size());
   Placements p = leading_only(x, axis);
   Strategy st;
   st.inputs.assign(call.specs.size(), replicate_all(call.mesh_ndim()));
@@ -96,9 +97,12 @@ Strategy vector_norm(const OpCall& call) {
         r = v.numel() ? (ord > 0 ? v.abs().amax() : v.abs().amin())
                       : at::full({}, ord > 0 ? 0.0 : INFINITY, v.options());
         r = r.contiguous();
-        for (auto& g : groups) g.all_reduce(r, ord > 0 ? dist::ReduceOp::Max : dist::ReduceOp::Min).wait();
+        for (auto& g : groups)
+          g.all_reduce(r, ord > 0 ? dist::ReduceOp::Max : dist::ReduceOp::Min).wait();
       } else {
-        VESCALE_CHECK(ord > 0, "DTensor: linalg_vector_norm of a sharded tensor supports ord > 0 or inf, got ", ord);
+        VESCALE_CHECK(
+            ord > 0,
+            "DTensor: linalg_vector_norm of a sharded tensor supports ord > 0 or inf, got ", ord);
         r = v.abs().pow(ord).sum().contiguous();
         for (auto& g : groups) g.all_reduce(r).wait();
         r = r.pow(1.0 / ord);

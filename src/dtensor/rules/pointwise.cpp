@@ -12,12 +12,13 @@ namespace vescale::dtensor {
 namespace {
 
 // Linear in all inputs together: Partial(sum) in, Partial(sum) out when every input is Partial.
-const std::set<std::string> kAdditive = {"aten::add.Tensor", "aten::add_.Tensor", "aten::sub.Tensor",
-                                         "aten::sub_.Tensor", "aten::neg",         "aten::neg_"};
+const std::set<std::string> kAdditive = {"aten::add.Tensor", "aten::add_.Tensor",
+                                         "aten::sub.Tensor", "aten::sub_.Tensor",
+                                         "aten::neg",        "aten::neg_"};
 // Linear in one input (the first, for div): Partial in that one, Replicate in the rest.
-const std::set<std::string> kMultiplicative = {"aten::mul.Tensor", "aten::mul_.Tensor", "aten::mul.Scalar",
-                                               "aten::mul_.Scalar", "aten::div.Tensor", "aten::div_.Tensor",
-                                               "aten::div.Scalar",  "aten::div_.Scalar"};
+const std::set<std::string> kMultiplicative = {
+    "aten::mul.Tensor", "aten::mul_.Tensor", "aten::mul.Scalar", "aten::mul_.Scalar",
+    "aten::div.Tensor", "aten::div_.Tensor", "aten::div.Scalar", "aten::div_.Scalar"};
 
 Strategy pointwise(const OpCall& call) {
   const auto& specs = call.specs;
@@ -60,7 +61,8 @@ Strategy pointwise(const OpCall& call) {
     }
     // 2. Partial through linear ops.
     size_t n_partial = 0;
-    for (auto& s : specs) n_partial += s.placements[m].is_partial() && s.placements[m].reduce == dist::ReduceOp::Sum;
+    for (auto& s : specs)
+      n_partial += s.placements[m].is_partial() && s.placements[m].reduce == dist::ReduceOp::Sum;
     const bool self_partial = specs[0].placements[m].is_partial();
     if (additive && n_partial == specs.size()) {
       out[m] = Placement::partial();
@@ -70,7 +72,8 @@ Strategy pointwise(const OpCall& call) {
     if (multiplicative && n_partial == 1) {
       size_t which = 0;
       while (!specs[which].placements[m].is_partial()) ++which;
-      const bool allowed = call.name.rfind("aten::div", 0) != 0 || which == 0;  // a / partial is not linear
+      const bool allowed =
+          call.name.rfind("aten::div", 0) != 0 || which == 0;  // a / partial is not linear
       if (allowed) {
         out[m] = Placement::partial();
         st.inputs[which][m] = Placement::partial();

@@ -22,8 +22,9 @@ Strategy reduction(const OpCall& call, Reduce kind) {
   const auto dims = rules::reduce_dims(has_dim ? call.arg("dim") : c10::IValue(), nd);
   const bool keepdim = call.has_arg("keepdim") && call.arg("keepdim").toBool();
   auto reduced = [&](int64_t d) { return std::find(dims.begin(), dims.end(), d) != dims.end(); };
-  const dist::ReduceOp partial_op =
-      kind == Reduce::Max ? dist::ReduceOp::Max : kind == Reduce::Min ? dist::ReduceOp::Min : dist::ReduceOp::Sum;
+  const dist::ReduceOp partial_op = kind == Reduce::Max   ? dist::ReduceOp::Max
+                                    : kind == Reduce::Min ? dist::ReduceOp::Min
+                                                          : dist::ReduceOp::Sum;
 
   Strategy st;
   st.inputs = {in.placements};
@@ -43,10 +44,13 @@ Strategy reduction(const OpCall& call, Reduce kind) {
         out[m] = Placement::shard(nd_out);
       }
     } else if (p.is_partial()) {
-      const bool linear = (kind == Reduce::Sum || kind == Reduce::Mean) && p.reduce == dist::ReduceOp::Sum;
+      const bool linear =
+          (kind == Reduce::Sum || kind == Reduce::Mean) && p.reduce == dist::ReduceOp::Sum;
       const bool same = p.reduce == partial_op && (kind == Reduce::Max || kind == Reduce::Min);
-      if (linear || same) out[m] = p;
-      else st.inputs[0][m] = Placement::replicate();
+      if (linear || same)
+        out[m] = p;
+      else
+        st.inputs[0][m] = Placement::replicate();
     }
   }
   st.outputs = {out};

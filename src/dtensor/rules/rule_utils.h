@@ -26,6 +26,7 @@ double redistribute_cost(const DTensorSpec& spec, const Placement& have, const P
 
 // Replaces the int-list argument at `arg_index` by `sizes` before running the op locally.
 std::function<void(torch::jit::Stack&)> run_with_sizes(const c10::OperatorHandle& op, size_t n_args,
-                                                       size_t arg_index, std::vector<int64_t> sizes);
+                                                       size_t arg_index,
+                                                       std::vector<int64_t> sizes);
 
 }  // namespace vescale::dtensor::rules

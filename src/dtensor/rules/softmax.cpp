@@ -14,7 +14,9 @@ namespace vescale::dtensor {
 
 namespace {
 
-dist::ProcessGroup group(const DTensorSpec& s, int64_t m) { return s.mesh.group(s.mesh.dim_names()[m]); }
+dist::ProcessGroup group(const DTensorSpec& s, int64_t m) {
+  return s.mesh.group(s.mesh.dim_names()[m]);
+}
 
 // The single mesh dim sharding `dim` of `s`, if exactly one does; others along `dim` gather.
 std::optional<int64_t> class_parallel_dim(const DTensorSpec& s, int64_t dim) {
@@ -25,7 +27,8 @@ std::optional<int64_t> class_parallel_dim(const DTensorSpec& s, int64_t dim) {
 
 // Placements for softmax-like ops: shards off the softmax dim stay; Partials and extra shards
 // along it gather. The class dim may stay sharded on one mesh dim (class_parallel).
-Placements softmax_placements(const DTensorSpec& s, int64_t dim, std::optional<int64_t> class_mesh_dim) {
+Placements softmax_placements(const DTensorSpec& s, int64_t dim,
+                              std::optional<int64_t> class_mesh_dim) {
   Placements p = s.placements;
   for (int64_t m = 0; m < static_cast<int64_t>(p.size()); ++m) {
     if (p[m].is_partial()) p[m] = Placement::replicate();
@@ -47,8 +50,9 @@ Strategy softmax_forward(const OpCall& call, bool log, bool class_parallel = tru
     st.local_fn = [g, dim, log](torch::jit::Stack& stack) mutable {
       at::Tensor x = stack[stack.size() - 3].toTensor();
       torch::jit::drop(stack, 3);
-      at::Tensor mx = x.size(dim) > 0 ? at::amax(x, {dim}, true)
-                                      : at::full_like(x.narrow(dim, 0, 0).sum(dim, true), -INFINITY);
+      at::Tensor mx = x.size(dim) > 0
+                          ? at::amax(x, {dim}, true)
+                          : at::full_like(x.narrow(dim, 0, 0).sum(dim, true), -INFINITY);
       mx = mx.contiguous();
       g.all_reduce(mx, dist::ReduceOp::Max).wait();
       at::Tensor shifted = x - mx;
@@ -114,21 +118,22 @@ struct NllPick {
   at::Tensor mine, column, weight;
 };
 
-NllPick pick_targets(const at::Tensor& x, const at::Tensor& target, const c10::IValue& weight_arg, int64_t ignore,
-                     int64_t c_off) {
+NllPick pick_targets(const at::Tensor& x, const at::Tensor& target, const c10::IValue& weight_arg,
+                     int64_t ignore, int64_t c_off) {
   at::Tensor valid = target != ignore;
   at::Tensor mine = valid & (target >= c_off) & (target < c_off + x.size(1));
   at::Tensor column = at::where(mine, target - c_off, at::zeros_like(target)).unsqueeze(1);
-  at::Tensor w = weight_arg.isTensor() && weight_arg.toTensor().defined()
-                     ? weight_arg.toTensor().index_select(0, at::where(valid, target, at::zeros_like(target)))
-                     : at::ones({x.size(0)}, x.options());
+  at::Tensor w =
+      weight_arg.isTensor() && weight_arg.toTensor().defined()
+          ? weight_arg.toTensor().index_select(0, at::where(valid, target, at::zeros_like(target)))
+          : at::ones({x.size(0)}, x.options());
   return {mine, column, w * valid.to(w.scalar_type())};
 }
 
-// nll_loss_forward(self (N, C), target (N), weight?, reduction, ignore_index) -> (output, total_weight).
-// Batch shards (dim 0) and class shards (dim 1) are both kept. Every rank picks the targets
-// that fall in its class range; the loss is Partial over class and batch shards, and the total
-// weight (for the mean) is all-reduced over the batch shards.
+// nll_loss_forward(self (N, C), target (N), weight?, reduction, ignore_index) -> (output,
+// total_weight). Batch shards (dim 0) and class shards (dim 1) are both kept. Every rank picks the
+// targets that fall in its class range; the loss is Partial over class and batch shards, and the
+// total weight (for the mean) is all-reduced over the batch shards.
 Strategy nll_forward(const OpCall& call) {
   const auto& self = call.specs[0];
   const int64_t nm = call.mesh_ndim();
@@ -145,10 +150,12 @@ Strategy nll_forward(const OpCall& call) {
   Placements out(nm, Placement::replicate());
   for (int64_t m = 0; m < nm; ++m) {
     if (p[m].is_shard(1)) out[m] = Placement::partial();
-    if (p[m].is_shard(0)) out[m] = reduction == at::Reduction::None ? Placement::shard(0) : Placement::partial();
+    if (p[m].is_shard(0))
+      out[m] = reduction == at::Reduction::None ? Placement::shard(0) : Placement::partial();
   }
   st.outputs = {out, replicate_all(nm)};
-  st.output_shapes = {reduction == at::Reduction::None ? std::vector<int64_t>{self.shape[0]} : std::vector<int64_t>{},
+  st.output_shapes = {reduction == at::Reduction::None ? std::vector<int64_t>{self.shape[0]}
+                                                       : std::vector<int64_t>{},
                       std::vector<int64_t>{}};
   st.local_fn = [c_off, batch_groups](torch::jit::Stack& stack) mutable {
     auto a = torch::jit::last(stack, 5);
@@ -156,11 +163,12 @@ Strategy nll_forward(const OpCall& call) {
     const auto pick = pick_targets(x, a[1].toTensor(), a[2], a[4].toInt(), c_off);
     const int64_t reduction = a[3].toInt();
     torch::jit::drop(stack, 5);
-    at::Tensor picked = x.size(1) > 0 ? x.gather(1, pick.column).squeeze(1) : at::zeros({x.size(0)}, x.options());
+    at::Tensor picked =
+        x.size(1) > 0 ? x.gather(1, pick.column).squeeze(1) : at::zeros({x.size(0)}, x.options());
     at::Tensor loss = -(picked * pick.weight * pick.mine.to(pick.weight.scalar_type()));
     at::Tensor total = pick.weight.sum().contiguous();
     for (auto& g : batch_groups) g.all_reduce(total).wait();
-    at::Tensor out = reduction == at::Reduction::None ? loss
+    at::Tensor out = reduction == at::Reduction::None  ? loss
                      : reduction == at::Reduction::Sum ? loss.sum()
                                                        : loss.sum() / total;
     stack.emplace_back(out);
@@ -194,7 +202,7 @@ Strategy nll_backward(const OpCall& call) {
     const int64_t reduction = a[4].toInt();
     torch::jit::drop(stack, 7);
     at::Tensor grad = at::zeros_like(x);
-    at::Tensor scale = reduction == at::Reduction::None ? gy
+    at::Tensor scale = reduction == at::Reduction::None  ? gy
                        : reduction == at::Reduction::Sum ? gy.expand({x.size(0)})
                                                          : (gy / total).expand({x.size(0)});
     at::Tensor vals = -(pick.weight * scale * pick.mine.to(x.scalar_type()));
@@ -210,9 +218,12 @@ void register_softmax_rules() {
   register_rule("aten::_softmax", [](const OpCall& c) { return softmax_forward(c, false); });
   register_rule("aten::_log_softmax", [](const OpCall& c) { return softmax_forward(c, true); });
   // sdpa's math path; fully masked rows give 0, so the class-parallel form doesn't apply.
-  register_rule("aten::_safe_softmax", [](const OpCall& c) { return softmax_forward(c, false, false); });
-  register_rule("aten::_softmax_backward_data", [](const OpCall& c) { return softmax_backward(c, false); });
-  register_rule("aten::_log_softmax_backward_data", [](const OpCall& c) { return softmax_backward(c, true); });
+  register_rule("aten::_safe_softmax",
+                [](const OpCall& c) { return softmax_forward(c, false, false); });
+  register_rule("aten::_softmax_backward_data",
+                [](const OpCall& c) { return softmax_backward(c, false); });
+  register_rule("aten::_log_softmax_backward_data",
+                [](const OpCall& c) { return softmax_backward(c, true); });
   register_rule("aten::nll_loss_forward", nll_forward);
   register_rule("aten::nll_loss_backward", nll_backward);
 }

@@ -22,8 +22,10 @@ Strategy same_as_input(const OpCall& call) {
 Strategy to_copy(const OpCall& call) {
   const auto& device = call.arg("device");
   VESCALE_CHECK(device.isNone() || device.toDevice().type() == c10::DeviceType::PrivateUse1,
-                "DTensor: cannot copy a DTensor to ", device.toDevice().str(), " (printing does this). Use "
-                "full_tensor(t) (collective: every rank calls it) for the whole tensor, to_local(t) for this rank's "
+                "DTensor: cannot copy a DTensor to ", device.toDevice().str(),
+                " (printing does this). Use "
+                "full_tensor(t) (collective: every rank calls it) for the whole tensor, "
+                "to_local(t) for this rank's "
                 "shard, or dtensor::describe(t) for a one-line summary");
   return same_as_input(call);
 }
@@ -60,8 +62,9 @@ Strategy copy_into(const OpCall& call) {
 // counted once per rank.
 Strategy fill(const OpCall& call, bool zero) {
   for (auto& p : call.specs[0].placements)
-    VESCALE_CHECK(zero || !p.is_partial(), "DTensor: ", call.name, " on a Partial tensor would count the value once per "
-                                           "rank; redistribute it to Replicate first");
+    VESCALE_CHECK(zero || !p.is_partial(), "DTensor: ", call.name,
+                  " on a Partial tensor would count the value once per "
+                  "rank; redistribute it to Replicate first");
   Strategy st;
   st.inputs.clear();
   for (auto& s : call.specs) st.inputs.push_back(s.placements);
@@ -77,10 +80,12 @@ Strategy needs_replicate(const OpCall& call) { return all_replicate(call, call.n
 
 void register_tensor_rules() {
   register_rule("aten::_to_copy", to_copy);
-  for (const char* op : {"aten::clone", "aten::detach", "aten::alias", "aten::lift_fresh",
-                         "aten::contiguous", "aten::_conj", "aten::resolve_conj", "aten::resolve_neg"})
+  for (const char* op :
+       {"aten::clone", "aten::detach", "aten::alias", "aten::lift_fresh", "aten::contiguous",
+        "aten::_conj", "aten::resolve_conj", "aten::resolve_neg"})
     register_rule(op, same_as_input);
-  for (const char* op : {"aten::empty_like", "aten::zeros_like", "aten::ones_like", "aten::full_like"})
+  for (const char* op :
+       {"aten::empty_like", "aten::zeros_like", "aten::ones_like", "aten::full_like"})
     register_rule(op, like);
   for (const char* op : {"aten::new_zeros", "aten::new_empty", "aten::new_ones", "aten::new_full",
                          "aten::new_empty_strided"})

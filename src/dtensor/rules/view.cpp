@@ -27,7 +27,8 @@ Strategy remap(const OpCall& call, const std::vector<int64_t>& map) {
       out[m] = Placement::shard(to);
     }
   }
-  for (size_t i = 1; i < call.specs.size(); ++i) st.inputs.push_back(replicate_all(call.mesh_ndim()));
+  for (size_t i = 1; i < call.specs.size(); ++i)
+    st.inputs.push_back(replicate_all(call.mesh_ndim()));
   st.outputs.assign(call.n_outputs(), out);
   return st;
 }
@@ -112,8 +113,10 @@ Strategy view(const OpCall& call) {
   const int64_t numel = c10::multiply_integers(in.shape);
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < size.size(); ++i) {
-    if (size[i] == -1) infer = static_cast<int64_t>(i);
-    else known *= size[i];
+    if (size[i] == -1)
+      infer = static_cast<int64_t>(i);
+    else
+      known *= size[i];
   }
   std::vector<int64_t> global(size);
   if (infer >= 0) global[infer] = known ? numel / known : 0;
@@ -126,9 +129,12 @@ Strategy view(const OpCall& call) {
     if (i1 < nd) pi *= in.shape[i1++];
     if (o1 < no) po *= global[o1++];
     while (pi != po) {
-      if (pi < po && i1 < nd) pi *= in.shape[i1++];
-      else if (o1 < no) po *= global[o1++];
-      else break;
+      if (pi < po && i1 < nd)
+        pi *= in.shape[i1++];
+      else if (o1 < no)
+        po *= global[o1++];
+      else
+        break;
     }
     // The first input dim of size > 1 in the group, and the first output dim of size > 1.
     int64_t fi = i, fo = o;
@@ -221,7 +227,8 @@ Strategy slice_backward(const OpCall& call) {
     at::Tensor grad = stack[n - 6].toTensor();
     auto local = grad.sizes().vec();
     local[dim] = stack[n - 5].toIntVector()[dim];
-    const int64_t start = stack[n - 3].toInt(), end = stack[n - 2].toInt(), step = stack[n - 1].toInt();
+    const int64_t start = stack[n - 3].toInt(), end = stack[n - 2].toInt(),
+                  step = stack[n - 1].toInt();
     stack.resize(n - 6);
     stack.emplace_back(at::slice_backward(grad, local, dim, start, end, step));
   };
