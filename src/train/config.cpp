@@ -485,8 +485,11 @@ void apply_override(json& cfg, const std::string& source, const std::string& kv)
     value = text;
   }
   // Mesh dims are ordered: a new one can't be slotted in by name, only by setting the whole mesh.
-  if (key.rfind("parallel.mesh.", 0) == 0 &&
-      !(cfg.contains("parallel") && cfg["parallel"].contains("mesh")))
+  // (Only into a parallel section that is an object or absent: anything else is reported by the
+  // walk below; nlohmann's operator[] would throw its own type_error on a string.)
+  if (key.rfind("parallel.mesh.", 0) == 0 && cfg.is_object() &&
+      (!cfg.contains("parallel") ||
+       (cfg["parallel"].is_object() && !cfg["parallel"].contains("mesh"))))
     cfg["parallel"]["mesh"] = {{"dp", -1}};
   json* node = &cfg;
   std::string walked;

@@ -128,6 +128,14 @@ TEST_CASE("config errors name the file, the full key path and the fix", "[config
       Contains("config: cannot open '/no/such/config.json'; pass an existing file to --config"));
 }
 
+TEST_CASE("an override into a section another override made a string is our error", "[config]") {
+  // Found by fuzz.config: nlohmann's type_error escaped from operator[] on a string.
+  CHECK_THROWS_WITH(
+      Config::from_json("{}", "t.json", {"parallel=x", "parallel.mesh.dp=2"}),
+      Contains("--set parallel.mesh.dp: config 't.json' has a string at 'parallel', not a "
+               "section"));
+}
+
 TEST_CASE("overrides (--set) reach any field, with the same checks", "[config]") {
   const std::string text = R"({"parallel": {"mesh": {"dp": 2, "tp": 2}}, "train": {"steps": 100}})";
   auto c = Config::from_json(
