@@ -3,14 +3,13 @@
 // With --nproc-per-node (or --nnodes) it starts its own ranks through the built-in launcher.
 // --dry-run prints the parameter count and per-rank memory under the plan without building
 // the model (one process: for the configured mesh; launched ranks: for the real one).
-#include <c10/util/Exception.h>
-
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
 #include "launch_flags.h"
 #include "vescale/common/check.h"
+#include "vescale/common/error_text.h"
 #include "vescale/common/logging.h"
 #include "vescale/dist/world.h"
 #include "vescale/mesh/device_mesh.h"
@@ -77,13 +76,10 @@ int main(int argc, char** argv) {
   } catch (const vescale::Error& e) {
     std::fprintf(stderr, "vescale-train: %s\n", e.what());
     return 1;
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {
     // libtorch's stack only when asked for: it names no file or field of ours.
     const bool debug = log_level == "debug" || log_level == "trace";
-    std::fprintf(stderr, "vescale-train: %s\n", debug ? e.what() : e.what_without_backtrace());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "vescale-train: %s\n", e.what());
+    std::fprintf(stderr, "vescale-train: %s\n", vescale::error_text(e, debug).c_str());
     return 1;
   }
 }

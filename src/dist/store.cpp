@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "vescale/common/check.h"
+#include "vescale/common/error_text.h"
 
 namespace vescale::dist {
 
@@ -141,11 +142,6 @@ void check_port_free(const LaunchEnv& env) {
                 env.master_port, ")");
 }
 
-std::string without_backtrace(const std::exception& e) {
-  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
-  return e.what();
-}
-
 }  // namespace
 
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env,
@@ -168,7 +164,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env,
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     if (env.rank == 0 && waited < timeout) {
       VESCALE_FAIL("rendezvous: rank 0 could not serve the store on ", env.master_addr, ":",
-                   env.master_port, " (", without_backtrace(e),
+                   env.master_port, " (", error_text(e),
                    "). If the port is in use, pick another MASTER_PORT");
     }
     if (env.rank == 0) {
@@ -176,12 +172,12 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env,
                    env.master_addr, ":", env.master_port, " within ", timeout.count(),
                    " ms; check that every rank was started with the same MASTER_ADDR/MASTER_PORT "
                    "and WORLD_SIZE (",
-                   without_backtrace(e), ")");
+                   error_text(e), ")");
     }
     VESCALE_FAIL("rendezvous: rank ", env.rank, " could not join rank 0's store at ",
                  env.master_addr, ":", env.master_port, " within ", timeout.count(),
-                 " ms. Check MASTER_ADDR/MASTER_PORT and that rank 0 ", "started (",
-                 without_backtrace(e), ")");
+                 " ms. Check MASTER_ADDR/MASTER_PORT and that rank 0 ", "started (", error_text(e),
+                 ")");
   }
 }
 

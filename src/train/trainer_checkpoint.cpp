@@ -150,17 +150,28 @@ void Trainer::finish_checkpoint() {
   if (rank_ == 0) log::info("checkpoint " + folder + ": saved");
 }
 
-// The optimizer's part of a checkpoint ("optim/..."), once the optimizer can take it.
-void Trainer::load_optimizer_state(const std::string& folder) {
-  const auto info = checkpoint::read_info(folder);
+// The optimizer's targets for the checkpoint's "optim/..." entries, added to `state` and
+// `pieces`; optimizer_->loaded() once they are filled.
+void Trainer::add_optimizer_targets(const checkpoint::CheckpointInfo& info,
+                                    checkpoint::StateDict& state,
+                                    std::vector<checkpoint::Piece>& pieces) {
   std::map<std::string, std::vector<int64_t>> saved;
   for (const auto& [key, entry] : info.tensors)
     if (key.rfind("optim/", 0) == 0) saved[key.substr(6)] = entry.shape;
   auto targets = optimizer_->state_to_load(saved);
-  checkpoint::StateDict state;
   for (auto& [k, v] : targets.tensors) state["optim/" + k] = v;
-  for (auto& p : targets.pieces) p.name = "optim/" + p.name;
-  on_all_ranks([&] { checkpoint::load(folder, state, targets.pieces); });
+  for (auto& p : targets.pieces) {
+    p.name = "optim/" + p.name;
+    pieces.push_back(std::move(p));
+  }
+}
+
+// The optimizer's part of a checkpoint, once an optimizer that could not take it at resume can.
+void Trainer::load_optimizer_state(const std::string& folder) {
+  checkpoint::StateDict state;
+  std::vector<checkpoint::Piece> pieces;
+  add_optimizer_targets(checkpoint::read_info(folder), state, pieces);
+  on_all_ranks([&] { checkpoint::load(folder, state, pieces); });
   optimizer_->loaded();
   optimizer_resume_.clear();
 }
@@ -187,12 +198,17 @@ void Trainer::resume_from(const std::string& folder) {
     torch_rng = at::empty_like(gen.get_state());
     state["rng/torch"] = torch_rng;
   }
-  on_all_ranks([&] { checkpoint::load(folder, state); });
+  // The optimizer's state in the same pass over the files, when it can take it now; ZeRO 1/2 lay
+  // out their slices at the first step's GradReducer::finish(), and load then (step()).
+  const bool optimizer_now = optimizer_->ready_to_load();
+  std::vector<checkpoint::Piece> pieces;
+  if (optimizer_now) add_optimizer_targets(info, state, pieces);
+  on_all_ranks([&] { checkpoint::load(folder, state, pieces); });
   optimizer_->params_loaded();
-  // ZeRO 1/2 lay out their slices at the first step's GradReducer::finish(): their state is
-  // loaded then (step()); the others' now.
-  optimizer_resume_ = folder;
-  if (optimizer_->ready_to_load()) load_optimizer_state(folder);
+  if (optimizer_now)
+    optimizer_->loaded();
+  else
+    optimizer_resume_ = folder;
   if (torch_rng.defined()) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(torch_rng);

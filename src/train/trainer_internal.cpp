@@ -1,24 +1,17 @@
 #include "train/trainer_internal.h"
 
-#include <c10/util/Exception.h>
-
 #include <cmath>
 #include <cstdio>
 
 #include "vescale/common/check.h"
+#include "vescale/common/error_text.h"
 #include "vescale/common/logging.h"
 #include "vescale/dist/object_collectives.h"
 
 namespace vescale::train {
 
 std::string message_of(const std::exception& e) {
-  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) {
-    if (log::level() == "debug" || log::level() == "trace") return c->what();
-    std::string m = c->what_without_backtrace();
-    while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
-    return m;
-  }
-  return e.what();
+  return error_text(e, /*with_stack=*/log::level() == "debug" || log::level() == "trace");
 }
 
 void on_all_ranks(const std::function<void()>& f) {

@@ -79,6 +79,8 @@ class Trainer {
   at::Tensor loss_of(const DataLoader::Batch& batch);
   checkpoint::StateDict checkpoint_state(std::vector<checkpoint::Piece>& pieces);
   void resume_from(const std::string& folder);
+  void add_optimizer_targets(const checkpoint::CheckpointInfo& info, checkpoint::StateDict& state,
+                             std::vector<checkpoint::Piece>& pieces);
   void load_optimizer_state(const std::string& folder);
   void check_outputs();
   // Starts a save; without checkpoint.async, also waits until it is written. Commits nothing.
