@@ -1,7 +1,7 @@
 // Step time of gradient reduction strategies on a small LLaMA, side by side:
 //   DP=world:        per-parameter all-reduce | buckets after backward | buckets overlapped
 //   DP=2 x TP+SP=2:  per-parameter | overlapped, one collective per dim | overlapped, N-D fused
-//   DP=world, ZeRO:  overlapped buckets with ZeRO 1, 2, 3 (ddp::ZeroOptimizer)
+//   DP=world, ZeRO:  overlapped buckets with ZeRO 1, 2, 3 (parallel::ZeroOptimizer)
 // plus the collectives and bytes each sends per step and the peak memory per rank. Run with 4 ranks
 // from the repository root:
 //   build/apps/vescale-run --nproc-per-node 4 -- build/bench/ddp
@@ -21,10 +21,10 @@
 
 #include "llama.h"
 #include "vescale/nn/module_hooks.h"
-#include "vescale/ddp/grad_reduce.h"
-#include "vescale/ddp/grad_reducer.h"
-#include "vescale/ddp/zero_optimizer.h"
-#include "vescale/train/memory_stats.h"
+#include "vescale/parallel/grad_reduce.h"
+#include "vescale/parallel/grad_reducer.h"
+#include "vescale/parallel/zero_optimizer.h"
+#include "vescale/kernels/host_memory.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/plan/parallelize.h"
@@ -52,7 +52,7 @@ models::LlamaOptions bench_llama() {
 struct Result {
   std::string mesh, mode;
   double median_ms = 0;
-  ddp::ReduceStats stats;  // per step
+  parallel::ReduceStats stats;  // per step
   int64_t buckets = 0;
   int64_t peak_bytes =
       0;  // rank 0's peak over the timed steps, counting from before the model was built
@@ -68,22 +68,22 @@ at::Tensor input(const at::Tensor& full, const mesh::DeviceMesh& mesh) {
 
 // mode: "per_param", or a GradReducer with these options.
 Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const plan::Plan& plan,
-           const std::string& mode, ddp::GradReducerOptions opts) {
+           const std::string& mode, parallel::GradReducerOptions opts) {
   const auto o = bench_llama();
-  train::reset_peak_memory();
-  const int64_t base = train::memory_stats().current;
+  kernels::reset_peak_memory();
+  const int64_t base = kernels::memory_stats().current;
   random::manual_seed(1);
   models::Llama model(o);
   plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
-  std::unique_ptr<ddp::GradReducer> reducer;
+  std::unique_ptr<parallel::GradReducer> reducer;
   if (opts.zero >= 3) opts.unit_pattern = "layers.*";
-  if (mode != "per_param") reducer = std::make_unique<ddp::GradReducer>(*model, mesh, opts);
+  if (mode != "per_param") reducer = std::make_unique<parallel::GradReducer>(*model, mesh, opts);
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
-  std::unique_ptr<ddp::ZeroOptimizer> zero;
+  std::unique_ptr<parallel::ZeroOptimizer> zero;
   if (opts.zero >= 1) {
     optim::NamedParams named;
     for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
-    zero = std::make_unique<ddp::ZeroOptimizer>(
+    zero = std::make_unique<parallel::ZeroOptimizer>(
         *reducer, std::vector<optim::ParamGroup>{{named, 0.0}}, optim::AdamWOptions{.lr = 1e-3});
   }
   const int64_t global_batch = kBatch * (mesh.dim_names()[0] == "dp" ? mesh.size("dp") : 1);
@@ -96,7 +96,7 @@ Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const pl
     auto x = input(full.slice(1, 0, kSeq).contiguous(), mesh);
     auto y = input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
     if (s == kWarmup)
-      train::reset_peak_memory();  // steady state: stages 0-2 lay out buckets in step 1
+      kernels::reset_peak_memory();  // steady state: stages 0-2 lay out buckets in step 1
     dist::world().barrier().wait();
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
@@ -107,7 +107,7 @@ Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const pl
     if (reducer) {
       r.stats = reducer->finish();
     } else {
-      r.stats.collectives = ddp::reduce_gradients(*model);
+      r.stats.collectives = parallel::reduce_gradients(*model);
     }
     if (zero) {
       zero->step();
@@ -121,7 +121,7 @@ Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const pl
   std::sort(ms.begin(), ms.end());
   r.median_ms = ms[ms.size() / 2];
   if (reducer) r.buckets = reducer->num_buckets();
-  r.peak_bytes = train::memory_stats().peak - base;
+  r.peak_bytes = kernels::memory_stats().peak - base;
   zero.reset();
   plan::remove_forward_hooks(*model);
   return r;
@@ -139,7 +139,7 @@ std::string cpu_name() {
 int main() {
   dist::init({.device = "cpu"});
   at::set_num_threads(1);
-  train::track_memory();
+  kernels::track_memory();
   const int world = dist::world_size();
   std::vector<Result> results;
   {

@@ -31,7 +31,7 @@
 #include "vescale/nn/module_hooks.h"
 #include "bench_util.h"
 #include "vescale/common/check.h"
-#include "vescale/ddp/grad_reduce.h"
+#include "vescale/parallel/grad_reduce.h"
 #include "vescale/dist/process_group.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
@@ -39,7 +39,7 @@
 #include "vescale/optim/adamw.h"
 #include "vescale/plan/parallelize.h"
 #include "vescale/random/random.h"
-#include "vescale/train/memory_stats.h"
+#include "vescale/kernels/host_memory.h"
 
 using namespace vescale;
 using torch::autograd::AutogradContext;
@@ -201,7 +201,7 @@ struct Variant {
 
 int main() {
   at::set_num_threads(1);
-  train::cache_host_memory();  // as vescale-train runs, for every variant
+  kernels::cache_host_memory();  // as vescale-train runs, for every variant
   dist::init({.device = "cpu"});
   const int warmup = env_int("TP_STEP_WARMUP", 3), rounds = env_int("TP_STEP_ROUNDS", 5),
             per_round = env_int("TP_STEP_PER_ROUND", 4);
@@ -265,7 +265,7 @@ int main() {
       dtensor::BackwardOnCallerThread same_thread;  // as the trainer
       loss.backward();
     }
-    ddp::reduce_gradients(*model);
+    parallel::reduce_gradients(*model);
     opt.step();
     // The loss may be Partial (the vocab-parallel nll with Replicate norm outputs gives one):
     // its local value is this rank's share, so read the full value.

@@ -1,7 +1,7 @@
 #include "gpt.h"
 
-#include "causal_attention.h"
-#include "gelu.h"
+#include "vescale/kernels/attention.h"
+#include "vescale/kernels/gelu.h"
 #include "vescale/nn/module_hooks.h"
 
 #include <ATen/ATen.h>
@@ -25,7 +25,7 @@ GPTAttentionImpl::GPTAttentionImpl(const GPTOptions& o) : n_head(o.n_head), drop
 }
 
 torch::Tensor GPTAttentionImpl::forward(const torch::Tensor& x) {
-  auto y = causal_attention_packed(call(c_attn, x), n_head, is_training() ? dropout : 0.0);
+  auto y = vescale::kernels::causal_attention_packed(call(c_attn, x), n_head, is_training() ? dropout : 0.0);
   return call(resid_dropout, call(c_proj, y));
 }
 
@@ -38,7 +38,7 @@ GPTMLPImpl::GPTMLPImpl(const GPTOptions& o) {
 }
 
 torch::Tensor GPTMLPImpl::forward(const torch::Tensor& x) {
-  return call(dropout, call(c_proj, gelu_tanh(call(c_fc, x))));
+  return call(dropout, call(c_proj, vescale::kernels::gelu_tanh(call(c_fc, x))));
 }
 
 GPTBlockImpl::GPTBlockImpl(const GPTOptions& o) {

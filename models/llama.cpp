@@ -1,6 +1,6 @@
 #include "llama.h"
 
-#include "causal_attention.h"
+#include "vescale/kernels/attention.h"
 #include "vescale/nn/module_hooks.h"
 
 #include <ATen/ATen.h>
@@ -128,7 +128,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
     k = repeat_kv(k);
     v = repeat_kv(v);
   }
-  auto y = causal_attention(q, k, v);
+  auto y = vescale::kernels::causal_attention(q, k, v);
   return call(wo, y.transpose(1, 2).reshape({B, T, -1}));
 }
 

@@ -11,13 +11,14 @@
 #include <sstream>
 
 #include "vescale/common/check.h"
+#include "vescale/common/json_schema.h"
 #include "vescale/common/suggest.h"
 
 namespace vescale::plan {
 
 using dtensor::Placement;
 using dtensor::Placements;
-using json = nlohmann::ordered_json;
+using json = json_schema::json;
 
 // ---- matching ------------------------------------------------------------------------
 
@@ -224,29 +225,36 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   }
   VESCALE_CHECK(j.is_object(), "plan '", source,
                 "': the top level must be an object with \"mesh\" and \"params\"");
-  static const std::vector<std::string> known = {"mesh",        "params", "forward",  "phase",
-                                                 "grad_reduce", "zero",   "optional", "comment"};
-  for (auto& [k, v] : j.items()) {
-    if (std::find(known.begin(), known.end(), k) != known.end()) continue;
-    const std::string guess = closest_match(k, known);
-    VESCALE_FAIL(where(source, "key '" + k + "'"), " is unknown; ",
-                 guess.empty()
-                     ? "the keys are mesh, params, forward, phase, grad_reduce, zero, optional"
-                     : "did you mean '" + guess + "'?");
-  }
   Plan plan;
   plan.source_ = source;
-  VESCALE_CHECK(j.contains("mesh") && j["mesh"].is_array() && !j["mesh"].empty(),
-                where(source, "mesh"),
+  // The sections: pattern maps taken as they are, grad_reduce read field by field; any other
+  // key is an error with the closest known one suggested.
+  json_schema::Reader r(j, "", source, "plan");
+  const json* mesh = r.raw("mesh");
+  const json* params = r.raw("params");
+  const json* forward = r.raw("forward");
+  const json* phase = r.raw("phase");
+  const json* optional = r.raw("optional");
+  const json* zero = r.raw("zero");
+  r.raw("comment");
+  r.object("grad_reduce", [&](json_schema::Reader& g) {
+    g.field("dims", plan.grad_reduce_.dims);
+    g.field("bucket_mb", plan.grad_reduce_.bucket_mb);
+    if (!(plan.grad_reduce_.bucket_mb > 0))
+      g.fail("bucket_mb", "must be a positive number (MiB per bucket)");
+    g.field("fused", plan.grad_reduce_.fused);
+  });
+  r.finish();
+  VESCALE_CHECK(mesh && mesh->is_array() && !mesh->empty(), where(source, "mesh"),
                 " must be a non-empty list of mesh dim names, like [\"dp\", \"tp\"]");
-  for (auto& d : j["mesh"]) {
+  for (auto& d : *mesh) {
     VESCALE_CHECK(d.is_string() && !d.get<std::string>().empty(), where(source, "mesh"),
                   " must hold dim names (strings)");
     plan.mesh_dims_.push_back(d.get<std::string>());
   }
-  VESCALE_CHECK(j.contains("params") && j["params"].is_object(), where(source, "params"),
+  VESCALE_CHECK(params && params->is_object(), where(source, "params"),
                 " must be an object mapping FQN patterns to placements");
-  for (auto& [pattern, v] : j["params"].items()) {
+  for (auto& [pattern, v] : params->items()) {
     const std::string key = "params['" + pattern + "']";
     check_regex(pattern, source, key);
     auto p = parse_placements(v, source, key);
@@ -255,11 +263,11 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
                   " dims; give one per mesh dim");
     plan.params_.emplace_back(pattern, std::move(p));
   }
-  if (j.contains("forward")) {
-    VESCALE_CHECK(j["forward"].is_object(), where(source, "forward"),
+  if (forward) {
+    VESCALE_CHECK(forward->is_object(), where(source, "forward"),
                   " must be an object mapping module patterns "
                   "to {\"input\": [...], \"output\": [...]}");
-    for (auto& [pattern, v] : j["forward"].items()) {
+    for (auto& [pattern, v] : forward->items()) {
       const std::string key = "forward['" + pattern + "']";
       check_regex(pattern, source, key);
       VESCALE_CHECK(v.is_object(), where(source, key),
@@ -277,11 +285,11 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
       plan.forwards_.emplace_back(pattern, std::move(f));
     }
   }
-  if (j.contains("phase")) {
-    VESCALE_CHECK(j["phase"].is_object(), where(source, "phase"),
+  if (phase) {
+    VESCALE_CHECK(phase->is_object(), where(source, "phase"),
                   " must be an object mapping FQN patterns to "
                   "\"after_sharding\" or \"before_sharding\"");
-    for (auto& [pattern, v] : j["phase"].items()) {
+    for (auto& [pattern, v] : phase->items()) {
       const std::string key = "phase['" + pattern + "']";
       check_regex(pattern, source, key);
       const std::string text = v.is_string() ? v.get<std::string>() : "";
@@ -293,32 +301,8 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
           pattern, text == "after_sharding" ? InitPhase::AfterSharding : InitPhase::BeforeSharding);
     }
   }
-  if (j.contains("grad_reduce")) {
-    const auto& g = j["grad_reduce"];
-    VESCALE_CHECK(g.is_object(), where(source, "grad_reduce"),
-                  " must be an object like {\"dims\": [\"dp\"]}");
-    for (auto& [k, v] : g.items()) {
-      if (k == "dims") {
-        VESCALE_CHECK(v.is_array(), where(source, "grad_reduce.dims"),
-                      " must be a list of mesh dim names");
-        for (auto& d : v) {
-          VESCALE_CHECK(d.is_string(), where(source, "grad_reduce.dims"), " must hold strings");
-          plan.grad_reduce_.dims.push_back(d.get<std::string>());
-        }
-      } else if (k == "bucket_mb") {
-        VESCALE_CHECK(v.is_number() && v.get<double>() > 0, where(source, "grad_reduce.bucket_mb"),
-                      " must be a positive number");
-        plan.grad_reduce_.bucket_mb = v.get<double>();
-      } else if (k == "fused") {
-        VESCALE_CHECK(v.is_boolean(), where(source, "grad_reduce.fused"), " must be true or false");
-        plan.grad_reduce_.fused = v.get<bool>();
-      } else {
-        VESCALE_FAIL(where(source, "grad_reduce." + k), " is unknown; use dims, bucket_mb, fused");
-      }
-    }
-  }
-  if (j.contains("optional")) {
-    const auto& o = j["optional"];
+  if (optional) {
+    const auto& o = *optional;
     VESCALE_CHECK(o.is_array(), where(source, "optional"),
                   " must be a list of the params, forward or phase patterns "
                   "that may match nothing (e.g. [\"output.weight\"])");
@@ -327,9 +311,9 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
       plan.optional_.insert(x.get<std::string>());
     }
   }
-  if (j.contains("zero")) {
+  if (zero) {
     // Compared as int64: get<int>() would wrap 4294967297 to 1.
-    const auto& z = j["zero"];
+    const auto& z = *zero;
     VESCALE_CHECK(z.is_number_integer() && z.get<int64_t>() >= 0 && z.get<int64_t>() <= 3,
                   where(source, "zero"), " must be 0, 1, 2 or 3");
     plan.zero_ = static_cast<int>(z.get<int64_t>());

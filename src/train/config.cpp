@@ -1,10 +1,8 @@
-// The config schema is written once, as visit() functions over the structs; a Reader visitor
-// parses and checks JSON with them, a Writer visitor prints a config back.
+// The config schema is written once, as visit() functions over the structs; the Reader visitor
+// (common/json_schema.h) parses and checks JSON with them, the Writer prints a config back.
 #include "vescale/train/config.h"
 
 #include <glob.h>
-
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -13,182 +11,18 @@
 #include <sstream>
 
 #include "vescale/common/check.h"
+#include "vescale/common/json_schema.h"
 #include "vescale/common/suggest.h"
 
 namespace vescale::train {
 namespace {
 
-using json = nlohmann::ordered_json;
-using Mesh = std::vector<std::pair<std::string, int64_t>>;
+using json = json_schema::json;
+using Mesh = json_schema::IntMap;
 
-std::string short_dump(const json& v) {
-  std::string s =
-      v.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on bad UTF-8
-  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
-}
-
-// "an integer", "a string", ... for messages.
-std::string a_type(const json& v) {
-  if (v.is_number_integer()) return "an integer";
-  if (v.is_number()) return "a number";
-  const std::string t = v.type_name();
-  return (t == "object" || t == "array" ? "an " : "a ") + t;
-}
-
-class Reader {
- public:
-  Reader(const json& node, std::string path, const std::string& source)
-      : node_(node), path_(std::move(path)), source_(source) {
-    if (!node_.is_object())
-      fail_here("expected an object (a section), not " + a_type(node_) + " (" + short_dump(node_) +
-                ")");
-  }
-
-  // A note for unknown-key messages of this section (model: "for model.type 'gpt'").
-  void set_context(std::string c) { context_ = std::move(c); }
-
-  void field(const char* k, int64_t& out) {
-    if (const json* v = take(k)) {
-      if (!v->is_number_integer())
-        fail(k, "expected an integer, not " + a_type(*v) + " (" + short_dump(*v) + ")");
-      out = v->get<int64_t>();
-    }
-  }
-  void field(const char* k, uint64_t& out) {
-    if (const json* v = take(k)) {
-      if (!v->is_number_unsigned())
-        fail(k, "expected a non-negative integer, not " + short_dump(*v));
-      out = v->get<uint64_t>();
-    }
-  }
-  void field(const char* k, double& out) {
-    if (const json* v = take(k)) {
-      if (!v->is_number())
-        fail(k, "expected a number, not " + a_type(*v) + " (" + short_dump(*v) + ")");
-      out = v->get<double>();
-    }
-  }
-  void field(const char* k, bool& out) {
-    if (const json* v = take(k)) {
-      if (!v->is_boolean())
-        fail(k, "expected true or false, not " + a_type(*v) + " (" + short_dump(*v) + ")");
-      out = v->get<bool>();
-    }
-  }
-  void field(const char* k, std::string& out) {
-    if (const json* v = take(k)) {
-      if (!v->is_string())
-        fail(k, "expected a string, not " + a_type(*v) + " (" + short_dump(*v) + ")");
-      out = v->get<std::string>();
-    }
-  }
-  void field(const char* k, std::vector<double>& out) {
-    if (const json* v = take(k)) {
-      bool ok = v->is_array();
-      for (size_t i = 0; ok && i < v->size(); ++i) ok = (*v)[i].is_number();
-      if (!ok) fail(k, "expected an array of numbers, not " + short_dump(*v));
-      out = v->get<std::vector<double>>();
-    }
-  }
-  // A string or an array of strings.
-  void field(const char* k, std::vector<std::string>& out) {
-    if (const json* v = take(k)) {
-      if (v->is_string()) {
-        out = {v->get<std::string>()};
-        return;
-      }
-      bool ok = v->is_array();
-      for (size_t i = 0; ok && i < v->size(); ++i) ok = (*v)[i].is_string();
-      if (!ok) fail(k, "expected a string or an array of strings, not " + short_dump(*v));
-      out = v->get<std::vector<std::string>>();
-    }
-  }
-  // Mesh dims: an object of integers, in order.
-  void field(const char* k, Mesh& out) {
-    if (const json* v = take(k)) {
-      if (!v->is_object() || v->empty())
-        fail(k,
-             "expected an object of mesh dims like {\"dp\": 2, \"tp\": 2}, not " + short_dump(*v));
-      out.clear();
-      for (auto& [name, size] : v->items()) {
-        if (!size.is_number_integer())
-          fail(std::string(k) + "." + name,
-               "expected an integer (a mesh dim size, or -1 to infer it), not " + a_type(size) +
-                   " (" + short_dump(size) + ")");
-        out.emplace_back(name, size.get<int64_t>());
-      }
-    }
-  }
-  template <class F>
-  void object(const char* k, F&& read) {
-    if (const json* v = take(k)) {
-      Reader sub(*v, key(k), source_);
-      read(sub);
-      sub.finish();
-    }
-  }
-
-  // Every key of this section must have been asked for.
-  void finish() const {
-    for (auto& [k, v] : node_.items()) {
-      if (std::find(known_.begin(), known_.end(), k) != known_.end()) continue;
-      std::string msg = "unknown key" + context_;
-      const std::string guess = closest_match(k, known_);
-      msg += guess.empty() ? "; known keys: " + join(known_) : "; did you mean " + key(guess) + "?";
-      fail(k, msg);
-    }
-  }
-
-  std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
-  [[noreturn]] void fail(const std::string& k, const std::string& msg) const {
-    VESCALE_FAIL("config '", source_, "': ", key(k), ": ", msg);
-  }
-
- private:
-  const json* take(const char* k) {
-    known_.emplace_back(k);
-    auto it = node_.find(k);
-    return it == node_.end() ? nullptr : &*it;
-  }
-  [[noreturn]] void fail_here(const std::string& msg) const {
-    VESCALE_FAIL("config '", source_, "': ", path_.empty() ? "top level" : path_, ": ", msg);
-  }
-  static std::string join(const std::vector<std::string>& v) {
-    std::string s;
-    for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
-    return s;
-  }
-
-  const json& node_;
-  std::string path_;
-  const std::string& source_;
-  std::vector<std::string> known_;
-  std::string context_;
-};
-
-class Writer {
- public:
-  template <class T>
-  void field(const char* k, const T& v) {
-    node[k] = v;
-  }
-  void field(const char* k, const Mesh& mesh) {
-    json m = json::object();
-    for (auto& [name, size] : mesh) m[name] = size;
-    node[k] = m;
-  }
-  template <class F>
-  void object(const char* k, F&& write) {
-    Writer sub;
-    write(sub);
-    node[k] = sub.node;
-  }
-  void set_context(const std::string&) {}
-  [[noreturn]] void fail(const std::string& k, const std::string& msg) const {
-    VESCALE_FAIL(k, ": ", msg);
-  }
-  json node = json::object();
-};
+using json_schema::a_type;
+using json_schema::Reader;
+using json_schema::Writer;
 
 // The schema -------------------------------------------------------------------------------
 

@@ -53,7 +53,7 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
     const double zdiv = replicated_on_dp ? dp : 1.0;
     m.param_bytes += 4 * n / (zero >= 3 ? zdiv : 1.0);
     m.grad_bytes += 4 * n / (zero >= 2 ? zdiv : 1.0);
-    // ZeRO keeps an fp32 copy of its parameter slice beside the moments (docs/ddp.md).
+    // ZeRO keeps an fp32 copy of its parameter slice beside the moments (docs/parallel.md).
     m.optimizer_bytes += (zero >= 1 ? 12 : 8) * n / (zero >= 1 ? zdiv : 1.0);
   }
   return m;

@@ -17,9 +17,9 @@
 #include "train/trainer_internal.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
-#include "vescale/ddp/grad_reduce.h"
-#include "vescale/ddp/grad_reducer.h"
-#include "vescale/ddp/zero_optimizer.h"
+#include "vescale/parallel/grad_reduce.h"
+#include "vescale/parallel/grad_reducer.h"
+#include "vescale/parallel/zero_optimizer.h"
 #include "vescale/dist/object_collectives.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
@@ -30,8 +30,8 @@
 #include "vescale/plan/plan.h"
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
-#include "vescale/train/cross_entropy.h"
-#include "vescale/train/memory_stats.h"
+#include "vescale/kernels/cross_entropy.h"
+#include "vescale/kernels/host_memory.h"
 #include "vescale/train/stop_signal.h"
 
 namespace vescale::train {
@@ -92,25 +92,25 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   torch::manual_seed(t.seed);
   random::manual_seed(t.seed);
 
-  if (device_ == "cpu") cache_host_memory();
+  if (device_ == "cpu") kernels::cache_host_memory();
   model_ = build_model(config_.model);
   if (device_ != "cpu") model_.module->to(at::Device(device_));
   int64_t zero = 0;
   if (mesh_) {
     const plan::Plan plan = parallelize_model(model_, config_, *mesh_);
-    // Bucketed reduction (docs/ddp.md); "per_param" keeps ddp::reduce_gradients.
+    // Bucketed reduction (docs/parallel.md); "per_param" keeps parallel::reduce_gradients.
     zero = zero_stage(config_.parallel, &plan);
     VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != "per_param", "ZeRO stage ", zero,
                   " (from ", config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
                   ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
     // One device has no gradient to reduce (and its parameters are plain tensors).
     if (mesh_->size() > 1 && config_.parallel.grad_reduce != "per_param") {
-      auto opts = ddp::GradReducerOptions::from_plan(plan.grad_reduce());
+      auto opts = parallel::GradReducerOptions::from_plan(plan.grad_reduce());
       opts.overlap = config_.parallel.grad_reduce == "overlap";
       opts.zero = static_cast<int>(zero);
       if (zero >= 3) opts.unit_pattern = model_.block_pattern;  // one gather per transformer block
       opts.reduce_bf16 = config_.parallel.reduce_dtype == "bf16";
-      reducer_ = std::make_unique<ddp::GradReducer>(*model_.module, *mesh_, opts);
+      reducer_ = std::make_unique<parallel::GradReducer>(*model_.module, *mesh_, opts);
     }
   }
   dtensor::set_static_eager(config_.parallel.static_eager);
@@ -126,7 +126,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   const optim::AdamWOptions adamw{
       .lr = t.lr, .beta1 = t.betas[0], .beta2 = t.betas[1], .eps = t.eps};
   if (zero >= 1 && reducer_) {
-    optimizer_ = std::make_unique<ddp::ZeroOptimizer>(
+    optimizer_ = std::make_unique<parallel::ZeroOptimizer>(
         *reducer_, optim::decay_groups(named, t.weight_decay), adamw);
   } else {
     optimizer_ =
@@ -192,9 +192,9 @@ at::Tensor Trainer::loss_of(const DataLoader::Batch& batch) {
     throw;
   }
   if (bf16) at::autocast::set_autocast_enabled(dt, false), at::autocast::clear_cache();
-  // The loss in fp32 whatever the compute dtype (fused on CPU: train/cross_entropy.h).
+  // The loss in fp32 whatever the compute dtype (fused on CPU: kernels/cross_entropy.h).
   at::Tensor loss =
-      cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+      kernels::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
   if (model_.aux_loss) loss = loss + model_.aux_loss();
   return loss;
 }
@@ -229,7 +229,7 @@ StepMetrics Trainer::step(int64_t step) {
     reducer_->finish();
     if (!optimizer_resume_.empty()) load_optimizer_state(optimizer_resume_);
   } else if (mesh_ && mesh_->size() > 1) {
-    ddp::reduce_gradients(*model_.module);
+    parallel::reduce_gradients(*model_.module);
   }
   // The norm of the whole gradient, however it is sharded (ZeRO holds slices of it).
   doing_ = "clipping gradients";

@@ -141,7 +141,7 @@ TEST_CASE("GPT-2 with HF weights matches GPT2LMHeadModel's logits and loss to 1e
   model->eval();
   auto ref = ckpt::load_safetensors(kDir + "/gpt2/reference.safetensors");
   {
-    // With grad on, the training path (models::gelu_tanh keeps its tanh for backward).
+    // With grad on, the training path (vescale::kernels::gelu_tanh keeps its tanh for backward).
     auto d = compare(model->forward(ref.at("tokens")), ref);
     CHECK(d.logits <= 1e-5);
     CHECK(d.loss <= 1e-5);

@@ -15,7 +15,7 @@
 #include "llama.h"
 #include "mixtral.h"
 #include "vescale/nn/module_hooks.h"
-#include "vescale/ddp/grad_reduce.h"
+#include "vescale/parallel/grad_reduce.h"
 #include "common/train_util.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
@@ -111,7 +111,7 @@ Trained train_planned(const Options& o, const plan::Plan& plan, const mesh::Devi
     opt.zero_grad();
     at::Tensor loss = lm_loss(vescale::nn::call(model, x), y);
     loss.backward();
-    ddp::reduce_gradients(*model);
+    parallel::reduce_gradients(*model);
     opt.step();
     if (run.plain) {
       CHECK(!dtensor::is_dtensor(loss));  // no forward hook made DTensors either
@@ -250,7 +250,7 @@ TEST_CASE("parallelize on a 1-rank mesh is single-device training", "[plan][any]
   auto mesh = mesh::DeviceMesh::init({{"tp", 1}});
   auto plan = plan::Plan::from_json_file(repo_file("configs/plans/gpt2_tp.json"));
   Trained got = train_planned<models::GPT>(o, plan, mesh);
-  // Plain tensors take models::gelu_tanh's fused backward, DTensors ATen's gelu_backward:
+  // Plain tensors take vescale::kernels::gelu_tanh's fused backward, DTensors ATen's gelu_backward:
   // rounding only, ~1.2e-6 relative in the parameters after the AdamW steps.
   check_close(got, train_plain<models::GPT>(o, got.init), 1e-5, "gpt2_tp on a 1-rank mesh");
 }
@@ -404,7 +404,7 @@ void check_tp_step_collectives(const std::string& file, const Options& o, int64_
   dtensor::set_redistribution_log(true);
   at::Tensor loss = lm_loss(vescale::nn::call(model, x), y);
   loss.backward();
-  ddp::reduce_gradients(*model);
+  parallel::reduce_gradients(*model);
   const auto after = dist::collective_stats();
   dtensor::set_redistribution_log(false);
   std::string moves;

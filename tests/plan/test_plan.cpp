@@ -132,7 +132,23 @@ TEST_CASE("a plan pattern that matches nothing is an error with a guess, unless 
   CHECK_THROWS_WITH(
       Plan::from_json(R"J({"mesh": ["tp"], "params": {"*": ["Replicate"]}, "optinal": []})J",
                       "k.json"),
-      Contains("key 'optinal' is unknown; did you mean 'optional'?"));
+      Contains("plan 'k.json': optinal: unknown key; did you mean optional?"));
+  // grad_reduce is read by the config's schema reader: its keys get guesses, its values types.
+  CHECK_THROWS_WITH(
+      Plan::from_json(
+          R"J({"mesh": ["dp"], "params": {"*": ["Replicate"]}, "grad_reduce": {"fusd": true}})J",
+          "g.json"),
+      Contains("plan 'g.json': grad_reduce.fusd: unknown key; did you mean grad_reduce.fused?"));
+  CHECK_THROWS_WITH(
+      Plan::from_json(
+          R"J({"mesh": ["dp"], "params": {"*": ["Replicate"]}, "grad_reduce": {"fused": "yes"}})J",
+          "g.json"),
+      Contains("grad_reduce.fused: expected true or false, not a string (\"yes\")"));
+  CHECK_THROWS_WITH(
+      Plan::from_json(
+          R"J({"mesh": ["dp"], "params": {"*": ["Replicate"]}, "grad_reduce": {"bucket_mb": 0}})J",
+          "g.json"),
+      Contains("grad_reduce.bucket_mb: must be a positive number"));
 }
 
 TEST_CASE("plan errors name the pattern, the parameter or the mesh dim", "[plan]") {
@@ -160,7 +176,7 @@ TEST_CASE("plan errors name the pattern, the parameter or the mesh dim", "[plan]
       Plan::from_json(R"J({"mesh": ["dp", "tp"], "params": {"*": ["Replicate"]}})J", "p.json"),
       Contains("params['*'] has 1 placements for a mesh of 2 dims"));
   CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zeros": 1})J", "p.json"),
-                    Contains("key 'zeros' is unknown"));
+                    Contains("zeros: unknown key; did you mean zero?"));
   CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zero": 5})J", "p.json"),
                     Contains("zero must be 0, 1, 2 or 3"));
   CHECK_THROWS_WITH(Plan::from_json(R"J({"mesh": "tp", "params": {}})J", "p.json"),

@@ -202,12 +202,10 @@ TEST_CASE("a foreign program on MASTER_PORT is an error within the timeout, not 
   INFO(r.out << r.err);
   CHECK(r.code == 1);
   CHECK(r.seconds < 30);
-  CHECK_THAT(
-      r.err,
-      Contains(
-          "rendezvous: rank 1 connected to 127.0.0.1:" + p +
-          " but it did not answer the store handshake within 5000 ms; it is not a vescale (c10d) "
-          "store"));
+  // The listener either stays silent or answers with something else (http.server may reply to
+  // the handshake bytes with an error page): either way the store is named as not ours.
+  CHECK_THAT(r.err, Contains("rendezvous: rank 1 connected to 127.0.0.1:" + p + " but it"));
+  CHECK_THAT(r.err, Contains("it is not a vescale (c10d) store"));
   // Rank 0 cannot serve there: said at once, without a timeout or libtorch's stack.
   r = run_command(
       server + env + " RANK=0 " + TRAIN + CONFIG + TINY + "; rc=$?; kill $srv; exit $rc", 60);

@@ -79,8 +79,8 @@ struct ParallelConfig {
   // up next to the config file first, then in the working directory; stored resolved.
   std::string plan;
   bool static_eager = false;  // replay recorded DTensor dispatch after the first steps
-  int64_t zero = 0;           // ZeRO stage 0-3 (docs/ddp.md); 0 defers to the plan's "zero"
-  // How gradients are reduced (docs/ddp.md): "overlap" (buckets launched during backward),
+  int64_t zero = 0;           // ZeRO stage 0-3 (docs/parallel.md); 0 defers to the plan's "zero"
+  // How gradients are reduced (docs/parallel.md): "overlap" (buckets launched during backward),
   // "bucketed" (buckets launched after backward), "per_param" (one collective per parameter).
   // Bucket size and N-D fusing come from the plan's grad_reduce.
   std::string grad_reduce = "overlap";

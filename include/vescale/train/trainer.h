@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "vescale/checkpoint/distributed_checkpoint.h"
-#include "vescale/ddp/grad_reducer.h"
+#include "vescale/parallel/grad_reducer.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/optim/optimizer.h"
 #include "vescale/train/config.h"
@@ -73,7 +73,7 @@ class Trainer {
   const Config& config() const { return config_; }
   int64_t tokens_per_step() const;  // over all data-parallel ranks
   // The bucketed gradient reducer; null without a mesh or with parallel.grad_reduce=per_param.
-  const ddp::GradReducer* grad_reducer() const { return reducer_.get(); }
+  const parallel::GradReducer* grad_reducer() const { return reducer_.get(); }
 
  private:
   at::Tensor loss_of(const DataLoader::Batch& batch);
@@ -95,7 +95,7 @@ class Trainer {
   std::string device_ = "cpu";
   Model model_;
   std::unique_ptr<optim::Optimizer> optimizer_;  // AdamW, or ZeRO with parallel.zero >= 1
-  std::unique_ptr<ddp::GradReducer> reducer_;
+  std::unique_ptr<parallel::GradReducer> reducer_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   double flops_per_token_ = 0;
   int64_t world_size_ = 1;

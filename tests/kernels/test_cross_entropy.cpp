@@ -10,9 +10,9 @@
 #include <limits>
 
 #include "vescale/common/check.h"
-#include "vescale/train/cross_entropy.h"
+#include "vescale/kernels/cross_entropy.h"
 
-using vescale::train::cross_entropy;
+using vescale::kernels::cross_entropy;
 
 namespace {
 struct LossAndGrad {

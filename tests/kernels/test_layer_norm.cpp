@@ -1,4 +1,4 @@
-// models::layer_norm (its own CPU fp32 row kernel) against a float64 reference and ATen's
+// vescale::kernels::layer_norm (its own CPU fp32 row kernel) against a float64 reference and ATen's
 // layer_norm, at every SIMD level this CPU has; the module keeps torch::nn::LayerNorm's parameters.
 #include <catch2/catch.hpp>
 
@@ -7,8 +7,9 @@
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
-#include "cpu_simd.h"
+#include "vescale/kernels/simd_level.h"
 #include "layer_norm.h"
+#include "vescale/kernels/layer_norm.h"
 
 namespace {
 struct Grads {
@@ -38,15 +39,15 @@ TEST_CASE("layer_norm and its gradients equal a float64 reference and ATen's",
   auto [rows, C] =
       GENERATE(std::make_tuple(3, 7), std::make_tuple(200, 37), std::make_tuple(130, 384));
   const auto level =
-      GENERATE(models::simd::Level::scalar, models::simd::Level::avx2, models::simd::Level::avx512);
-  models::simd::force_level(level);
-  CAPTURE(rows, C, static_cast<int>(models::simd::level()));
+      GENERATE(vescale::kernels::SimdLevel::scalar, vescale::kernels::SimdLevel::avx2, vescale::kernels::SimdLevel::avx512);
+  vescale::kernels::force_simd_level(level);
+  CAPTURE(rows, C, static_cast<int>(vescale::kernels::simd_level()));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   // A large common offset per row: a one-pass variance would lose its digits to cancellation.
   const at::Tensor x = (at::randn({2, rows, C}, gen) + 20).contiguous(), w = at::randn({C}, gen),
                    b = at::randn({C}, gen), g = at::randn({2, rows, C}, gen);
   auto ln = [](const at::Tensor& t, const at::Tensor& wt, const at::Tensor& bt) {
-    return models::layer_norm(t, wt, bt, 1e-5);
+    return vescale::kernels::layer_norm(t, wt, bt, 1e-5);
   };
   auto aten = [](const at::Tensor& t, const at::Tensor& wt, const at::Tensor& bt) {
     return at::layer_norm(t, {t.size(-1)}, wt, bt, 1e-5);
@@ -62,7 +63,7 @@ TEST_CASE("layer_norm and its gradients equal a float64 reference and ATen's",
   CHECK(max_rel(ours.db, exact.db) <= 1e-5);
   CHECK(max_rel(ours.y, ref32.y) <= 1e-5);
   CHECK(max_rel(ours.dx, ref32.dx) <= 1e-4);
-  models::simd::reset_level();
+  vescale::kernels::reset_simd_level();
 }
 
 TEST_CASE("layer_norm gives the same bits on 3 threads as on 1", "[models][layer_norm]") {
@@ -70,7 +71,7 @@ TEST_CASE("layer_norm gives the same bits on 3 threads as on 1", "[models][layer
   const at::Tensor x = at::randn({700, 96}, gen), w = at::randn({96}, gen),
                    b = at::randn({96}, gen), g = at::randn({700, 96}, gen);
   auto ln = [](const at::Tensor& t, const at::Tensor& wt, const at::Tensor& bt) {
-    return models::layer_norm(t, wt, bt, 1e-5);
+    return vescale::kernels::layer_norm(t, wt, bt, 1e-5);
   };
   const int before = at::get_num_threads();
   at::set_num_threads(1);
@@ -91,7 +92,7 @@ TEST_CASE(
   const at::Tensor x = at::randn({4, 10}, gen).to(at::kDouble),
                    w = at::randn({10}, gen).to(at::kDouble),
                    b = at::randn({10}, gen).to(at::kDouble);
-  CHECK(at::equal(models::layer_norm(x, w, b, 1e-5), at::layer_norm(x, {10}, w, b, 1e-5)));
+  CHECK(at::equal(vescale::kernels::layer_norm(x, w, b, 1e-5), at::layer_norm(x, {10}, w, b, 1e-5)));
 
   models::LayerNorm m(torch::nn::LayerNormOptions({10}).eps(1e-6));
   const auto names = m->named_parameters().keys();

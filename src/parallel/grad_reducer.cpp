@@ -1,4 +1,4 @@
-#include "vescale/ddp/grad_reducer.h"
+#include "vescale/parallel/grad_reducer.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -16,7 +16,7 @@
 #include "vescale/dtensor/dtensor.h"
 #include "grad_reducer_state.h"
 
-namespace vescale::ddp {
+namespace vescale::parallel {
 
 namespace {
 
@@ -464,4 +464,4 @@ std::string GradReducer::describe() const {
   return out + s.fallback_notes;
 }
 
-}  // namespace vescale::ddp
+}  // namespace vescale::parallel

@@ -1,4 +1,4 @@
-#include "vescale/train/memory_stats.h"
+#include "vescale/kernels/host_memory.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -20,7 +20,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
-namespace vescale::train {
+namespace vescale::kernels {
 namespace {
 
 class HostAllocator;
@@ -170,4 +170,4 @@ void release_cached_host_memory() {
   if (host) host->release_cached();
 }
 
-}  // namespace vescale::train
+}  // namespace vescale::kernels

@@ -1,25 +1,19 @@
-#include "vescale/train/cross_entropy.h"
+#include "vescale/kernels/cross_entropy.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
+#include "kernels/cpu_simd.h"
 #include "vescale/common/check.h"
-#include "vescale/dtensor/dtensor.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define VESCALE_CE_AVX2 1
-#include <immintrin.h>
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-extern "C" __m256 Sleef_expf8_u10(__m256);  // libtorch_cpu's SLEEF (torch/include/sleef.h)
-#pragma GCC pop_options
-#endif
-
-namespace vescale::train {
+namespace vescale::kernels {
 namespace {
 
 // Row kernels. A row's logsumexp is kept as its max m and l = log(sum exp(x - m)), apart, so
@@ -45,7 +39,7 @@ void row_grad_scalar(const float* x, RowStats r, float scale, float* g, int64_t 
   for (int64_t j = 0; j < n; ++j) g[j] = std::exp((x[j] - r.max) - r.log_sum) * scale;
 }
 
-#ifdef VESCALE_CE_AVX2
+#ifdef KERNELS_X86_SIMD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
@@ -99,24 +93,17 @@ void row_grad_avx2(const float* x, RowStats r, float scale, float* g, int64_t n)
 #pragma GCC pop_options
 #endif
 
-bool use_avx2() {
-#ifdef VESCALE_CE_AVX2
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-#else
-  return false;
-#endif
-}
+bool use_avx2() { return simd_level() != SimdLevel::scalar; }
 
 RowStats row_stats(const float* x, int64_t n) {
-#ifdef VESCALE_CE_AVX2
+#ifdef KERNELS_X86_SIMD
   if (use_avx2()) return row_stats_avx2(x, n);
 #endif
   return row_stats_scalar(x, n);
 }
 
 void row_grad(const float* x, RowStats r, float scale, float* g, int64_t n) {
-#ifdef VESCALE_CE_AVX2
+#ifdef KERNELS_X86_SIMD
   if (use_avx2()) return row_grad_avx2(x, r, scale, g, n);
 #endif
   row_grad_scalar(x, r, scale, g, n);
@@ -125,61 +112,104 @@ void row_grad(const float* x, RowStats r, float scale, float* g, int64_t n) {
 // Rows per parallel task: enough work per task to be worth a thread.
 int64_t grain(int64_t v) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, v)); }
 
+std::tuple<at::Tensor, at::Tensor> cross_entropy_forward_cpu(const at::Tensor& logits,
+                                                             const at::Tensor& targets) {
+  const at::Tensor x = logits.contiguous(), t = targets.contiguous();
+  const int64_t n = x.size(0), v = x.size(1);
+  const float* xp = x.const_data_ptr<float>();
+  const int64_t* tp = t.const_data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    VESCALE_CHECK(tp[i] >= 0 && tp[i] < v, "cross_entropy: target ", tp[i], " at row ", i,
+                  " is outside [0, ", v, "); targets are class indices of the logits' last dim");
+  at::Tensor stats = at::empty({n, 2}, x.options());  // per row: max, log_sum
+  auto* sp = reinterpret_cast<RowStats*>(stats.mutable_data_ptr<float>());
+  at::parallel_for(0, n, grain(v), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) sp[i] = row_stats(xp + i * v, v);
+  });
+  double sum = 0;  // the mean of -log p(target), in double
+  for (int64_t i = 0; i < n; ++i)
+    sum += static_cast<double>(sp[i].max - xp[i * v + tp[i]]) + sp[i].log_sum;
+  return {at::scalar_tensor(n > 0 ? sum / static_cast<double>(n) : std::nan(""), x.options()),
+          stats};
+}
+
+at::Tensor cross_entropy_backward_cpu(const at::Tensor& grad, const at::Tensor& logits,
+                                      const at::Tensor& targets, const at::Tensor& stats) {
+  const at::Tensor x = logits.contiguous(), t = targets.contiguous();
+  const int64_t n = x.size(0), v = x.size(1);
+  at::Tensor g = at::empty_like(x);
+  const float scale = grad.item<float>() / static_cast<float>(n);
+  const float* xp = x.const_data_ptr<float>();
+  const auto* sp = reinterpret_cast<const RowStats*>(stats.const_data_ptr<float>());
+  const int64_t* tp = t.const_data_ptr<int64_t>();
+  float* gp = g.mutable_data_ptr<float>();
+  at::parallel_for(0, n, grain(v), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      row_grad(xp + i * v, sp[i], scale, gp + i * v, v);
+      gp[i * v + tp[i]] -= scale;
+    }
+  });
+  return g;
+}
+
 struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
                             const at::Tensor& targets) {
-    const at::Tensor x = logits.contiguous(), t = targets.contiguous();
-    const int64_t n = x.size(0), v = x.size(1);
-    const float* xp = x.const_data_ptr<float>();
-    const int64_t* tp = t.const_data_ptr<int64_t>();
-    for (int64_t i = 0; i < n; ++i)
-      VESCALE_CHECK(tp[i] >= 0 && tp[i] < v, "cross_entropy: target ", tp[i], " at row ", i,
-                    " is outside [0, ", v, "); targets are class indices of the logits' last dim");
-    at::Tensor stats = at::empty({n, 2}, x.options());  // per row: max, log_sum
-    auto* sp = reinterpret_cast<RowStats*>(stats.mutable_data_ptr<float>());
-    at::parallel_for(0, n, grain(v), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) sp[i] = row_stats(xp + i * v, v);
-    });
-    double sum = 0;  // the mean of -log p(target), in double
-    for (int64_t i = 0; i < n; ++i)
-      sum += static_cast<double>(sp[i].max - xp[i * v + tp[i]]) + sp[i].log_sum;
-    ctx->save_for_backward({x, t, stats});
-    return at::scalar_tensor(n > 0 ? sum / static_cast<double>(n) : std::nan(""), x.options());
+    static auto op =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow("vescale::cross_entropy_forward", "")
+            .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&)>();
+    auto [loss, stats] = op.call(logits, targets);
+    ctx->save_for_backward({logits, targets, stats});
+    return loss;
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &t = saved[1], &stats = saved[2];
-    const int64_t n = x.size(0), v = x.size(1);
-    at::Tensor g = at::empty_like(x);
-    const float scale = grads[0].item<float>() / static_cast<float>(n);
-    const float* xp = x.const_data_ptr<float>();
-    const auto* sp = reinterpret_cast<const RowStats*>(stats.const_data_ptr<float>());
-    const int64_t* tp = t.const_data_ptr<int64_t>();
-    float* gp = g.mutable_data_ptr<float>();
-    at::parallel_for(0, n, grain(v), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        row_grad(xp + i * v, sp[i], scale, gp + i * v, v);
-        gp[i * v + tp[i]] -= scale;
-      }
-    });
-    return {g, at::Tensor()};
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("vescale::cross_entropy_backward", "")
+                         .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                           const at::Tensor&)>();
+    const auto s = ctx->get_saved_variables();
+    return {op.call(grads[0], s[0], s[1], s[2]), at::Tensor()};
   }
 };
 
-}  // namespace
-
-at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
+at::Tensor cross_entropy_composite(const at::Tensor& logits, const at::Tensor& targets) {
   VESCALE_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
                 "cross_entropy: expects logits [N, V] and targets [N], got ", logits.sizes(),
                 " and ", targets.sizes());
-  const bool fused = logits.device().is_cpu() && logits.scalar_type() == at::kFloat &&
-                     targets.scalar_type() == at::kLong && targets.device().is_cpu() &&
-                     !dtensor::is_dtensor(logits) && !dtensor::is_dtensor(targets) &&
-                     logits.size(1) > 0;
+  // DTensors (vocab-sharded under tensor parallelism) take ATen's path and its rules.
+  const bool fused = cpu_float(logits) && targets.scalar_type() == at::kLong &&
+                     targets.device().is_cpu() && logits.size(1) > 0;
   if (!fused) return at::cross_entropy_loss(logits, targets);
   return CrossEntropyFunction::apply(logits, targets);
 }
 
-}  // namespace vescale::train
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(vescale, m) {
+  m.def("cross_entropy(Tensor logits, Tensor targets) -> Tensor");
+  m.def("cross_entropy_forward(Tensor logits, Tensor targets) -> (Tensor, Tensor)");
+  m.def(
+      "cross_entropy_backward(Tensor grad, Tensor logits, Tensor targets, Tensor stats) -> "
+      "Tensor");
+}
+
+TORCH_LIBRARY_IMPL(vescale, CompositeImplicitAutograd, m) {
+  m.impl("cross_entropy", TORCH_FN(cross_entropy_composite));
+}
+
+TORCH_LIBRARY_IMPL(vescale, CPU, m) {
+  m.impl("cross_entropy_forward", TORCH_FN(cross_entropy_forward_cpu));
+  m.impl("cross_entropy_backward", TORCH_FN(cross_entropy_backward_cpu));
+}
+
+at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("vescale::cross_entropy", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  return op.call(logits, targets);
+}
+
+}  // namespace vescale::kernels

@@ -6,7 +6,7 @@
 #pragma once
 #include <cstdint>
 
-namespace vescale::train {
+namespace vescale::kernels {
 
 struct MemoryStats {
   int64_t current = 0;  // bytes held now
@@ -40,4 +40,4 @@ struct HostCacheStats {
 };
 HostCacheStats host_cache_stats();
 
-}  // namespace vescale::train
+}  // namespace vescale::kernels

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "vescale/ddp/grad_reducer.h"
+#include "vescale/parallel/grad_reducer.h"
 #include "vescale/dist/process_group.h"
 #include "vescale/dtensor/placement.h"
 
@@ -20,7 +20,7 @@ namespace torch::nn {
 class Module;
 }
 
-namespace vescale::ddp {
+namespace vescale::parallel {
 
 struct ReducerParam {
   std::string name;
@@ -97,4 +97,4 @@ struct GradReducer::State {
   void count(const at::Tensor& flat);
 };
 
-}  // namespace vescale::ddp
+}  // namespace vescale::parallel

@@ -1,4 +1,4 @@
-#include "vescale/ddp/zero_optimizer.h"
+#include "vescale/parallel/zero_optimizer.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -15,7 +15,7 @@
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/optim/clip_grad.h"
 
-namespace vescale::ddp {
+namespace vescale::parallel {
 
 struct ZeroOptimizer::Impl {
   GradReducer::State& rs;
@@ -524,4 +524,4 @@ void ZeroOptimizer::loaded() {
   loading_steps_.clear();
 }
 
-}  // namespace vescale::ddp
+}  // namespace vescale::parallel

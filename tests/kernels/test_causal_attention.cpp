@@ -1,4 +1,4 @@
-// models::causal_attention (its own CPU kernel for short sequences) against a float64 reference
+// vescale::kernels::causal_attention (its own CPU kernel for short sequences) against a float64 reference
 // written out from the definition, and against ATen's scaled_dot_product_attention.
 #include <catch2/catch.hpp>
 
@@ -10,8 +10,8 @@
 #include <cmath>
 #include <tuple>
 
-#include "causal_attention.h"
-#include "cpu_simd.h"
+#include "vescale/kernels/attention.h"
+#include "vescale/kernels/simd_level.h"
 
 namespace {
 struct Result {
@@ -54,15 +54,15 @@ TEST_CASE("causal_attention and its gradients equal a float64 reference and ATen
   auto [B, H, T, D] = GENERATE(std::make_tuple(2, 3, 1, 8), std::make_tuple(2, 3, 37, 16),
                                std::make_tuple(1, 2, 130, 32), std::make_tuple(2, 4, 128, 64));
   // Every vector width this CPU has for the softmax and dS rows (scalar, AVX2).
-  const auto level = GENERATE(models::simd::Level::scalar, models::simd::Level::avx2);
-  models::simd::force_level(level);
-  CAPTURE(B, H, T, D, static_cast<int>(models::simd::level()));
+  const auto level = GENERATE(vescale::kernels::SimdLevel::scalar, vescale::kernels::SimdLevel::avx2);
+  vescale::kernels::force_simd_level(level);
+  CAPTURE(B, H, T, D, static_cast<int>(vescale::kernels::simd_level()));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
   at::Tensor qkv = at::randn({B, T, 3 * H * D}, gen) * 2;  // scores spread enough to saturate rows
   at::Tensor g = at::randn({B, H, T, D}, gen);
 
   auto ours = run([](const at::Tensor& q, const at::Tensor& k,
-                     const at::Tensor& v) { return models::causal_attention(q, k, v); },
+                     const at::Tensor& v) { return vescale::kernels::causal_attention(q, k, v); },
                   qkv, H, g);
   auto ref = run(reference, qkv.to(at::kDouble), H, g.to(at::kDouble));
   auto aten = run(
@@ -83,16 +83,16 @@ TEST_CASE("causal_attention and its gradients equal a float64 reference and ATen
   CHECK(ours.y.select(2, 0).equal(qkv.narrow(2, 2 * H * D, H * D).select(1, 0).view({B, H, D})));
   // Heads come out interleaved per token, so merging them back is a view.
   CHECK(ours.y.transpose(1, 2).is_contiguous());
-  models::simd::reset_level();
+  vescale::kernels::reset_simd_level();
 }
 
 TEST_CASE("causal_attention without grad gives the same values", "[models][attention]") {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   at::Tensor q = at::randn({2, 2, 70, 16}, gen), k = at::randn({2, 2, 70, 16}, gen),
              v = at::randn({2, 2, 70, 16}, gen);
-  at::Tensor with_grad = models::causal_attention(q.requires_grad_(), k, v).detach();
+  at::Tensor with_grad = vescale::kernels::causal_attention(q.requires_grad_(), k, v).detach();
   at::NoGradGuard no_grad;
-  CHECK(models::causal_attention(q, k, v).equal(with_grad));
+  CHECK(vescale::kernels::causal_attention(q, k, v).equal(with_grad));
 }
 
 TEST_CASE("causal_attention takes expanded and permuted inputs", "[models][attention]") {
@@ -102,7 +102,7 @@ TEST_CASE("causal_attention takes expanded and permuted inputs", "[models][atten
   at::Tensor q = at::randn({2, 3, 16, 24}, gen).transpose(2, 3),
              k = at::randn({2, 1, 24, 16}, gen).expand({2, 3, 24, 16}),
              v = at::randn({2, 3, 1, 16}, gen).expand({2, 3, 24, 16});
-  at::Tensor ours = models::causal_attention(q, k, v);
+  at::Tensor ours = vescale::kernels::causal_attention(q, k, v);
   at::Tensor ref = reference(q.to(at::kDouble), k.to(at::kDouble), v.to(at::kDouble));
   CHECK(max_rel(ours, ref) <= 1e-5);
 }
@@ -114,12 +114,12 @@ TEST_CASE("causal_attention hands other inputs to at::scaled_dot_product_attenti
              k = at::randn({1, 2, 20, 8}, gen, at::kDouble),
              v = at::randn({1, 2, 20, 8}, gen, at::kDouble);
   // float64: ATen's kernel, bit for bit.
-  CHECK(models::causal_attention(q, k, v).equal(
+  CHECK(vescale::kernels::causal_attention(q, k, v).equal(
       at::scaled_dot_product_attention(q, k, v, {}, 0.0, true)));
   // Probabilities over 64 MB ([1, 1, 4200, 4200] floats): flash attention's O(T) memory instead.
   at::Tensor ql = at::randn({1, 1, 4200, 4}, gen), kl = at::randn({1, 1, 4200, 4}, gen),
              vl = at::randn({1, 1, 4200, 4}, gen);
-  CHECK(models::causal_attention(ql, kl, vl)
+  CHECK(vescale::kernels::causal_attention(ql, kl, vl)
             .equal(at::scaled_dot_product_attention(ql, kl, vl, {}, 0.0, true)));
 }
 
@@ -128,7 +128,7 @@ TEST_CASE("causal_attention splits heads over threads with the same bits as one 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
   at::Tensor qkv = at::randn({3, 50, 3 * 5 * 16}, gen), g = at::randn({3, 5, 50, 16}, gen);
   auto attend = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    return models::causal_attention(q, k, v);
+    return vescale::kernels::causal_attention(q, k, v);
   };
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
@@ -152,13 +152,13 @@ TEST_CASE("causal_attention_packed equals splitting the heads and causal_attenti
                    g = at::randn({B, T, C}, gen).to(dtype);
 
   at::Tensor packed_leaf = qkv.clone().set_requires_grad(true);
-  at::Tensor y_packed = models::causal_attention_packed(packed_leaf, H);
+  at::Tensor y_packed = vescale::kernels::causal_attention_packed(packed_leaf, H);
   y_packed.backward(g);
 
   at::Tensor split_leaf = qkv.clone().set_requires_grad(true);
   auto parts = split_leaf.split(C, 2);
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
-  at::Tensor y_split = models::causal_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]))
+  at::Tensor y_split = vescale::kernels::causal_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]))
                            .transpose(1, 2)
                            .reshape({B, T, C});
   y_split.backward(g);
@@ -173,6 +173,6 @@ TEST_CASE("causal_attention_packed equals splitting the heads and causal_attenti
                         .transpose(1, 2)
                         .reshape({B, T, C});
   CHECK((y_packed.to(at::kDouble) - want).abs().max().item<double>() <= 1e-5);
-  CHECK_THROWS_WITH(models::causal_attention_packed(at::zeros({B, T, 3 * C + 1}), H),
+  CHECK_THROWS_WITH(vescale::kernels::causal_attention_packed(at::zeros({B, T, 3 * C + 1}), H),
                     Catch::Contains("qkv must be [B, T, 3C]"));
 }

@@ -1,4 +1,4 @@
-// ZeRO (docs/ddp.md, docs/ddp.md): AdamW with its state sharded over the ranks that reduce each
+// ZeRO (docs/parallel.md, docs/parallel.md): AdamW with its state sharded over the ranks that reduce each
 // gradient bucket. Every bucket of the GradReducer is cut into equal slices over its reduction
 // group; a rank keeps the moments and an fp32 copy of the parameters of its slice only, steps
 // that slice, and all-gathers the updated parameters.
@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "vescale/ddp/grad_reducer.h"
+#include "vescale/parallel/grad_reducer.h"
 #include "vescale/optim/adamw.h"
 #include "vescale/optim/optimizer.h"
 
-namespace vescale::ddp {
+namespace vescale::parallel {
 
 class ZeroOptimizer : public optim::Optimizer {
  public:
@@ -102,4 +102,4 @@ class ZeroOptimizer : public optim::Optimizer {
   std::map<std::string, at::Tensor> loading_rest_, loading_steps_;
 };
 
-}  // namespace vescale::ddp
+}  // namespace vescale::parallel

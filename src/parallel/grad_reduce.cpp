@@ -1,11 +1,11 @@
-#include "vescale/ddp/grad_reduce.h"
+#include "vescale/parallel/grad_reduce.h"
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
 #include "vescale/dtensor/dtensor.h"
 
-namespace vescale::ddp {
+namespace vescale::parallel {
 
 int64_t reduce_gradients(torch::nn::Module& model) {
   int64_t reduced = 0;
@@ -31,4 +31,4 @@ int64_t reduce_gradients(torch::nn::Module& model) {
   return reduced;
 }
 
-}  // namespace vescale::ddp
+}  // namespace vescale::parallel

@@ -1,4 +1,4 @@
-// Bucketed, overlapped, N-D fused gradient reduction (docs/ddp.md, docs/ddp.md).
+// Bucketed, overlapped, N-D fused gradient reduction (docs/parallel.md, docs/parallel.md).
 //
 // A parameter whose gradient comes out of backward Partial on some mesh dims where the
 // parameter is Replicate (dp for data parallelism; also tp for sequence-parallel norm weights)
@@ -29,7 +29,7 @@ namespace torch::nn {
 class Module;
 }
 
-namespace vescale::ddp {
+namespace vescale::parallel {
 
 struct GradReducerOptions {
   double bucket_mb = 25;  // MiB of gradient per bucket (a bigger single gradient gets its own)
@@ -113,4 +113,4 @@ class NoSync {
   bool was_;
 };
 
-}  // namespace vescale::ddp
+}  // namespace vescale::parallel

@@ -1,20 +1,25 @@
-#include "causal_attention.h"
+#include "vescale/kernels/attention.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
-#include <ATen/record_function.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
-#include "cpu_simd.h"
+#include "kernels/cpu_simd.h"
+#include "kernels/kernel_rules.h"
+#include "vescale/dtensor/dtensor.h"
+#include "vescale/dtensor/sharding_rule.h"
 
-namespace models {
+namespace vescale::kernels {
 namespace {
 
 // Rows of queries per block: each block's scores reach only the keys up to its last row, so the
@@ -34,7 +39,7 @@ void softmax_scalar(float* s, int64_t len, int64_t ncols, float scale) {
   std::fill(s + len, s + ncols, 0.0f);
 }
 
-#ifdef MODELS_X86_SIMD
+#ifdef KERNELS_X86_SIMD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 float hsum(__m256 v) {
@@ -79,8 +84,8 @@ void softmax_avx2(float* s, int64_t len, int64_t ncols, float scale) {
 #endif
 
 void softmax_row(float* s, int64_t len, int64_t ncols, float scale) {
-#ifdef MODELS_X86_SIMD
-  if (simd::level() != simd::Level::scalar) return softmax_avx2(s, len, ncols, scale);
+#ifdef KERNELS_X86_SIMD
+  if (simd_level() != SimdLevel::scalar) return softmax_avx2(s, len, ncols, scale);
 #endif
   softmax_scalar(s, len, ncols, scale);
 }
@@ -92,7 +97,7 @@ void transpose_scalar(const float* src, int64_t ld_src, float* dst, int64_t ld_d
     for (int64_t c = 0; c < cols; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
 }
 
-#ifdef MODELS_X86_SIMD
+#ifdef KERNELS_X86_SIMD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 void transpose8x8(const float* src, int64_t ld_src, float* dst, int64_t ld_dst) {
@@ -128,8 +133,8 @@ void transpose_avx2(const float* src, int64_t ld_src, float* dst, int64_t ld_dst
 
 void transpose(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows,
                int64_t cols) {
-#ifdef MODELS_X86_SIMD
-  if (simd::level() != simd::Level::scalar)
+#ifdef KERNELS_X86_SIMD
+  if (simd_level() != SimdLevel::scalar)
     return transpose_avx2(src, ld_src, dst, ld_dst, rows, cols);
 #endif
   transpose_scalar(src, ld_src, dst, ld_dst, rows, cols);
@@ -190,7 +195,7 @@ void ds_row_scalar(const float* go, const float* o, int64_t D, const float* p, f
   std::fill(ds + len, ds + ncols, 0.0f);
 }
 
-#ifdef MODELS_X86_SIMD
+#ifdef KERNELS_X86_SIMD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 void ds_row_avx2(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len,
@@ -214,8 +219,8 @@ void ds_row_avx2(const float* go, const float* o, int64_t D, const float* p, flo
 
 void ds_row(const float* go, const float* o, int64_t D, const float* p, float* ds, int64_t len,
             int64_t ncols, float scale) {
-#ifdef MODELS_X86_SIMD
-  if (simd::level() != simd::Level::scalar) return ds_row_avx2(go, o, D, p, ds, len, ncols, scale);
+#ifdef KERNELS_X86_SIMD
+  if (simd_level() != SimdLevel::scalar) return ds_row_avx2(go, o, D, p, ds, len, ncols, scale);
 #endif
   ds_row_scalar(go, o, D, p, ds, len, ncols, scale);
 }
@@ -305,29 +310,32 @@ void backward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   });
 }
 
-struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& query,
-                            const at::Tensor& key, const at::Tensor& value) {
-    const at::Tensor q = gemm_ready(query), k = gemm_ready(key), v = gemm_ready(value);
-    at::Tensor out = empty_heads_interleaved(q);
-    const at::Tensor probs = forward_heads(q, k, v, out);
-    ctx->save_for_backward({q, k, v, out, probs});
-    return out;
-  }
+// The kernel as ops: forward (out, probs) and backward, CPU kernels that the DTensor rules below
+// hand plain shards. Empty shards (uneven splits) give empty results.
+std::tuple<at::Tensor, at::Tensor> attention_forward_cpu(const at::Tensor& query,
+                                                         const at::Tensor& key,
+                                                         const at::Tensor& value) {
+  const at::Tensor q = gemm_ready(query), k = gemm_ready(key), v = gemm_ready(value);
+  at::Tensor out = empty_heads_interleaved(q);
+  if (q.numel() == 0)
+    return {out, at::empty({q.size(0), q.size(1), q.size(2), q.size(2)}, q.options())};
+  at::Tensor probs = forward_heads(q, k, v, out);
+  return {out, probs};
+}
 
-  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
-                                               torch::autograd::tensor_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& q = saved[0];
-    at::Tensor dq = empty_heads_interleaved(q), dk = empty_heads_interleaved(q),
-               dv = empty_heads_interleaved(q);
-    backward_heads(q, saved[1], saved[2], saved[3], saved[4], gemm_ready(grads[0]), dq, dk, dv);
-    return {dq, dk, dv};
-  }
-};
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
+    const at::Tensor& grad, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const at::Tensor& out, const at::Tensor& probs) {
+  const at::Tensor q = gemm_ready(query);
+  at::Tensor dq = empty_heads_interleaved(q), dk = empty_heads_interleaved(q),
+             dv = empty_heads_interleaved(q);
+  if (q.numel() > 0)
+    backward_heads(q, gemm_ready(key), gemm_ready(value), gemm_ready(out), probs, gemm_ready(grad),
+                   dq, dk, dv);
+  return {dq, dk, dv};
+}
 
-// q, k and v as [B, H, T, D] views of a packed [B, T, 3C] tensor (the split is the op DTensors
-// have a rule for, so the fallback sees what the model used to do).
+// q, k and v as [B, H, T, D] views of a packed [B, T, 3C] tensor.
 std::array<at::Tensor, 3> packed_heads(const at::Tensor& qkv, int64_t n_head) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   const auto parts = qkv.split(C, 2);
@@ -337,14 +345,59 @@ std::array<at::Tensor, 3> packed_heads(const at::Tensor& qkv, int64_t n_head) {
   return heads;
 }
 
-// The same kernel on a packed [B, T, 3C] input, whose gradient backward writes in one buffer.
+std::tuple<at::Tensor, at::Tensor> packed_forward_cpu(const at::Tensor& packed, int64_t n_head) {
+  const at::Tensor qkv = packed.contiguous();
+  const auto [q, k, v] = packed_heads(qkv, n_head);
+  at::Tensor out = empty_heads_interleaved(q);
+  if (q.numel() == 0)
+    return {out, at::empty({q.size(0), q.size(1), q.size(2), q.size(2)}, q.options())};
+  at::Tensor probs = forward_heads(q, k, v, out);
+  return {out, probs};
+}
+
+at::Tensor packed_backward_cpu(const at::Tensor& grad, const at::Tensor& packed, int64_t n_head,
+                               const at::Tensor& out, const at::Tensor& probs) {
+  const at::Tensor qkv = packed.contiguous();
+  const auto [q, k, v] = packed_heads(qkv, n_head);
+  at::Tensor dqkv = at::empty_like(qkv);
+  const auto [dq, dk, dv] = packed_heads(dqkv, n_head);
+  if (q.numel() > 0) backward_heads(q, k, v, gemm_ready(out), probs, gemm_ready(grad), dq, dk, dv);
+  return dqkv;
+}
+
+// The autograd functions call the ops through the dispatcher, so a DTensor reaches its rule.
+struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
+                            const at::Tensor& k, const at::Tensor& v) {
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("vescale::causal_attention_forward", "")
+                         .typed<std::tuple<at::Tensor, at::Tensor>(
+                             const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+    auto [out, probs] = op.call(q, k, v);
+    ctx->save_for_backward({q, k, v, out, probs});
+    return out;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("vescale::causal_attention_backward", "")
+                         .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+                             const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                             const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+    const auto s = ctx->get_saved_variables();
+    auto [dq, dk, dv] = op.call(grads[0], s[0], s[1], s[2], s[3], s[4]);
+    return {dq, dk, dv};
+  }
+};
+
 struct PackedCausalAttentionFunction : torch::autograd::Function<PackedCausalAttentionFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& packed,
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& qkv,
                             int64_t n_head) {
-    const at::Tensor qkv = packed.contiguous();
-    const auto [q, k, v] = packed_heads(qkv, n_head);
-    at::Tensor out = empty_heads_interleaved(q);
-    const at::Tensor probs = forward_heads(q, k, v, out);
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("vescale::causal_attention_packed_forward", "")
+                         .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, int64_t)>();
+    auto [out, probs] = op.call(qkv, n_head);
     ctx->save_for_backward({qkv, out, probs});
     ctx->saved_data["n_head"] = n_head;
     return out;
@@ -352,21 +405,21 @@ struct PackedCausalAttentionFunction : torch::autograd::Function<PackedCausalAtt
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const int64_t n_head = ctx->saved_data["n_head"].toInt();
-    const auto [q, k, v] = packed_heads(saved[0], n_head);
-    at::Tensor dqkv = at::empty_like(saved[0]);
-    const auto [dq, dk, dv] = packed_heads(dqkv, n_head);
-    backward_heads(q, k, v, saved[1], saved[2], gemm_ready(grads[0]), dq, dk, dv);
-    return {dqkv, at::Tensor()};
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("vescale::causal_attention_packed_backward", "")
+                         .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t,
+                                           const at::Tensor&, const at::Tensor&)>();
+    const auto s = ctx->get_saved_variables();
+    return {op.call(grads[0], s[0], ctx->saved_data["n_head"].toInt(), s[1], s[2]), at::Tensor()};
   }
 };
 
-bool use_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
-  if (dropout_p > 0.0) return false;
-  for (const at::Tensor* t : {&q, &k, &v})
-    if (!cpu_float(*t) || t->dim() != 4 || t->sizes() != q.sizes()) return false;
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+// Whether the kernel takes q, k, v: CPU fp32 (shards of a DTensor included), no dropout, and
+// probabilities of at most kMaxProbBytes for the global shapes (one device and a sharded run
+// choose alike).
+// Whether the probabilities of [B, H, T, D] heads fit the kernel: at most kMaxProbBytes for the
+// global shapes (one device and a sharded run choose alike).
+bool fits_kernel(int64_t B, int64_t H, int64_t T, int64_t D) {
   // Leading dims within int, as the BLAS behind brgemm's fallback takes them.
   const int64_t limit = std::numeric_limits<int>::max();
   // T first, so that B * H * T * T cannot overflow.
@@ -374,30 +427,162 @@ bool use_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, d
          B * H * T * T * 4 <= kMaxProbBytes && T * H * D < limit;
 }
 
-}  // namespace
-
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            double dropout_p) {
-  if (!use_kernel(q, k, v, dropout_p))
-    return at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true);
-  RECORD_FUNCTION("models::causal_attention", std::vector<c10::IValue>{});  // for op profiles
-  return CausalAttentionFunction::apply(q, k, v);
+// Whether the kernel takes q, k, v: CPU fp32 (shards of a DTensor included), no dropout.
+bool use_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
+  if (dropout_p > 0.0) return false;
+  for (const at::Tensor* t : {&q, &k, &v})
+    if (!kernel_input(*t) || t->dim() != 4 || t->sizes() != q.sizes()) return false;
+  return fits_kernel(q.size(0), q.size(1), q.size(2), q.size(3));
 }
 
-at::Tensor causal_attention_packed(const at::Tensor& qkv, int64_t n_head, double dropout_p) {
-  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % (3 * n_head) == 0,
+// A DTensor in the placements the kernel's rule takes (`keep_below`: the dims whose shards stay),
+// redistributed here, above the autograd function: the function then saves the tensor it
+// computed with, and backward gathers nothing again.
+at::Tensor as_rule_takes(const at::Tensor& t, int64_t keep_below) {
+  if (!dtensor::is_dtensor(t)) return t;
+  const auto& spec = dtensor::spec_of(t);
+  auto want = shards_below(spec, keep_below);
+  return want == spec.placements ? t : dtensor::redistribute(t, std::move(want));
+}
+
+at::Tensor causal_attention_composite(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      double dropout_p) {
+  if (!use_kernel(q, k, v, dropout_p))
+    return at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true);
+  // Every input in the query's batch and head shards (the rule's choice).
+  const at::Tensor qr = as_rule_takes(q, 2);
+  const auto same_as_q = [&](const at::Tensor& t) {
+    return dtensor::is_dtensor(qr) && dtensor::is_dtensor(t) &&
+                   dtensor::spec_of(t).placements != dtensor::spec_of(qr).placements
+               ? dtensor::redistribute(t, dtensor::spec_of(qr).placements)
+               : t;
+  };
+  return CausalAttentionFunction::apply(qr, same_as_q(k), same_as_q(v));
+}
+
+at::Tensor causal_attention_packed_composite(const at::Tensor& qkv, int64_t n_head,
+                                             double dropout_p) {
+  TORCH_CHECK(qkv.dim() == 3 && n_head > 0 && qkv.size(2) % (3 * n_head) == 0,
               "causal_attention_packed: qkv must be [B, T, 3C] with C divisible by n_head (",
               n_head, "), got ", qkv.sizes());
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
-  const auto [q, k, v] = packed_heads(qkv, n_head);
   at::Tensor out;
-  if (!use_kernel(q, k, v, dropout_p)) {
-    out = at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true);
+  if (dropout_p == 0.0 && kernel_input(qkv) && fits_kernel(B, n_head, T, C / n_head)) {
+    out = PackedCausalAttentionFunction::apply(as_rule_takes(qkv, 1), n_head);
   } else {
-    RECORD_FUNCTION("models::causal_attention", std::vector<c10::IValue>{});
-    out = PackedCausalAttentionFunction::apply(qkv, n_head);
+    const auto [q, k, v] = packed_heads(qkv, n_head);
+    out = at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true);
   }
   return out.transpose(1, 2).reshape({B, T, C});
 }
 
-}  // namespace models
+// DTensor rules: attention is independent per (batch, head), so batch and head shards of the
+// query stay for every attention tensor; anything else gathers. The packed input keeps a batch
+// shard only: a column-parallel qkv's shards are not head-aligned.
+using dtensor::OpCall;
+using dtensor::Strategy;
+
+std::vector<int64_t> probs_shape(const std::vector<int64_t>& q) { return {q[0], q[1], q[2], q[2]}; }
+
+Strategy forward_rule(const OpCall& call) {
+  const auto& q = call.specs[0];
+  const auto p = shards_below(q, 2);
+  Strategy st;
+  st.inputs.assign(call.specs.size(), p);
+  st.outputs = {p, p};
+  st.output_shapes = {q.shape, probs_shape(q.shape)};
+  return st;
+}
+
+// (grad, q, k, v, out, probs) -> (dq, dk, dv)
+Strategy backward_rule(const OpCall& call) {
+  const auto& q = call.specs[1];
+  const auto p = shards_below(q, 2);
+  Strategy st;
+  st.inputs.assign(call.specs.size(), p);
+  st.outputs = {p, p, p};
+  st.output_shapes = {q.shape, q.shape, q.shape};
+  return st;
+}
+
+std::vector<int64_t> packed_out_shape(const std::vector<int64_t>& qkv, int64_t n_head) {
+  return {qkv[0], n_head, qkv[1], qkv[2] / 3 / n_head};
+}
+
+Strategy packed_forward_rule(const OpCall& call) {
+  const auto& x = call.specs[0];
+  const auto p = shards_below(x, 1);
+  const int64_t n_head = call.arg("n_head").toInt();
+  const auto out = packed_out_shape(x.shape, n_head);
+  Strategy st;
+  st.inputs = {p};
+  st.outputs = {p, p};
+  st.output_shapes = {out, probs_shape(out)};
+  return st;
+}
+
+// (grad, qkv, n_head, out, probs) -> dqkv
+Strategy packed_backward_rule(const OpCall& call) {
+  const auto& x = call.specs[1];
+  const auto p = shards_below(x, 1);
+  Strategy st;
+  st.inputs.assign(call.specs.size(), p);
+  st.outputs = {p};
+  st.output_shapes = {x.shape};
+  return st;
+}
+
+struct RuleRegistrar {
+  RuleRegistrar() {
+    dtensor::register_rule("vescale::causal_attention_forward", forward_rule);
+    dtensor::register_rule("vescale::causal_attention_backward", backward_rule);
+    dtensor::register_rule("vescale::causal_attention_packed_forward", packed_forward_rule);
+    dtensor::register_rule("vescale::causal_attention_packed_backward", packed_backward_rule);
+  }
+};
+const RuleRegistrar rule_registrar;
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(vescale, m) {
+  m.def("causal_attention(Tensor q, Tensor k, Tensor v, float dropout_p=0.0) -> Tensor");
+  m.def("causal_attention_forward(Tensor q, Tensor k, Tensor v) -> (Tensor, Tensor)");
+  m.def(
+      "causal_attention_backward(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, "
+      "Tensor probs) -> (Tensor, Tensor, Tensor)");
+  m.def("causal_attention_packed(Tensor qkv, int n_head, float dropout_p=0.0) -> Tensor");
+  m.def("causal_attention_packed_forward(Tensor qkv, int n_head) -> (Tensor, Tensor)");
+  m.def(
+      "causal_attention_packed_backward(Tensor grad, Tensor qkv, int n_head, Tensor out, "
+      "Tensor probs) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(vescale, CompositeImplicitAutograd, m) {
+  m.impl("causal_attention", TORCH_FN(causal_attention_composite));
+  m.impl("causal_attention_packed", TORCH_FN(causal_attention_packed_composite));
+}
+
+TORCH_LIBRARY_IMPL(vescale, CPU, m) {
+  m.impl("causal_attention_forward", TORCH_FN(attention_forward_cpu));
+  m.impl("causal_attention_backward", TORCH_FN(attention_backward_cpu));
+  m.impl("causal_attention_packed_forward", TORCH_FN(packed_forward_cpu));
+  m.impl("causal_attention_packed_backward", TORCH_FN(packed_backward_cpu));
+}
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            double dropout_p) {
+  static auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("vescale::causal_attention", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, double)>();
+  return op.call(q, k, v, dropout_p);
+}
+
+at::Tensor causal_attention_packed(const at::Tensor& qkv, int64_t n_head, double dropout_p) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("vescale::causal_attention_packed", "")
+                       .typed<at::Tensor(const at::Tensor&, int64_t, double)>();
+  return op.call(qkv, n_head, dropout_p);
+}
+
+}  // namespace vescale::kernels

@@ -17,15 +17,15 @@
 
 #include "llama.h"
 #include "vescale/nn/module_hooks.h"
-#include "vescale/ddp/grad_reducer.h"
-#include "vescale/ddp/zero_optimizer.h"
+#include "vescale/parallel/grad_reducer.h"
+#include "vescale/parallel/zero_optimizer.h"
 #include "vescale/optim/clip_grad.h"
 #include "common/train_util.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/plan/parallelize.h"
 #include "vescale/random/random.h"
-#include "vescale/train/memory_stats.h"
+#include "vescale/kernels/host_memory.h"
 #include "vescale/optim/adamw.h"
 
 using namespace vescale;
@@ -46,7 +46,7 @@ struct Run {
   std::map<std::string, at::Tensor> init, final;
   std::vector<double> losses;
   std::vector<double> norms;            // the global gradient norm of each step (before clipping)
-  std::vector<ddp::ReduceStats> stats;  // per step
+  std::vector<parallel::ReduceStats> stats;  // per step
   int64_t zero_state_bytes = 0;         // ZeroOptimizer's state on this rank
   int64_t buckets = 0;
   int64_t units = 0;       // ZeRO-3 units
@@ -55,8 +55,8 @@ struct Run {
 };
 
 // kSteps steps of `accum` micro-batches each, the earlier ones under NoSync. With opts.zero
-// >= 1 the optimizer is ddp::ZeroOptimizer, else torch's AdamW. clip > 0 clips the global norm.
-Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradReducerOptions opts,
+// >= 1 the optimizer is parallel::ZeroOptimizer, else torch's AdamW. clip > 0 clips the global norm.
+Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, parallel::GradReducerOptions opts,
               int64_t accum = 1, double clip = 0) {
   const auto o = tiny_llama(kSeq);
   random::manual_seed(1234);
@@ -64,15 +64,15 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, ddp::GradRed
   plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
   Run r;
   r.init = full_params(*model);
-  ddp::GradReducer reducer(*model, mesh, opts);
+  parallel::GradReducer reducer(*model, mesh, opts);
   torch::optim::AdamW opt(model->parameters(),
                           torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
-  std::unique_ptr<ddp::ZeroOptimizer> zero;
+  std::unique_ptr<parallel::ZeroOptimizer> zero;
   if (opts.zero >= 1) {
     optim::NamedParams named;
     for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
     zero =
-        std::make_unique<ddp::ZeroOptimizer>(reducer, std::vector<optim::ParamGroup>{{named, 0.1}},
+        std::make_unique<parallel::ZeroOptimizer>(reducer, std::vector<optim::ParamGroup>{{named, 0.1}},
                                              optim::AdamWOptions{.lr = kLr, .eps = kEps});
   }
   for (int64_t s = 0; s < kSteps; ++s) {
@@ -173,13 +173,13 @@ void check_close(const Run& got, const Run& want, double rtol, const std::string
 
 }  // namespace
 
-TEST_CASE("bucketed reduction at DP=world trains like one device", "[ddp][world2][world4]") {
+TEST_CASE("bucketed reduction at DP=world trains like one device", "[parallel][world2][world4]") {
   const int world = dist::world_size();
   auto mesh = mesh::DeviceMesh::init({{"dp", world}});
   const auto plan = replicate_all({"dp"});
   for (bool overlap : {true, false}) {
     // 48 KiB buckets: the ~280 KB of LLaMA-tiny's gradients fill several.
-    ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = true, .overlap = overlap};
+    parallel::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = true, .overlap = overlap};
     Run got = train_ddp(plan, mesh, opts);
     const std::string label =
         std::string("DP=") + std::to_string(world) + (overlap ? " overlapped" : " bucketed");
@@ -204,7 +204,7 @@ TEST_CASE("bucketed reduction at DP=world trains like one device", "[ddp][world2
   }
 }
 
-TEST_CASE("one bucket holds every gradient when it is big enough", "[ddp][world2]") {
+TEST_CASE("one bucket holds every gradient when it is big enough", "[parallel][world2]") {
   if (dist::world_size() != 2) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", dist::world_size()}});
   Run got = train_ddp(replicate_all({"dp"}), mesh, {.bucket_mb = 25});
@@ -213,7 +213,7 @@ TEST_CASE("one bucket holds every gradient when it is big enough", "[ddp][world2
   check_close(got, train_plain(got.init), 1e-5, "DP=2 one 25 MiB bucket");
 }
 
-TEST_CASE("gradient accumulation 4 at DP=2 equals one rank with 4x the batch", "[ddp][world2]") {
+TEST_CASE("gradient accumulation 4 at DP=2 equals one rank with 4x the batch", "[parallel][world2]") {
   if (dist::world_size() != 2) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}});
   Run got = train_ddp(replicate_all({"dp"}), mesh, {.bucket_mb = 48.0 / 1024}, /*accum=*/4);
@@ -222,14 +222,14 @@ TEST_CASE("gradient accumulation 4 at DP=2 equals one rank with 4x the batch", "
   for (const auto& st : got.stats) CHECK(st.collectives == got.buckets);
 }
 
-TEST_CASE("bucketed reduction under DP=2 x TP=2 trains like one device", "[ddp][world4]") {
+TEST_CASE("bucketed reduction under DP=2 x TP=2 trains like one device", "[parallel][world4]") {
   if (dist::world_size() != 4) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
   const auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_dp_tp.json"));
   const auto o = tiny_llama(kSeq);
   const int64_t emb_bytes = o.vocab_size * o.dim * 4;
   for (bool fused : {true, false}) {
-    auto opts = ddp::GradReducerOptions::from_plan(plan.grad_reduce());
+    auto opts = parallel::GradReducerOptions::from_plan(plan.grad_reduce());
     opts.fused = fused;
     Run got = train_ddp(plan, mesh, opts);
     check_close(got, train_plain(got.init), 1e-5,
@@ -249,7 +249,7 @@ TEST_CASE("bucketed reduction under DP=2 x TP=2 trains like one device", "[ddp][
 }
 
 TEST_CASE("N-D fused reduction: one collective over dp x tp for the SP norm weights",
-          "[ddp][world4]") {
+          "[parallel][world4]") {
   if (dist::world_size() != 4) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
   const auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_dp_tp_sp.json"));
@@ -277,12 +277,12 @@ TEST_CASE("N-D fused reduction: one collective over dp x tp for the SP norm weig
 }
 
 TEST_CASE("ZeRO 1, 2 and 3 at DP=world train like one device with 1/world of the optimizer state",
-          "[ddp][zero][world2][world4]") {
+          "[parallel][zero][world2][world4]") {
   const int world = dist::world_size();
   auto mesh = mesh::DeviceMesh::init({{"dp", world}});
   const auto plan = replicate_all({"dp"});
   for (int zero : {1, 2, 3}) {
-    ddp::GradReducerOptions opts{
+    parallel::GradReducerOptions opts{
         .bucket_mb = 48.0 / 1024, .fused = true, .overlap = true, .zero = zero};
     if (zero == 3) opts.unit_pattern = "layers.*";
     Run got = train_ddp(plan, mesh, opts);
@@ -301,12 +301,12 @@ TEST_CASE("ZeRO 1, 2 and 3 at DP=world train like one device with 1/world of the
 }
 
 TEST_CASE("ZeRO 2 and 3 with accumulation 4 and clipping at DP=2 equal one rank with 4x the batch",
-          "[ddp][zero][world2]") {
+          "[parallel][zero][world2]") {
   if (dist::world_size() != 2) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}});
   std::optional<Run> want;
   for (int zero : {2, 3}) {
-    ddp::GradReducerOptions opts{
+    parallel::GradReducerOptions opts{
         .bucket_mb = 48.0 / 1024, .zero = zero, .unit_pattern = zero == 3 ? "layers.*" : ""};
     // A max norm below the norms of these steps, so every step clips.
     Run got = train_ddp(replicate_all({"dp"}), mesh, opts, /*accum=*/4, /*clip=*/0.5);
@@ -318,7 +318,7 @@ TEST_CASE("ZeRO 2 and 3 with accumulation 4 and clipping at DP=2 equal one rank 
 }
 
 TEST_CASE("ZeRO 1, 2 and 3 under DP=2 x TP=2 (with SP) train like one device",
-          "[ddp][zero][world4]") {
+          "[parallel][zero][world4]") {
   if (dist::world_size() != 4) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
   // Every stage on both plans, fused; unfused (one collective per dim) once per stage.
@@ -337,7 +337,7 @@ TEST_CASE("ZeRO 1, 2 and 3 under DP=2 x TP=2 (with SP) train like one device",
                         Case{"configs/plans/llama_dp_tp.json", 2, false},
                         Case{"configs/plans/llama_dp_tp_sp.json", 3, false}}) {
     const auto plan = plan::Plan::from_json_file(repo_file(c.file));
-    ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = c.fused, .zero = c.zero};
+    parallel::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = c.fused, .zero = c.zero};
     if (c.zero == 3) opts.unit_pattern = "layers.*";
     Run got = train_ddp(plan, mesh, opts, /*accum=*/1, /*clip=*/0.5);
     check_close(got, train_plain(got.init, 1, 0.5), 1e-5,
@@ -351,30 +351,30 @@ TEST_CASE("ZeRO 1, 2 and 3 under DP=2 x TP=2 (with SP) train like one device",
 // parameters outweigh its activations (stages 0-2 lay out their buckets in step 1), and over
 // everything up to the end of step 1 (construction and init included).
 std::pair<int64_t, int64_t> zero_peak_bytes(int zero, const mesh::DeviceMesh& mesh) {
-  train::track_memory();
-  train::reset_peak_memory();
-  const int64_t base = train::memory_stats().current;
+  kernels::track_memory();
+  kernels::reset_peak_memory();
+  const int64_t base = kernels::memory_stats().current;
   auto o = tiny_llama(kSeq);
   o.dim = 192, o.n_layers = 8, o.ffn_dim = 576;
   random::manual_seed(1234);
   models::Llama model(o);
   plan::parallelize(*model, replicate_all({"dp"}), mesh, {.init = [&] { model->init_weights(); }});
-  ddp::GradReducerOptions opts{
+  parallel::GradReducerOptions opts{
       .bucket_mb = 0.25, .zero = zero, .unit_pattern = zero == 3 ? "layers.*" : ""};
-  ddp::GradReducer reducer(*model, mesh, opts);
+  parallel::GradReducer reducer(*model, mesh, opts);
   optim::NamedParams named;
   for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
   const optim::AdamWOptions adamw{.lr = kLr, .eps = kEps};
-  std::unique_ptr<ddp::ZeroOptimizer> sharded;
+  std::unique_ptr<parallel::ZeroOptimizer> sharded;
   std::unique_ptr<optim::AdamW> plain;
   if (zero >= 1)
-    sharded = std::make_unique<ddp::ZeroOptimizer>(
+    sharded = std::make_unique<parallel::ZeroOptimizer>(
         reducer, std::vector<optim::ParamGroup>{{named, 0.1}}, adamw);
   else
     plain = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{named, 0.1}}, adamw);
   int64_t peak = 0, first = 0;
   for (int64_t s = 0; s < 3; ++s) {
-    if (s == 1) first = train::memory_stats().peak - base, train::reset_peak_memory();
+    if (s == 1) first = kernels::memory_stats().peak - base, kernels::reset_peak_memory();
     auto full = micro_batch(s, o.vocab_size);
     auto x = model_input(full.slice(1, 0, kSeq).contiguous(), mesh);
     auto y = model_input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
@@ -389,13 +389,13 @@ std::pair<int64_t, int64_t> zero_peak_bytes(int zero, const mesh::DeviceMesh& me
       plain->step();
       plain->zero_grad();
     }
-    if (s >= 1) peak = std::max(peak, train::memory_stats().peak - base);
+    if (s >= 1) peak = std::max(peak, kernels::memory_stats().peak - base);
   }
   plan::remove_forward_hooks(*model);
   return {peak, first};
 }
 
-TEST_CASE("peak memory per rank falls from ZeRO 0 to 1 to 2 to 3", "[ddp][zero][world2][world4]") {
+TEST_CASE("peak memory per rank falls from ZeRO 0 to 1 to 2 to 3", "[parallel][zero][world2][world4]") {
   const int world = dist::world_size();
   auto mesh = mesh::DeviceMesh::init({{"dp", world}});
   std::vector<int64_t> peak, first;
@@ -438,11 +438,11 @@ TEST_CASE("peak memory per rank falls from ZeRO 0 to 1 to 2 to 3", "[ddp][zero][
   CHECK(first[3] < std::max(param_bytes, peak[3]) + param_bytes / 8);
 }
 
-TEST_CASE("bf16 reduction sends half the bytes and stays close to fp32", "[ddp][zero][world2]") {
+TEST_CASE("bf16 reduction sends half the bytes and stays close to fp32", "[parallel][zero][world2]") {
   if (dist::world_size() != 2) return;
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}});
   for (int zero : {0, 2}) {
-    ddp::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .zero = zero, .reduce_bf16 = true};
+    parallel::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .zero = zero, .reduce_bf16 = true};
     Run got = train_ddp(replicate_all({"dp"}), mesh, opts);
     const Run want = train_plain(got.init);
     // Each gradient rounded to bf16 (8 bits of mantissa) before the sum: close, not equal.

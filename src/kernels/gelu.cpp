@@ -1,17 +1,20 @@
-#include "gelu.h"
+#include "vescale/kernels/gelu.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <ATen/record_function.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "cpu_simd.h"
+#include "kernels/cpu_simd.h"
+#include "kernels/kernel_rules.h"
+#include "vescale/dtensor/sharding_rule.h"
 
-namespace models {
+namespace vescale::kernels {
 namespace {
 
 constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -43,7 +46,7 @@ void backward_scalar(const float* g, const float* x, float* gx, int64_t n) {
   }
 }
 
-#ifdef MODELS_X86_SIMD
+#ifdef KERNELS_X86_SIMD
 // The vector loops, written once over a GCC vector type (__m256 or __m512, whose operators are
 // the packed instructions) and inlined into one wrapper per instruction set, which compiles them
 // for its width. Same operations in the same order as the scalar loops. Return the elements done.
@@ -110,58 +113,124 @@ void backward_avx512(const float* g, const float* x, float* gx, int64_t n) {
 #endif
 
 void forward_cpu(const float* x, float* y, int64_t n) {
-#ifdef MODELS_X86_SIMD
-  if (simd::level() == simd::Level::avx512) return forward_avx512(x, y, n);
-  if (simd::level() == simd::Level::avx2) return forward_avx2(x, y, n);
+#ifdef KERNELS_X86_SIMD
+  if (simd_level() == SimdLevel::avx512) return forward_avx512(x, y, n);
+  if (simd_level() == SimdLevel::avx2) return forward_avx2(x, y, n);
 #endif
   forward_scalar(x, y, n);
 }
 
 void backward_cpu(const float* g, const float* x, float* gx, int64_t n) {
-#ifdef MODELS_X86_SIMD
-  if (simd::level() == simd::Level::avx512) return backward_avx512(g, x, gx, n);
-  if (simd::level() == simd::Level::avx2) return backward_avx2(g, x, gx, n);
+#ifdef KERNELS_X86_SIMD
+  if (simd_level() == SimdLevel::avx512) return backward_avx512(g, x, gx, n);
+  if (simd_level() == SimdLevel::avx2) return backward_avx2(g, x, gx, n);
 #endif
   backward_scalar(g, x, gx, n);
 }
 
 constexpr int64_t kGrain = 32768;
 
+at::Tensor gelu_forward_cpu(const at::Tensor& input) {
+  const at::Tensor x = input.contiguous();
+  at::Tensor y = at::empty_like(x);
+  const float* xp = x.const_data_ptr<float>();
+  float* yp = y.mutable_data_ptr<float>();
+  at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    forward_cpu(xp + begin, yp + begin, end - begin);
+  });
+  return y;
+}
+
+at::Tensor gelu_backward_cpu(const at::Tensor& grad, const at::Tensor& input) {
+  const at::Tensor g = grad.contiguous(), x = input.contiguous();
+  at::Tensor gx = at::empty_like(x);
+  const float *gp = g.const_data_ptr<float>(), *xp = x.const_data_ptr<float>();
+  float* out = gx.mutable_data_ptr<float>();
+  at::parallel_for(0, gx.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    backward_cpu(gp + begin, xp + begin, out + begin, end - begin);
+  });
+  return gx;
+}
+
+// Through the dispatcher, so that a DTensor reaches its rule.
 struct GeluTanhFunction : torch::autograd::Function<GeluTanhFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input) {
-    const at::Tensor x = input.contiguous();
-    at::Tensor y = at::empty_like(x);
-    const float* xp = x.const_data_ptr<float>();
-    float* yp = y.mutable_data_ptr<float>();
-    at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      forward_cpu(xp + begin, yp + begin, end - begin);
-    });
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("vescale::gelu_tanh_forward", "")
+                         .typed<at::Tensor(const at::Tensor&)>();
     ctx->save_for_backward({x});
-    return y;
+    return op.call(x);
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor g = grads[0].contiguous();
-    at::Tensor gx = at::empty_like(saved[0]);
-    const float *gp = g.const_data_ptr<float>(), *xp = saved[0].const_data_ptr<float>();
-    float* out = gx.mutable_data_ptr<float>();
-    at::parallel_for(0, gx.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      backward_cpu(gp + begin, xp + begin, out + begin, end - begin);
-    });
-    return {gx};
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("vescale::gelu_tanh_backward", "")
+                         .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+    return {op.call(grads[0], ctx->get_saved_variables()[0])};
   }
 };
 
-}  // namespace
-
-at::Tensor gelu_tanh(const at::Tensor& x) {
-  // With or without grad: a forward's value must not depend on the grad mode (activation
-  // checkpointing runs forward without grad and again with it).
-  if (!cpu_float(x)) return at::gelu(x, "tanh");
-  RECORD_FUNCTION("models::gelu_tanh", std::vector<c10::IValue>{});  // for op profiles
+// With or without grad: a forward's value must not depend on the grad mode (activation
+// checkpointing runs forward without grad and again with it).
+at::Tensor gelu_tanh_composite(const at::Tensor& x) {
+  if (!kernel_input(x)) return at::gelu(x, "tanh");
   return GeluTanhFunction::apply(x);
 }
 
-}  // namespace models
+// DTensor rules: elementwise, so every shard stays; a Partial sum is reduced first (GELU is not
+// linear).
+dtensor::Strategy forward_rule(const dtensor::OpCall& call) {
+  const auto& x = call.specs[0];
+  const auto p = shards_below(x, x.ndim());
+  dtensor::Strategy st;
+  st.inputs = {p};
+  st.outputs = {p};
+  st.output_shapes = {x.shape};
+  return st;
+}
+
+// (grad, x) -> grad_x, in x's placements.
+dtensor::Strategy backward_rule(const dtensor::OpCall& call) {
+  const auto& x = call.specs[1];
+  const auto p = shards_below(x, x.ndim());
+  dtensor::Strategy st;
+  st.inputs = {p, p};
+  st.outputs = {p};
+  st.output_shapes = {x.shape};
+  return st;
+}
+
+struct RuleRegistrar {
+  RuleRegistrar() {
+    dtensor::register_rule("vescale::gelu_tanh_forward", forward_rule);
+    dtensor::register_rule("vescale::gelu_tanh_backward", backward_rule);
+  }
+};
+const RuleRegistrar rule_registrar;
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(vescale, m) {
+  m.def("gelu_tanh(Tensor x) -> Tensor");
+  m.def("gelu_tanh_forward(Tensor x) -> Tensor");
+  m.def("gelu_tanh_backward(Tensor grad, Tensor x) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(vescale, CompositeImplicitAutograd, m) {
+  m.impl("gelu_tanh", TORCH_FN(gelu_tanh_composite));
+}
+
+TORCH_LIBRARY_IMPL(vescale, CPU, m) {
+  m.impl("gelu_tanh_forward", TORCH_FN(gelu_forward_cpu));
+  m.impl("gelu_tanh_backward", TORCH_FN(gelu_backward_cpu));
+}
+
+at::Tensor gelu_tanh(const at::Tensor& x) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("vescale::gelu_tanh", "")
+                       .typed<at::Tensor(const at::Tensor&)>();
+  return op.call(x);
+}
+
+}  // namespace vescale::kernels
