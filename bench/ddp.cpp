@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "llama.h"
+#include "llama/llama.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/parallel/grad_reduce.h"
 #include "vescale/parallel/grad_reducer.h"

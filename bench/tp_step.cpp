@@ -27,7 +27,7 @@
 #include <tuple>
 #include <vector>
 
-#include "llama.h"
+#include "llama/llama.h"
 #include "vescale/nn/module_hooks.h"
 #include "bench_util.h"
 #include "vescale/common/check.h"

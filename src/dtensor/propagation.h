@@ -17,8 +17,12 @@ namespace vescale::dtensor {
 // The number of Tensor and Tensor[] returns of an op: the entries of Strategy::outputs.
 size_t tensor_return_count(const c10::FunctionSchema& schema);
 
-// The rule for a call, or nullopt if none applies.
-const Rule* find_rule(const c10::OperatorHandle& op, const std::string& name);
+struct RegisteredRule {
+  Rule rule;
+  RuleOptions options;
+};
+// The rule for a call, or null if none applies.
+const RegisteredRule* find_rule(const c10::OperatorHandle& op, const std::string& name);
 
 // Strategies for the common shapes of rules, shared by the rule files.
 Placements replicate_all(int64_t mesh_ndim);

@@ -26,69 +26,19 @@ using json_schema::Writer;
 
 // The schema -------------------------------------------------------------------------------
 
-template <class V>
-void visit(V& v, GptConfig& c) {
-  v.field("vocab_size", c.vocab_size);
-  v.field("n_positions", c.n_positions);
-  v.field("n_embd", c.n_embd);
-  v.field("n_layer", c.n_layer);
-  v.field("n_head", c.n_head);
-  v.field("dropout", c.dropout);
-  v.field("layer_norm_eps", c.layer_norm_eps);
-  v.field("bias", c.bias);
-}
-
-template <class V>
-void visit(V& v, RopeScalingConfig& c) {
-  v.field("factor", c.factor);
-  v.field("low_freq_factor", c.low_freq_factor);
-  v.field("high_freq_factor", c.high_freq_factor);
-  v.field("original_max_position_embeddings", c.original_max_position_embeddings);
-}
-
-template <class V, class C>
-void visit_attention(V& v, C& c) {
-  v.field("vocab_size", c.vocab_size);
-  v.field("dim", c.dim);
-  v.field("n_layers", c.n_layers);
-  v.field("n_heads", c.n_heads);
-  v.field("n_kv_heads", c.n_kv_heads);
-  v.field("ffn_dim", c.ffn_dim);
-  v.field("norm_eps", c.norm_eps);
-  v.field("rope_theta", c.rope_theta);
-  v.field("max_seq_len", c.max_seq_len);
-  v.field("tie_embeddings", c.tie_embeddings);
-}
-
-template <class V>
-void visit(V& v, LlamaConfig& c) {
-  visit_attention(v, c);
-  v.object("rope_scaling", [&](auto& s) { visit(s, c.rope_scaling); });
-}
-
-template <class V>
-void visit(V& v, MixtralConfig& c) {
-  visit_attention(v, c);
-  v.field("n_experts", c.n_experts);
-  v.field("top_k", c.top_k);
-  v.field("aux_loss_coef", c.aux_loss_coef);
-}
-
-const std::vector<std::string> kModelTypes = {"gpt", "llama", "mixtral"};
-
-template <class V>
-void visit(V& v, ModelConfig& c) {
+// model.type picks the family; its options read and write the other model.* fields.
+void visit(Reader& v, ModelConfig& c) {
   v.field("type", c.type);
   v.set_context(" for model.type '" + c.type + "'");
-  if (c.type == "gpt") {
-    visit(v, c.gpt);
-  } else if (c.type == "llama") {
-    visit(v, c.llama);
-  } else if (c.type == "mixtral") {
-    visit(v, c.mixtral);
-  } else {
-    v.fail("type", "'" + c.type + "' is not one of gpt, llama, mixtral");
-  }
+  const models::ModelFamily* family = models::find_family(c.type);
+  if (!family) v.fail("type", models::unknown_type_message(c.type));
+  c.options = family->defaults();
+  c.options->read(v);
+}
+
+void visit(Writer& v, ModelConfig& c) {
+  v.field("type", c.type);
+  c.options->write(v);
 }
 
 template <class V>
@@ -178,56 +128,12 @@ void positive(const Checker& check, const std::string& key, int64_t v) {
   check(v >= 1, key, "must be >= 1, got " + std::to_string(v));
 }
 
-void validate_attention(const Checker& check, const std::string& p, int64_t vocab, int64_t dim,
-                        int64_t layers, int64_t heads, int64_t kv_heads, int64_t ffn,
-                        int64_t max_seq) {
-  positive(check, p + "vocab_size", vocab);
-  positive(check, p + "dim", dim);
-  positive(check, p + "n_layers", layers);
-  positive(check, p + "n_heads", heads);
-  positive(check, p + "n_kv_heads", kv_heads);
-  positive(check, p + "ffn_dim", ffn);
-  positive(check, p + "max_seq_len", max_seq);
-  check(dim % heads == 0 && (dim / heads) % 2 == 0, p + "dim",
-        std::to_string(dim) + " must be divisible by n_heads (" + std::to_string(heads) +
-            ") into an even head dim (RoPE)");
-  check(heads % kv_heads == 0, p + "n_kv_heads",
-        "n_heads (" + std::to_string(heads) + ") must be a multiple of n_kv_heads (" +
-            std::to_string(kv_heads) + ")");
-}
-
 void validate(const Config& c, const std::string& source) {
   const Checker check{source};
   const auto& m = c.model;
-  if (m.type == "gpt") {
-    const auto& g = m.gpt;
-    for (auto [k, v] : {std::pair{"vocab_size", g.vocab_size},
-                        {"n_positions", g.n_positions},
-                        {"n_embd", g.n_embd},
-                        {"n_layer", g.n_layer},
-                        {"n_head", g.n_head}})
-      positive(check, std::string("model.") + k, v);
-    check(g.n_embd % g.n_head == 0, "model.n_embd",
-          std::to_string(g.n_embd) + " must be divisible by n_head (" + std::to_string(g.n_head) +
-              ")");
-    check(g.dropout >= 0 && g.dropout < 1, "model.dropout", "must be in [0, 1)");
-  } else if (m.type == "llama") {
-    const auto& l = m.llama;
-    validate_attention(check, "model.", l.vocab_size, l.dim, l.n_layers, l.n_heads, l.n_kv_heads,
-                       l.ffn_dim, l.max_seq_len);
-    check(l.rope_theta > 0, "model.rope_theta", "must be > 0");
-    check(l.rope_scaling.factor == 0 || l.rope_scaling.factor >= 1, "model.rope_scaling.factor",
-          "must be 0 (off) or >= 1");
-  } else {
-    const auto& x = m.mixtral;
-    validate_attention(check, "model.", x.vocab_size, x.dim, x.n_layers, x.n_heads, x.n_kv_heads,
-                       x.ffn_dim, x.max_seq_len);
-    positive(check, "model.n_experts", x.n_experts);
-    check(x.top_k >= 1 && x.top_k <= x.n_experts, "model.top_k",
-          "must be in [1, n_experts = " + std::to_string(x.n_experts) + "], got " +
-              std::to_string(x.top_k));
-    check(x.aux_loss_coef >= 0, "model.aux_loss_coef", "must be >= 0");
-  }
+  m.options->validate([&](const std::string& field, const std::string& message) {
+    check(false, "model." + field, message);
+  });
 
   int inferred = 0;
   std::set<std::string> names;
@@ -360,16 +266,14 @@ void apply_override(json& cfg, const std::string& source, const std::string& kv)
 
 }  // namespace
 
-int64_t ModelConfig::max_seq_len() const {
-  if (type == "gpt") return gpt.n_positions;
-  if (type == "llama") return llama.max_seq_len;
-  return mixtral.max_seq_len;
-}
+ModelConfig::ModelConfig() : options(models::default_options(type)) {}
 
-int64_t ModelConfig::vocab_size() const {
-  if (type == "gpt") return gpt.vocab_size;
-  if (type == "llama") return llama.vocab_size;
-  return mixtral.vocab_size;
+ModelConfig::ModelConfig(const ModelConfig& other)
+    : type(other.type), options(other.options->clone()) {}
+
+ModelConfig& ModelConfig::operator=(const ModelConfig& other) {
+  if (this != &other) type = other.type, options = other.options->clone();
+  return *this;
 }
 
 Config Config::from_json(const std::string& text, const std::string& source,

@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "common/train_util.h"
-#include "llama.h"
+#include "llama/llama.h"
 #include "vescale/checkpoint/distributed_checkpoint.h"
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/dist/world.h"

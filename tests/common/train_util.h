@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "llama.h"
+#include "llama/llama.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/plan/plan.h"
 

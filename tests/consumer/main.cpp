@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "llama.h"  // include/vescale/models/, from vescale::models
+#include "llama/llama.h"  // include/vescale/models/, from vescale::models
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "common/train_util.h"
-#include "gpt.h"
-#include "llama.h"
+#include "gpt/gpt.h"
+#include "llama/llama.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/mesh/device_mesh.h"

@@ -8,7 +8,7 @@
 #include <torch/autograd.h>
 
 #include "vescale/kernels/simd_level.h"
-#include "layer_norm.h"
+#include "shared/layer_norm.h"
 #include "vescale/kernels/layer_norm.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adamw.h>
 
-#include "gpt.h"
+#include "gpt/gpt.h"
 
 using models::GPT;
 using models::GPTOptions;

@@ -12,10 +12,10 @@
 #include <fstream>
 #include <iostream>
 
-#include "gpt.h"
-#include "hf_import.h"
-#include "llama.h"
-#include "mixtral.h"
+#include "gpt/gpt.h"
+#include "shared/hf_import.h"
+#include "llama/llama.h"
+#include "mixtral/mixtral.h"
 #include "vescale/checkpoint/safetensors.h"
 
 using json = nlohmann::json;

@@ -6,8 +6,8 @@
 
 #include <cmath>
 
-#include "hf_import.h"
-#include "llama.h"
+#include "shared/hf_import.h"
+#include "llama/llama.h"
 
 TEST_CASE(
     "permute_interleaved_rope makes our rotate-half RoPE give Meta's interleaved attention scores",

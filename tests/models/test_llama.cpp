@@ -9,8 +9,8 @@
 #include <cmath>
 #include <numbers>
 
-#include "llama.h"
-#include "meta_device.h"
+#include "llama/llama.h"
+#include "shared/meta_device.h"
 
 using models::Llama;
 using models::LlamaOptions;

@@ -10,8 +10,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "meta_device.h"
-#include "mixtral.h"
+#include "shared/meta_device.h"
+#include "mixtral/mixtral.h"
 
 using models::Mixtral;
 using models::MixtralOptions;

@@ -15,7 +15,7 @@
 #include <map>
 #include <optional>
 
-#include "llama.h"
+#include "llama/llama.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/parallel/grad_reducer.h"
 #include "vescale/parallel/zero_optimizer.h"

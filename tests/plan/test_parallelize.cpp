@@ -11,9 +11,9 @@
 #include <cstdio>
 #include <map>
 
-#include "gpt.h"
-#include "llama.h"
-#include "mixtral.h"
+#include "gpt/gpt.h"
+#include "llama/llama.h"
+#include "mixtral/mixtral.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/parallel/grad_reduce.h"
 #include "common/train_util.h"

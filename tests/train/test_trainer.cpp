@@ -14,8 +14,8 @@
 #include <fstream>
 #include <limits>
 
-#include "gpt.h"
-#include "mixtral.h"
+#include "gpt/gpt.h"
+#include "mixtral/mixtral.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/common/check.h"
 #include "vescale/dist/world.h"
@@ -308,7 +308,7 @@ TEST_CASE(
     "Mixtral's aux loss under activation checkpointing: the same value, counted once, same grads",
     "[trainer]") {
   const auto cfg = tiny_mixtral();
-  REQUIRE(cfg.model.mixtral.aux_loss_coef > 0);
+  REQUIRE(cfg.model.as<models::MixtralOptions>().aux_loss_coef > 0);
   torch::manual_seed(3);
   Model plain = build_model(cfg.model);
   torch::manual_seed(3);
@@ -334,7 +334,7 @@ TEST_CASE(
   const Out want = run(plain, true), got = run(ckpt, true);
   CHECK(got.ce == want.ce);
   CHECK(got.aux == want.aux);                         // the forward's own value, once
-  CHECK(want.aux > cfg.model.mixtral.aux_loss_coef);  // coef x (~top_k when balanced)
+  CHECK(want.aux > cfg.model.as<models::MixtralOptions>().aux_loss_coef);  // coef x (~top_k when balanced)
   for (auto& [name, g] : want.grads) {
     INFO(name << ": max |diff| " << max_diff(got.grads.at(name), g));
     CHECK(max_diff(got.grads.at(name), g) <= 1e-6);

@@ -57,21 +57,22 @@ at::Tensor redistribute(const at::Tensor& dtensor, Placements placements);
 // rank.)
 std::string describe(const at::Tensor& dtensor);
 
-// Factory calls that name the dtensor device but have no DTensor input (torch::ones(n,
-// x.options())) create Replicate DTensors on this mesh. Set automatically by the first DTensor
-// made.
+// Process-wide. Factory calls that name the dtensor device but have no DTensor input
+// (torch::ones(n, x.options())) create Replicate DTensors on this mesh. Set automatically by the
+// first DTensor made.
 void set_default_mesh(const mesh::DeviceMesh& mesh);
 
-// Ops without a sharding rule fail naming the op and its input specs. With this on, they
-// instead gather every input to Replicate, run, and return Replicate outputs, warning once
-// per op. Also on when VESCALE_DTENSOR_REPLICATE_FALLBACK=1.
+// Process-wide. Ops without a sharding rule fail naming the op and its input specs. With this on,
+// they instead gather every input to Replicate, run, and return Replicate outputs, warning once per
+// op. Also on when VESCALE_DTENSOR_REPLICATE_FALLBACK=1.
 void set_replicate_fallback(bool on);
 
 // Static eager (docs/dtensor.md): the first step records, per thread and in call order, what the
 // dispatcher decided for each op; later steps replay it by position, checking only that each
 // call has the recorded op, input specs and arguments. A call that differs (new shapes, other
 // placements) runs eagerly and records anew from there. Call static_eager_step() at the start
-// of every training step so the replay restarts at the first call.
+// of every training step so the replay restarts at the first call. Process-wide switch; the
+// tapes are per thread.
 void set_static_eager(bool on);
 bool static_eager();
 void static_eager_step();

@@ -54,7 +54,16 @@ struct Strategy {
 
 using Rule = std::function<Strategy(const OpCall&)>;
 
-// Registers `rule` for op names (with overload, or "aten::name" for every overload).
-void register_rule(const std::string& name, Rule rule);
+struct RuleOptions {
+  // Take the rule even when every input is Replicate. Without it such calls skip the rule
+  // (replicated in, replicated out, the op run as it is). For rules that do more than choose
+  // placements: views whose shard may need a reshape, permutations that give strides, ops whose
+  // local_fn is the computation.
+  bool even_when_replicated = false;
+};
+
+// Registers `rule` for op names (with overload, or "ns::name" for every overload), e.g.
+// "aten::mm", "aten::add.Tensor", "vescale::causal_attention_forward".
+void register_rule(const std::string& name, Rule rule, RuleOptions options = {});
 
 }  // namespace vescale::dtensor

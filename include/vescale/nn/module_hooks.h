@@ -31,8 +31,10 @@ struct ForwardHooks {
   std::function<at::Tensor(const std::vector<at::Tensor>&, const Forward&)> around;
 };
 
-// Install hooks before running forward (the table is read without locks). Installing an
-// empty ForwardHooks removes a module's hooks.
+// Process-wide: one table for every module of the process (parallelize fills it;
+// plan::remove_forward_hooks empties one model's part). Install hooks before running forward
+// (the table is read without locks). Installing an empty ForwardHooks removes a module's hooks;
+// clear_all_forward_hooks() empties the whole table, every model's.
 void set_forward_hooks(const torch::nn::Module* module, ForwardHooks hooks);
 void clear_all_forward_hooks();
 // The module's hooks, or nullptr; one relaxed load when none are installed anywhere.

@@ -18,6 +18,7 @@ struct State {
   uint64_t seed = 0;
   uint64_t offset = 0;
 };
+// Process-wide: one generator for the process (every thread, every mesh).
 void manual_seed(uint64_t seed);  // offset back to 0
 State get_state();
 void set_state(const State& s);

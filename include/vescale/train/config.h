@@ -5,71 +5,39 @@
 // the JSON before it is read, so they get the same checks.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "registry.h"  // models/: the model families
+
 namespace vescale::train {
 
-// GPT-2 / nanoGPT (models::GPTOptions).
-struct GptConfig {
-  int64_t vocab_size = 50257;
-  int64_t n_positions = 1024;
-  int64_t n_embd = 768;
-  int64_t n_layer = 12;
-  int64_t n_head = 12;
-  double dropout = 0.0;
-  double layer_norm_eps = 1e-5;
-  bool bias = true;  // biases in the Linears (GPT-2); false is nanoGPT's bias=False
-};
-
-// Llama 3.1's "llama3" rotary frequency scaling; off when factor is 0.
-struct RopeScalingConfig {
-  double factor = 0.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  int64_t original_max_position_embeddings = 8192;
-};
-
-// LLaMA-3 (models::LlamaOptions); defaults are LLaMA-3 8B.
-struct LlamaConfig {
-  int64_t vocab_size = 128256;
-  int64_t dim = 4096;
-  int64_t n_layers = 32;
-  int64_t n_heads = 32;
-  int64_t n_kv_heads = 8;
-  int64_t ffn_dim = 14336;
-  double norm_eps = 1e-5;
-  double rope_theta = 500000.0;
-  RopeScalingConfig rope_scaling;
-  int64_t max_seq_len = 8192;
-  bool tie_embeddings = false;
-};
-
-// Mixtral: LLaMA-style attention and a sparse MoE feed-forward; defaults are Mixtral 8x7B.
-struct MixtralConfig {
-  int64_t vocab_size = 32000;
-  int64_t dim = 4096;
-  int64_t n_layers = 32;
-  int64_t n_heads = 32;
-  int64_t n_kv_heads = 8;
-  int64_t ffn_dim = 14336;  // hidden size of each expert
-  double norm_eps = 1e-5;
-  double rope_theta = 1000000.0;
-  int64_t max_seq_len = 32768;
-  bool tie_embeddings = false;
-  int64_t n_experts = 8;
-  int64_t top_k = 2;
-  double aux_loss_coef = 0.02;  // weight of the load-balancing loss
-};
-
+// model: model.type picks the family in the model registry (models/registry.h), whose options
+// struct holds the other model.* fields (models/gpt/gpt_options.h, llama/llama_options.h,
+// mixtral/mixtral_options.h; docs/train.md lists them).
 struct ModelConfig {
-  std::string type = "gpt";  // gpt | llama | mixtral: which of the structs below is read
-  GptConfig gpt;
-  LlamaConfig llama;
-  MixtralConfig mixtral;
-  int64_t max_seq_len() const;  // the longest sequence the model accepts
-  int64_t vocab_size() const;
+  std::string type = "gpt";
+  std::shared_ptr<models::ModelOptions> options;  // never null; the family's defaults at first
+
+  ModelConfig();
+  ModelConfig(const ModelConfig& other);  // copies the options, not the pointer
+  ModelConfig& operator=(const ModelConfig& other);
+  ModelConfig(ModelConfig&&) = default;
+  ModelConfig& operator=(ModelConfig&&) = default;
+
+  // The family's options struct: config.model.as<models::LlamaOptions>().dim.
+  template <class T>
+  const T& as() const {
+    return options->as<T>();
+  }
+  template <class T>
+  T& as() {
+    return options->as<T>();
+  }
+  int64_t max_seq_len() const { return options->max_seq_len(); }  // the longest sequence
+  int64_t vocab_size() const { return options->vocab_size(); }
 };
 
 struct ParallelConfig {

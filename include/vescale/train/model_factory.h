@@ -1,6 +1,6 @@
-// Models from the config: build one (models::GPT, Llama, Mixtral), or describe one without
-// memory (built on the meta device: real names and shapes, no storage), for dry runs of models
-// far larger than this machine.
+// Models from the config, through the model registry (models/registry.h, models/model.h): build
+// one, or describe one without memory (built on the meta device: real names and shapes, no
+// storage), for dry runs of models far larger than this machine.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "model.h"  // models/: the registry's builders
 #include "vescale/train/config.h"
 
 namespace torch::nn {
@@ -21,23 +22,8 @@ namespace vescale::train {
 
 using ParamShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
-struct Model {
-  std::shared_ptr<torch::nn::Module> module;
-  // tokens [B, T] (int64) -> logits [B, T, vocab]
-  std::function<at::Tensor(const at::Tensor&)> forward;
-  // Reruns the model's own initialisation in place (after parallelize made the parameters
-  // DTensors, it goes through the consistent RNG).
-  std::function<void()> init;
-  // A loss term the model adds (Mixtral's load balancing), or an empty function.
-  std::function<at::Tensor()> aux_loss;
-  // The transformer blocks, as module FQN patterns with '*' matching one name component
-  // ("h.*"): activation checkpointing wraps each of them.
-  std::string block_pattern;
-  // The tensors a block's forward leaves in its members for code after the forward that
-  // needs their gradients (Mixtral's router logits, read by the aux loss): activation
-  // checkpointing returns them from the checkpoint (train/activation_checkpoint.h).
-  std::function<std::vector<at::Tensor*>(torch::nn::Module& block)> block_side_outputs;
-};
+// What the trainer drives (models/model.h): the module, forward, init, aux loss, blocks.
+using Model = models::Model;
 
 // Builds and initializes the model on the CPU (init uses libtorch's generator, so seed it).
 Model build_model(const ModelConfig& config);

@@ -133,8 +133,11 @@ Strategy sdpa_backward(const OpCall& call) {
 
 void register_attention_rules() {
   at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&sdp_choice);
-  register_rule("aten::_scaled_dot_product_fused_attention_overrideable", sdpa_forward);
-  register_rule("aten::_scaled_dot_product_fused_attention_overrideable_backward", sdpa_backward);
+  // Even on replicated inputs: the ops have no CPU kernel of their own; local_fn computes.
+  const RuleOptions always{.even_when_replicated = true};
+  register_rule("aten::_scaled_dot_product_fused_attention_overrideable", sdpa_forward, always);
+  register_rule("aten::_scaled_dot_product_fused_attention_overrideable_backward", sdpa_backward,
+                always);
 }
 
 }  // namespace vescale::dtensor

@@ -238,11 +238,16 @@ Strategy slice_backward(const OpCall& call) {
 }  // namespace
 
 void register_view_rules() {
-  register_rule("aten::t", [](const OpCall& c) { return transpose(c, 0, 1); });
-  register_rule("aten::transpose.int", [](const OpCall& c) {
-    return transpose(c, c.arg("dim0").toInt(), c.arg("dim1").toInt());
-  });
-  register_rule("aten::permute", permute);
+  // Even on replicated inputs: a shard may be a transposed view that only a reshape can handle, and
+  // the permutations give the output's strides (Strategy::dims_from).
+  const RuleOptions always{.even_when_replicated = true};
+  register_rule(
+      "aten::t", [](const OpCall& c) { return transpose(c, 0, 1); }, always);
+  register_rule(
+      "aten::transpose.int",
+      [](const OpCall& c) { return transpose(c, c.arg("dim0").toInt(), c.arg("dim1").toInt()); },
+      always);
+  register_rule("aten::permute", permute, always);
   register_rule("aten::unsqueeze", unsqueeze);
   register_rule("aten::squeeze.dim", squeeze_dim);
   register_rule("aten::select.int", [](const OpCall& c) { return along_dim(c, true); });
@@ -251,8 +256,8 @@ void register_view_rules() {
   register_rule("aten::split.Tensor", [](const OpCall& c) { return along_dim(c, false); });
   register_rule("aten::split_with_sizes", [](const OpCall& c) { return along_dim(c, false); });
   register_rule("aten::expand", expand);
-  register_rule("aten::view", view);
-  register_rule("aten::_unsafe_view", view);
+  register_rule("aten::view", view, always);
+  register_rule("aten::_unsafe_view", view, always);
   register_rule("aten::reshape", view);
   register_rule("aten::cat", cat);
   register_rule("aten::select_backward", select_backward);

@@ -1,4 +1,4 @@
-#include "layer_norm.h"
+#include "shared/layer_norm.h"
 
 #include "vescale/kernels/layer_norm.h"
 

@@ -20,7 +20,8 @@
 // and HF import is a stack of the per-expert weights, unchanged in layout. (transformers 5
 // fuses w1 and w3 into gate_up_proj in memory but saves the per-expert names above.)
 #pragma once
-#include "llama.h"
+#include "llama/llama.h"
+#include "mixtral/mixtral_options.h"
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -30,24 +31,6 @@
 #include <vector>
 
 namespace models {
-
-struct MixtralOptions {
-  int64_t vocab_size = 32000;
-  int64_t dim = 4096;
-  int64_t n_layers = 32;
-  int64_t n_heads = 32;
-  int64_t n_kv_heads = 8;
-  int64_t ffn_dim = 14336;  // hidden size of each expert's SwiGLU
-  int64_t n_experts = 8;
-  int64_t top_k = 2;
-  double norm_eps = 1e-5;
-  double rope_theta = 1000000.0;
-  RopeScaling rope_scaling = {};
-  int64_t max_seq_len = 32768;
-  bool tie_embeddings = false;
-  // The attention and norm part, as LLaMA options.
-  LlamaOptions llama() const;
-};
 
 MixtralOptions mixtral_8x7b();  // 46,702,792,704 parameters
 int64_t mixtral_parameter_count(const MixtralOptions& o);

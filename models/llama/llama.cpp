@@ -1,4 +1,4 @@
-#include "llama.h"
+#include "llama/llama.h"
 
 #include "vescale/kernels/attention.h"
 #include "vescale/nn/module_hooks.h"

@@ -1,4 +1,4 @@
-#include "meta_device.h"
+#include "shared/meta_device.h"
 
 #include <torch/nn/module.h>
 

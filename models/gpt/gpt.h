@@ -7,8 +7,9 @@
 // Linear weights are [out, in] (models::Linear); HF's Conv1D stores [in, out], so import
 // transposes them. The LM head is wte (tied), so it has no parameter of its own.
 #pragma once
-#include "layer_norm.h"
-#include "linear.h"
+#include "shared/layer_norm.h"
+#include "shared/linear.h"
+#include "gpt/gpt_options.h"
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -18,17 +19,6 @@
 #include <torch/nn/pimpl.h>
 
 namespace models {
-
-struct GPTOptions {
-  int64_t vocab_size = 50257;
-  int64_t n_positions = 1024;
-  int64_t n_embd = 768;
-  int64_t n_layer = 12;
-  int64_t n_head = 12;
-  double dropout = 0.0;
-  bool bias = true;  // biases in the Linears (GPT-2); nanoGPT's bias=False drops them
-  double layer_norm_eps = 1e-5;
-};
 
 struct GPTAttentionImpl : torch::nn::Module {
   explicit GPTAttentionImpl(const GPTOptions& o);

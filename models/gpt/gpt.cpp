@@ -1,4 +1,4 @@
-#include "gpt.h"
+#include "gpt/gpt.h"
 
 #include "vescale/kernels/attention.h"
 #include "vescale/kernels/gelu.h"
@@ -25,7 +25,8 @@ GPTAttentionImpl::GPTAttentionImpl(const GPTOptions& o) : n_head(o.n_head), drop
 }
 
 torch::Tensor GPTAttentionImpl::forward(const torch::Tensor& x) {
-  auto y = vescale::kernels::causal_attention_packed(call(c_attn, x), n_head, is_training() ? dropout : 0.0);
+  auto y = vescale::kernels::causal_attention_packed(call(c_attn, x), n_head,
+                                                     is_training() ? dropout : 0.0);
   return call(resid_dropout, call(c_proj, y));
 }
 

@@ -1,4 +1,4 @@
-#include "mixtral.h"
+#include "mixtral/mixtral.h"
 
 #include "vescale/nn/module_hooks.h"
 

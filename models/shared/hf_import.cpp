@@ -1,8 +1,8 @@
-#include "hf_import.h"
+#include "shared/hf_import.h"
 
-#include "gpt.h"
-#include "llama.h"
-#include "mixtral.h"
+#include "gpt/gpt.h"
+#include "llama/llama.h"
+#include "mixtral/mixtral.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>

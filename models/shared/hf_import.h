@@ -24,7 +24,7 @@ struct LlamaOptions;
 struct MixtralOptions;
 struct GPTOptions;
 
-using StateDict = std::map<std::string, at::Tensor>;
+using StateDict = std::map<std::string, at::Tensor>;  // as in models/model.h
 
 StateDict llama_from_hf(const StateDict& hf, const LlamaOptions& o);
 // Per-expert w1/w2/w3 stacked into [E, out, in].

@@ -1,0 +1,39 @@
+// model.type "gpt" in the registry: the module, FLOPs, blocks, Hugging Face import, plans.
+#include <torch/nn/module.h>
+
+#include "shared/hf_import.h"
+#include "gpt/gpt.h"
+#include "model.h"
+
+namespace models {
+namespace {
+
+Model build(const ModelOptions& options) {
+  auto gpt = GPT(options.as<GPTOptions>());
+  Model m;
+  m.module = gpt.ptr();
+  m.forward = [impl = gpt.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
+  m.init = [impl = gpt.ptr()] { impl->init_weights(); };
+  m.block_pattern = "h.*";
+  return m;
+}
+
+const bool registered =
+    (register_builder({
+         .type = "gpt",
+         .build = build,
+         // Positions are looked up; wte multiplies as the tied head.
+         .matmul_fraction =
+             [](const ModelOptions&, const std::string& name, const std::vector<int64_t>&) {
+               return name == "wpe.weight" ? 0.0 : 1.0;
+             },
+         .from_hf = [](const StateDict& hf,
+                       const ModelOptions& o) { return gpt2_from_hf(hf, o.as<GPTOptions>()); },
+         .plans = {{"tp", "configs/plans/gpt2_tp.json"},
+                   {"tp_sp", "configs/plans/gpt2_tp_sp.json"},
+                   {"dp_tp", "configs/plans/gpt2_dp_tp.json"}},
+     }),
+     true);
+
+}  // namespace
+}  // namespace models

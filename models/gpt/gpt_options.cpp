@@ -1,0 +1,55 @@
+// model.type "gpt": GPTOptions as model.* fields, and their checks.
+#include "gpt/gpt_options.h"
+
+#include <memory>
+
+#include "shared/options_impl.h"
+
+namespace models {
+namespace {
+
+template <class V>
+void visit(V& v, GPTOptions& c) {
+  v.field("vocab_size", c.vocab_size);
+  v.field("n_positions", c.n_positions);
+  v.field("n_embd", c.n_embd);
+  v.field("n_layer", c.n_layer);
+  v.field("n_head", c.n_head);
+  v.field("dropout", c.dropout);
+  v.field("layer_norm_eps", c.layer_norm_eps);
+  v.field("bias", c.bias);
+}
+
+struct GptModelOptions final : OptionsImpl<GPTOptions> {
+  GptModelOptions() : OptionsImpl("gpt", GPTOptions{}) {}
+  std::unique_ptr<ModelOptions> clone() const override {
+    return std::make_unique<GptModelOptions>(*this);
+  }
+  void read(vescale::json_schema::Reader& r) override { visit(r, value); }
+  void write(vescale::json_schema::Writer& w) const override {
+    GPTOptions copy = value;
+    visit(w, copy);
+  }
+  void validate(const Fail& fail) const override {
+    const auto& g = value;
+    check_positive(fail, "vocab_size", g.vocab_size);
+    check_positive(fail, "n_positions", g.n_positions);
+    check_positive(fail, "n_embd", g.n_embd);
+    check_positive(fail, "n_layer", g.n_layer);
+    check_positive(fail, "n_head", g.n_head);
+    if (g.n_embd % g.n_head != 0)
+      fail("n_embd", std::to_string(g.n_embd) + " must be divisible by n_head (" +
+                         std::to_string(g.n_head) + ")");
+    if (!(g.dropout >= 0 && g.dropout < 1)) fail("dropout", "must be in [0, 1)");
+  }
+  int64_t vocab_size() const override { return value.vocab_size; }
+  int64_t max_seq_len() const override { return value.n_positions; }
+  int64_t n_layers() const override { return value.n_layer; }
+  int64_t dim() const override { return value.n_embd; }
+};
+
+const bool registered =
+    (register_family({"gpt", [] { return std::make_unique<GptModelOptions>(); }}), true);
+
+}  // namespace
+}  // namespace models

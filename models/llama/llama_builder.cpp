@@ -1,0 +1,42 @@
+// model.type "llama" in the registry: the module, FLOPs, blocks, Hugging Face import, plans.
+#include <torch/nn/module.h>
+
+#include "shared/hf_import.h"
+#include "llama/llama.h"
+#include "model.h"
+
+namespace models {
+namespace {
+
+Model build(const ModelOptions& options) {
+  auto llama = Llama(options.as<LlamaOptions>());
+  Model m;
+  m.module = llama.ptr();
+  m.forward = [impl = llama.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
+  m.init = [impl = llama.ptr()] { impl->init_weights(); };
+  m.block_pattern = "layers.*";
+  return m;
+}
+
+const bool registered =
+    (register_builder({
+         .type = "llama",
+         .build = build,
+         // An untied embedding is looked up; tied, it multiplies as the head.
+         .matmul_fraction =
+             [](const ModelOptions& o, const std::string& name, const std::vector<int64_t>&) {
+               const bool lookup =
+                   name == "tok_embeddings.weight" && !o.as<LlamaOptions>().tie_embeddings;
+               return lookup ? 0.0 : 1.0;
+             },
+         .from_hf = [](const StateDict& hf,
+                       const ModelOptions& o) { return llama_from_hf(hf, o.as<LlamaOptions>()); },
+         .plans = {{"tp", "configs/plans/llama_tp.json"},
+                   {"tp_sp", "configs/plans/llama_tp_sp.json"},
+                   {"dp_tp", "configs/plans/llama_dp_tp.json"},
+                   {"dp_tp_sp", "configs/plans/llama_dp_tp_sp.json"}},
+     }),
+     true);
+
+}  // namespace
+}  // namespace models

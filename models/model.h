@@ -1,0 +1,63 @@
+// A built model as the trainer drives it, and the builder half of the registry
+// (models/registry.h): what each family registers from models/<family>/<family>_builder.cpp.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "registry.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace models {
+
+using StateDict = std::map<std::string, at::Tensor>;
+
+struct Model {
+  std::shared_ptr<torch::nn::Module> module;
+  // tokens [B, T] (int64) -> logits [B, T, vocab]
+  std::function<at::Tensor(const at::Tensor&)> forward;
+  // Reruns the model's own initialisation in place (after parallelize made the parameters
+  // DTensors, it goes through the consistent RNG).
+  std::function<void()> init;
+  // A loss term the model adds (Mixtral's load balancing), or an empty function.
+  std::function<at::Tensor()> aux_loss;
+  // The transformer blocks, as module FQN patterns with '*' matching one name component
+  // ("h.*"): activation checkpointing wraps each of them.
+  std::string block_pattern;
+  // The tensors a block's forward leaves in its members for code after the forward that
+  // needs their gradients (Mixtral's router logits, read by the aux loss): activation
+  // checkpointing returns them from the checkpoint.
+  std::function<std::vector<at::Tensor*>(torch::nn::Module& block)> block_side_outputs;
+};
+
+struct ModelBuilder {
+  std::string type;  // model.type
+  // Builds and initializes the model (on the CPU, or the meta device under MetaDeviceScope).
+  std::function<Model(const ModelOptions&)> build;
+  // The fraction of a weight's elements that multiply once per token, for FLOPs: 1 for dense
+  // weights, 0 for lookup tables (untied embeddings, GPT's positions), top_k / n_experts for
+  // stacked experts. Called for weights of 2 or more dims.
+  std::function<double(const ModelOptions&, const std::string& name,
+                       const std::vector<int64_t>& shape)>
+      matmul_fraction;
+  // A Hugging Face state dict in our names and layouts (models/common/hf_import.h).
+  std::function<StateDict(const StateDict& hf, const ModelOptions&)> from_hf;
+  // The plans shipped for this family: name -> file under the repository ("tp" ->
+  // "configs/plans/llama_tp.json").
+  std::vector<std::pair<std::string, std::string>> plans;
+};
+
+// Called by each family's builder file at load time.
+void register_builder(ModelBuilder builder);
+// The builder of model.type `type`; throws naming the registered types.
+const ModelBuilder& builder(const std::string& type);
+
+}  // namespace models

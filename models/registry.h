@@ -1,0 +1,74 @@
+// The model registry: what the framework knows of a model family, registered from the family's
+// own folder (models/<family>/). Adding a model is its folder and its lines in
+// models/CMakeLists.txt: an options file (the struct, its model.* JSON fields and checks) and a
+// builder file (the module, FLOPs, the transformer blocks, the Hugging Face import, the shipped
+// plans). The options half is plain C++ (the train config and its fuzzer read it without
+// libtorch); the builder half is in models/model.h.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "vescale/common/check.h"
+
+namespace vescale::json_schema {
+class Reader;  // vescale/common/json_schema.h
+class Writer;
+}  // namespace vescale::json_schema
+
+namespace models {
+
+// One family's options, type-erased: the train config holds them without knowing the family.
+class ModelOptions {
+ public:
+  virtual ~ModelOptions() = default;
+  virtual const std::string& type() const = 0;  // "gpt", "llama", ...: model.type
+  virtual std::unique_ptr<ModelOptions> clone() const = 0;
+  // The model.* fields other than "type", read and checked for type, or written back.
+  virtual void read(vescale::json_schema::Reader& r) = 0;
+  virtual void write(vescale::json_schema::Writer& w) const = 0;
+  // Checks of the values beyond their types: calls fail(field, message) for the first bad one
+  // (the config throws naming model.<field>).
+  using Fail = std::function<void(const std::string& field, const std::string& message)>;
+  virtual void validate(const Fail& fail) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t max_seq_len() const = 0;
+  virtual int64_t n_layers() const = 0;
+  virtual int64_t dim() const = 0;  // the residual width
+
+  // The options struct itself (GPTOptions, LlamaOptions, ...), or an error naming both types.
+  template <class T>
+  const T& as() const {
+    const void* p = get(typeid(T));
+    VESCALE_CHECK(p, "model options: model.type '", type(), "' does not have ", typeid(T).name());
+    return *static_cast<const T*>(p);
+  }
+  template <class T>
+  T& as() {
+    return const_cast<T&>(static_cast<const ModelOptions*>(this)->as<T>());
+  }
+
+ protected:
+  virtual const void* get(const std::type_info& t) const = 0;
+};
+
+struct ModelFamily {
+  std::string type;
+  std::function<std::unique_ptr<ModelOptions>()> defaults;  // the family's default options
+};
+
+// Called by each family's options file at load time.
+void register_family(ModelFamily family);
+// The family of model.type `type`, or null.
+const ModelFamily* find_family(const std::string& type);
+// "'bert' is not one of gpt, llama, mixtral" (with a guess when one is close).
+std::string unknown_type_message(const std::string& type);
+std::vector<std::string> family_types();  // registered, sorted
+
+// The default options of a registered family; throws naming model.type when it is unknown.
+std::unique_ptr<ModelOptions> default_options(const std::string& type);
+
+}  // namespace models
