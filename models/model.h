@@ -48,8 +48,10 @@ struct ModelBuilder {
   std::function<double(const ModelOptions&, const std::string& name,
                        const std::vector<int64_t>& shape)>
       matmul_fraction;
-  // A Hugging Face state dict in our names and layouts (models/common/hf_import.h).
+  // A Hugging Face state dict in our names and layouts, and ours in Hugging Face's
+  // (models/shared/hugging_face.h).
   std::function<StateDict(const StateDict& hf, const ModelOptions&)> from_hf;
+  std::function<StateDict(const StateDict& ours, const ModelOptions&)> to_hf;
   // The plans shipped for this family: name -> file under the repository ("tp" ->
   // "configs/plans/llama_tp.json").
   std::vector<std::pair<std::string, std::string>> plans;

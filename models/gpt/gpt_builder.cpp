@@ -1,7 +1,7 @@
 // model.type "gpt" in the registry: the module, FLOPs, blocks, Hugging Face import, plans.
 #include <torch/nn/module.h>
 
-#include "shared/hf_import.h"
+#include "shared/hugging_face.h"
 #include "gpt/gpt.h"
 #include "model.h"
 
@@ -29,6 +29,8 @@ const bool registered =
              },
          .from_hf = [](const StateDict& hf,
                        const ModelOptions& o) { return gpt2_from_hf(hf, o.as<GPTOptions>()); },
+         .to_hf = [](const StateDict& ours,
+                     const ModelOptions& o) { return gpt2_to_hf(ours, o.as<GPTOptions>()); },
          .plans = {{"tp", "configs/plans/gpt2_tp.json"},
                    {"tp_sp", "configs/plans/gpt2_tp_sp.json"},
                    {"dp_tp", "configs/plans/gpt2_dp_tp.json"}},

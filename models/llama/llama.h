@@ -21,7 +21,7 @@
 // RoPE uses the rotate-half convention (pairs (j, j + head_dim/2)), as Hugging Face does, so
 // HF weights load unchanged. Meta's original checkpoints rotate interleaved pairs (2j, 2j+1):
 // importing those needs the usual permutation of wq and wk rows (HF's convert_llama_weights
-// does the same), see models/hf_import.h.
+// does the same), see models/shared/hugging_face.h.
 #pragma once
 #include "shared/linear.h"
 #include "llama/llama_options.h"

@@ -1,7 +1,7 @@
 // model.type "llama" in the registry: the module, FLOPs, blocks, Hugging Face import, plans.
 #include <torch/nn/module.h>
 
-#include "shared/hf_import.h"
+#include "shared/hugging_face.h"
 #include "llama/llama.h"
 #include "model.h"
 
@@ -31,6 +31,8 @@ const bool registered =
              },
          .from_hf = [](const StateDict& hf,
                        const ModelOptions& o) { return llama_from_hf(hf, o.as<LlamaOptions>()); },
+         .to_hf = [](const StateDict& ours,
+                     const ModelOptions& o) { return llama_to_hf(ours, o.as<LlamaOptions>()); },
          .plans = {{"tp", "configs/plans/llama_tp.json"},
                    {"tp_sp", "configs/plans/llama_tp_sp.json"},
                    {"dp_tp", "configs/plans/llama_dp_tp.json"},

@@ -2,7 +2,7 @@
 // import, plans.
 #include <torch/nn/module.h>
 
-#include "shared/hf_import.h"
+#include "shared/hugging_face.h"
 #include "mixtral/mixtral.h"
 #include "model.h"
 
@@ -47,6 +47,8 @@ const bool registered =
              [](const StateDict& hf, const ModelOptions& o) {
                return mixtral_from_hf(hf, o.as<MixtralOptions>());
              },
+         .to_hf = [](const StateDict& ours,
+                     const ModelOptions& o) { return mixtral_to_hf(ours, o.as<MixtralOptions>()); },
          .plans = {{"tp", "configs/plans/mixtral_tp.json"}},
      }),
      true);

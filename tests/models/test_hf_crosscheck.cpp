@@ -13,7 +13,7 @@
 #include <iostream>
 
 #include "gpt/gpt.h"
-#include "shared/hf_import.h"
+#include "shared/hugging_face.h"
 #include "llama/llama.h"
 #include "mixtral/mixtral.h"
 #include "vescale/checkpoint/safetensors.h"

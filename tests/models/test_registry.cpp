@@ -87,6 +87,16 @@ TEST_CASE("a builder builds the model its options describe", "[registry]") {
   // FLOPs: positions are looked up, the tied wte multiplies.
   CHECK(models::builder("gpt").matmul_fraction(*o, "wpe.weight", {8, 16}) == 0.0);
   CHECK(models::builder("gpt").matmul_fraction(*o, "wte.weight", {32, 16}) == 1.0);
+  // The Hugging Face adapter both ways, through the registry.
+  const auto sd = [&] {
+    models::StateDict d;
+    for (const auto& p : m.module->named_parameters()) d[p.key()] = p.value().detach();
+    return d;
+  }();
+  const auto& b = models::builder("gpt");
+  const auto back = b.from_hf(b.to_hf(sd, *o), *o);
+  CHECK(back.size() == sd.size());
+  CHECK(at::equal(back.at("h.1.attn.c_attn.weight"), sd.at("h.1.attn.c_attn.weight")));
   auto x = models::default_options("mixtral");
   CHECK(models::builder("mixtral").matmul_fraction(*x, "layers.0.feed_forward.experts.w1",
                                                    {8, 14336, 4096}) == 2.0 / 8.0);

@@ -1,5 +1,5 @@
-// Hugging Face state dicts to ours, and a strict load_state_dict. libtorch only: the tensors
-// come from any reader (vescale::checkpoint::load_safetensors reads model.safetensors).
+// Hugging Face state dicts to ours and back, and a strict load_state_dict. libtorch only: the
+// tensors come from any reader (vescale::checkpoint::load_safetensors reads model.safetensors).
 //
 //   auto hf = vescale::checkpoint::load_safetensors("llama/model.safetensors");
 //   models::Llama model(opts);
@@ -31,6 +31,14 @@ StateDict llama_from_hf(const StateDict& hf, const LlamaOptions& o);
 StateDict mixtral_from_hf(const StateDict& hf, const MixtralOptions& o);
 // Conv1D weights ([in, out]) transposed to Linear's [out, in]; lm_head dropped (tied to wte).
 StateDict gpt2_from_hf(const StateDict& hf, const GPTOptions& o);
+
+// Ours to Hugging Face's names and layouts, as save_pretrained writes them ("model." and
+// "transformer." prefixes; no lm_head.weight for a tied head; GPT-2's Conv1D [in, out]; Mixtral's
+// experts one by one). Each consumes every key of ours and needs every one the options imply;
+// from_hf of the result gives back the same tensors, bit for bit.
+StateDict llama_to_hf(const StateDict& ours, const LlamaOptions& o);
+StateDict mixtral_to_hf(const StateDict& ours, const MixtralOptions& o);
+StateDict gpt2_to_hf(const StateDict& ours, const GPTOptions& o);
 
 // Meta's original LLaMA checkpoints rotate interleaved pairs (2j, 2j+1); we (and HF) rotate
 // (j, j + head_dim/2). This reorders the rows of a Meta wq or wk ([n_heads * head_dim, dim])

@@ -1,4 +1,4 @@
-#include "shared/hf_import.h"
+#include "shared/hugging_face.h"
 
 #include "gpt/gpt.h"
 #include "llama/llama.h"
@@ -20,6 +20,7 @@ struct Source {
   StateDict left;
   std::vector<std::string> missing;
   std::string model;
+  const char* direction = "from Hugging Face";
 
   at::Tensor take(const std::string& key) {
     auto it = left.find(key);
@@ -41,8 +42,8 @@ struct Source {
       os << " unexpected:";
       for (const auto& [k, v] : left) os << " " << k;
     }
-    TORCH_CHECK(missing.empty() && left.empty(), model,
-                " from Hugging Face: the state dict does not match the options;", os.str(),
+    TORCH_CHECK(missing.empty() && left.empty(), model, " ", direction,
+                ": the state dict does not match the options;", os.str(),
                 ". Check the config (layers, experts, tie_word_embeddings) against the file");
   }
 };
@@ -143,6 +144,85 @@ StateDict gpt2_from_hf(const StateDict& hf, const GPTOptions& o) {
     }
     // Older transformers saved the causal mask as a buffer; it carries no weights.
     for (const char* buf : {"attn.bias", "attn.masked_bias"}) src.left.erase(p + buf);
+  }
+  src.finish();
+  return out;
+}
+
+// Ours to Hugging Face ---------------------------------------------------------------------
+
+namespace {
+
+// The inverse of map_llama_common.
+void llama_common_to_hf(Source& src, StateDict& out, int64_t n_layers, bool tied) {
+  out["model.embed_tokens.weight"] = src.take("tok_embeddings.weight");
+  out["model.norm.weight"] = src.take("norm.weight");
+  if (!tied) out["lm_head.weight"] = src.take("output.weight");
+  for (int64_t i = 0; i < n_layers; ++i) {
+    const std::string ours = "layers." + std::to_string(i) + ".", hf = "model." + ours;
+    out[hf + "input_layernorm.weight"] = src.take(ours + "attention_norm.weight");
+    out[hf + "post_attention_layernorm.weight"] = src.take(ours + "ffn_norm.weight");
+    for (auto [h, o] :
+         {std::pair{"q_proj", "wq"}, {"k_proj", "wk"}, {"v_proj", "wv"}, {"o_proj", "wo"}})
+      out[hf + "self_attn." + h + ".weight"] = src.take(ours + "attention." + o + ".weight");
+  }
+}
+
+}  // namespace
+
+StateDict llama_to_hf(const StateDict& ours, const LlamaOptions& o) {
+  Source src{ours, {}, "Llama", "to Hugging Face"};
+  StateDict out;
+  llama_common_to_hf(src, out, o.n_layers, o.tie_embeddings);
+  for (int64_t i = 0; i < o.n_layers; ++i) {
+    const std::string ours_l = "layers." + std::to_string(i) + ".feed_forward.",
+                      hf = "model.layers." + std::to_string(i) + ".mlp.";
+    out[hf + "gate_proj.weight"] = src.take(ours_l + "w1.weight");
+    out[hf + "down_proj.weight"] = src.take(ours_l + "w2.weight");
+    out[hf + "up_proj.weight"] = src.take(ours_l + "w3.weight");
+  }
+  src.finish();
+  return out;
+}
+
+StateDict mixtral_to_hf(const StateDict& ours, const MixtralOptions& o) {
+  Source src{ours, {}, "Mixtral", "to Hugging Face"};
+  StateDict out;
+  llama_common_to_hf(src, out, o.n_layers, o.tie_embeddings);
+  for (int64_t i = 0; i < o.n_layers; ++i) {
+    const std::string ours_l = "layers." + std::to_string(i) + ".feed_forward.";
+    const std::string hf = "model.layers." + std::to_string(i) + ".block_sparse_moe.";
+    out[hf + "gate.weight"] = src.take(ours_l + "router.weight");
+    for (const char* w : {"w1", "w2", "w3"}) {
+      const at::Tensor stacked = src.take(ours_l + "experts." + w);
+      if (!stacked.defined()) continue;
+      TORCH_CHECK(stacked.dim() == 3 && stacked.size(0) == o.n_experts,
+                  "Mixtral to Hugging Face: ", ours_l, "experts.", w, " has shape ",
+                  stacked.sizes(), ", not [n_experts = ", o.n_experts, ", out, in]");
+      for (int64_t e = 0; e < o.n_experts; ++e)
+        out[hf + "experts." + std::to_string(e) + "." + w + ".weight"] = stacked[e].contiguous();
+    }
+  }
+  src.finish();
+  return out;
+}
+
+StateDict gpt2_to_hf(const StateDict& ours, const GPTOptions& o) {
+  Source src{ours, {}, "GPT-2", "to Hugging Face"};
+  StateDict out;
+  for (const char* k : {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"})
+    out[std::string("transformer.") + k] = src.take(k);
+  for (int64_t i = 0; i < o.n_layer; ++i) {
+    const std::string p = "h." + std::to_string(i) + ".", hf = "transformer." + p;
+    for (const char* ln : {"ln_1", "ln_2"}) {
+      out[hf + ln + ".weight"] = src.take(p + ln + ".weight");
+      out[hf + ln + ".bias"] = src.take(p + ln + ".bias");
+    }
+    for (const char* m : {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}) {
+      auto w = src.take(p + m + ".weight");  // Linear: [out, in]; Conv1D: [in, out]
+      out[hf + m + ".weight"] = w.defined() ? w.t().contiguous() : w;
+      if (o.bias) out[hf + m + ".bias"] = src.take(p + m + ".bias");
+    }
   }
   src.finish();
   return out;
