@@ -172,7 +172,8 @@ at::Tensor distribute_tensor(const at::Tensor& full, const mesh::DeviceMesh& mes
     VESCALE_CHECK(src_rank < mesh.size(), "distribute_tensor: src_rank ", src_rank,
                   " is outside the mesh of ", mesh.size());
     data = data.clone();
-    dist::world().broadcast(data, src_rank).wait();
+    // Over the mesh's own group (its ranks in mesh order), not the world.
+    mesh.group_over(mesh.dim_names()).broadcast(data, src_rank).wait();
   }
   DTensorSpec replicated{mesh, Placements(mesh.ndim(), Placement::replicate()), spec->shape,
                          spec->dtype};

@@ -269,6 +269,16 @@ TEST_CASE("distribute_tensor from one source rank", "[world2][world4]") {
   CHECK(at::equal(full_tensor(dt), full_randn({5, 3}, 80)));
 }
 
+TEST_CASE("distribute_tensor from one rank broadcasts over a 2-D mesh's group", "[world2][world4]") {
+  auto mesh = mesh::DeviceMesh::init({{"a", 2}, {"b", -1}});
+  const int src = 1;  // the mesh's linear index 1: coordinate (0, 1), or (1, 0) when b = 1
+  auto mine = dist::rank() == src ? full_randn({6, 4}, 81) : at::zeros({6, 4});
+  auto dt = distribute_tensor(mine, mesh, {Shard(0), Shard(1)}, src);
+  CHECK(at::equal(full_tensor(dt), full_randn({6, 4}, 81)));
+  CHECK_THROWS_WITH(distribute_tensor(mine, mesh, {Shard(0), Shard(1)}, mesh.size()),
+                    Catch::Matchers::Contains("is outside the mesh"));
+}
+
 TEST_CASE("the propagation cache is hit on repeated calls", "[any]") {
   auto mesh = mesh::DeviceMesh::init({{"x", -1}});
   auto a = distribute_tensor(full_randn({8, 8}, 1), mesh, {Shard(0)});

@@ -21,8 +21,9 @@ bool is_dtensor(const at::Tensor& t);
 // The spec of a DTensor; throws for a plain tensor.
 const DTensorSpec& spec_of(const at::Tensor& t);
 
-// From a full tensor that every rank holds (src_rank < 0), or that only world rank src_rank
-// holds (the others pass a tensor of the same shape and dtype; it is broadcast first).
+// From a full tensor that every rank holds (src_rank < 0), or that only the mesh's rank src_rank
+// holds (its linear index in the mesh; the others pass a tensor of the same shape and dtype; it is
+// broadcast over the mesh first).
 // The result is a leaf (as in PyTorch) that requires grad if `full` does.
 at::Tensor distribute_tensor(const at::Tensor& full, const mesh::DeviceMesh& mesh,
                              Placements placements, int src_rank = -1);
