@@ -12,6 +12,7 @@
 
 #include "dtensor/call_plan.h"
 #include "dtensor/dtensor_impl.h"
+#include "dtensor/propagation.h"
 #include "dtensor/redistribute.h"
 #include "vescale/common/check.h"
 #include "vescale/dist/world.h"
@@ -73,8 +74,7 @@ void localize_inputs(const c10::FunctionSchema& schema, const CallPlan& plan,
     ++counters().redistributions;
     const DTensorSpec have =
         have_ptr ? *have_ptr
-                 : DTensorSpec{mesh, Placements(mesh.ndim(), Placement::replicate()),
-                               t.sizes().vec(), t.scalar_type()};
+                 : DTensorSpec{mesh, replicate_all(mesh.ndim()), t.sizes().vec(), t.scalar_type()};
     log_redistribution(schema.name().c_str(), static_cast<int64_t>(i), have.placements, want);
     at::Tensor moved = redistribute_local(local, have, want);
     const auto* alias = schema.arguments()[i].alias_info();

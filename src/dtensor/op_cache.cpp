@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "dtensor/call_plan.h"
+#include "dtensor/propagation.h"
 #include "vescale/common/check.h"
 #include "vescale/dtensor/dtensor.h"
 
@@ -43,8 +44,6 @@ void key_of(const DTensorSpec& s, std::vector<int64_t>& key) {
   for (auto d : s.shape) key.push_back(d);
   key.push_back(-1);
 }
-
-Placements replicated(int64_t n) { return Placements(n, Placement::replicate()); }
 
 }  // namespace
 
@@ -180,7 +179,7 @@ std::shared_ptr<const CallPlan> cached_plan(const c10::OperatorHandle& op, const
   std::vector<size_t> spec_arg;
   for (auto& in : inputs) {
     specs.push_back(in.spec ? *in.spec
-                            : DTensorSpec{mesh, replicated(mesh.ndim()), in.tensor.sizes().vec(),
+                            : DTensorSpec{mesh, replicate_all(mesh.ndim()), in.tensor.sizes().vec(),
                                           in.tensor.scalar_type()});
     spec_arg.push_back(in.arg);
   }

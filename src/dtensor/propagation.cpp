@@ -129,6 +129,20 @@ Placements replicate_all(int64_t mesh_ndim) {
   return Placements(mesh_ndim, Placement::replicate());
 }
 
+Placements shards_below(const DTensorSpec& x, int64_t from_dim) {
+  Placements p = x.placements;
+  for (auto& q : p)
+    if (q.is_partial() || (q.is_shard() && q.dim >= from_dim)) q = Placement::replicate();
+  return p;
+}
+
+Placements partial_where_sharded(const Placements& p) {
+  Placements out(p.size(), Placement::replicate());
+  for (size_t m = 0; m < p.size(); ++m)
+    if (p[m].is_shard()) out[m] = Placement::partial();
+  return out;
+}
+
 Strategy all_replicate(const OpCall& call, size_t n_outputs) {
   Strategy s;
   s.inputs.assign(call.specs.size(), replicate_all(call.mesh_ndim()));

@@ -25,7 +25,6 @@ struct RegisteredRule {
 const RegisteredRule* find_rule(const c10::OperatorHandle& op, const std::string& name);
 
 // Strategies for the common shapes of rules, shared by the rule files.
-Placements replicate_all(int64_t mesh_ndim);
 Strategy all_replicate(const OpCall& call, size_t n_outputs);
 
 // Registration hooks of the rule files (called once by the backend).

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "kernels/cpu_simd.h"
-#include "kernels/kernel_rules.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/dtensor/sharding_rule.h"
 
@@ -441,7 +440,7 @@ bool use_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, d
 at::Tensor as_rule_takes(const at::Tensor& t, int64_t keep_below) {
   if (!dtensor::is_dtensor(t)) return t;
   const auto& spec = dtensor::spec_of(t);
-  auto want = shards_below(spec, keep_below);
+  auto want = dtensor::shards_below(spec, keep_below);
   return want == spec.placements ? t : dtensor::redistribute(t, std::move(want));
 }
 
@@ -486,7 +485,7 @@ std::vector<int64_t> probs_shape(const std::vector<int64_t>& q) { return {q[0], 
 
 Strategy forward_rule(const OpCall& call) {
   const auto& q = call.specs[0];
-  const auto p = shards_below(q, 2);
+  const auto p = dtensor::shards_below(q, 2);
   Strategy st;
   st.inputs.assign(call.specs.size(), p);
   st.outputs = {p, p};
@@ -497,7 +496,7 @@ Strategy forward_rule(const OpCall& call) {
 // (grad, q, k, v, out, probs) -> (dq, dk, dv)
 Strategy backward_rule(const OpCall& call) {
   const auto& q = call.specs[1];
-  const auto p = shards_below(q, 2);
+  const auto p = dtensor::shards_below(q, 2);
   Strategy st;
   st.inputs.assign(call.specs.size(), p);
   st.outputs = {p, p, p};
@@ -511,7 +510,7 @@ std::vector<int64_t> packed_out_shape(const std::vector<int64_t>& qkv, int64_t n
 
 Strategy packed_forward_rule(const OpCall& call) {
   const auto& x = call.specs[0];
-  const auto p = shards_below(x, 1);
+  const auto p = dtensor::shards_below(x, 1);
   const int64_t n_head = call.arg("n_head").toInt();
   const auto out = packed_out_shape(x.shape, n_head);
   Strategy st;
@@ -524,7 +523,7 @@ Strategy packed_forward_rule(const OpCall& call) {
 // (grad, qkv, n_head, out, probs) -> dqkv
 Strategy packed_backward_rule(const OpCall& call) {
   const auto& x = call.specs[1];
-  const auto p = shards_below(x, 1);
+  const auto p = dtensor::shards_below(x, 1);
   Strategy st;
   st.inputs.assign(call.specs.size(), p);
   st.outputs = {p};

@@ -11,7 +11,6 @@
 #include <cstring>
 
 #include "kernels/cpu_simd.h"
-#include "kernels/kernel_rules.h"
 #include "vescale/dtensor/sharding_rule.h"
 
 namespace vescale::kernels {
@@ -182,7 +181,7 @@ at::Tensor gelu_tanh_composite(const at::Tensor& x) {
 // linear).
 dtensor::Strategy forward_rule(const dtensor::OpCall& call) {
   const auto& x = call.specs[0];
-  const auto p = shards_below(x, x.ndim());
+  const auto p = dtensor::shards_below(x, x.ndim());
   dtensor::Strategy st;
   st.inputs = {p};
   st.outputs = {p};
@@ -193,7 +192,7 @@ dtensor::Strategy forward_rule(const dtensor::OpCall& call) {
 // (grad, x) -> grad_x, in x's placements.
 dtensor::Strategy backward_rule(const dtensor::OpCall& call) {
   const auto& x = call.specs[1];
-  const auto p = shards_below(x, x.ndim());
+  const auto p = dtensor::shards_below(x, x.ndim());
   dtensor::Strategy st;
   st.inputs = {p, p};
   st.outputs = {p};

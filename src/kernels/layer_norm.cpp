@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "kernels/cpu_simd.h"
-#include "kernels/kernel_rules.h"
 #include "vescale/dtensor/sharding_rule.h"
 
 namespace vescale::kernels {
@@ -273,10 +272,10 @@ at::Tensor layer_norm_composite(const at::Tensor& x, const at::Tensor& weight,
 // sums over the sharded rows.
 dtensor::Strategy forward_rule(const dtensor::OpCall& call) {
   const auto& x = call.specs[0];
-  const auto p = shards_below(x, x.ndim() - 1);
+  const auto p = dtensor::shards_below(x, x.ndim() - 1);
   const std::vector<int64_t> lead(x.shape.begin(), x.shape.end() - 1);
   dtensor::Strategy st;
-  st.inputs.assign(call.specs.size(), replicated(call.mesh_ndim()));
+  st.inputs.assign(call.specs.size(), dtensor::replicate_all(call.mesh_ndim()));
   st.inputs[0] = p;
   st.outputs = {p, p, p};
   st.output_shapes = {x.shape, lead, lead};
@@ -286,11 +285,11 @@ dtensor::Strategy forward_rule(const dtensor::OpCall& call) {
 // (grad, x, weight, mean, rstd) -> (dx, dw, db)
 dtensor::Strategy backward_rule(const dtensor::OpCall& call) {
   const auto& x = call.specs[1];
-  const auto p = shards_below(x, x.ndim() - 1);
-  const auto sums = partial_where_sharded(p);
+  const auto p = dtensor::shards_below(x, x.ndim() - 1);
+  const auto sums = dtensor::partial_where_sharded(p);
   const std::vector<int64_t> c{x.shape.back()};
   dtensor::Strategy st;
-  st.inputs = {p, p, replicated(call.mesh_ndim()), p, p};
+  st.inputs = {p, p, dtensor::replicate_all(call.mesh_ndim()), p, p};
   st.outputs = {p, sums, sums};
   st.output_shapes = {x.shape, c, c};
   return st;

@@ -37,7 +37,7 @@ Strategy fill(const OpCall& call, Dist dist) {
   const auto [p, global, offset, numel] = fill_region_of(call.specs[0]);
   const size_t n_args = call.op.schema().arguments().size();
   Strategy st;
-  st.inputs.assign(call.specs.size(), Placements(call.mesh_ndim(), Placement::replicate()));
+  st.inputs.assign(call.specs.size(), dtensor::replicate_all(call.mesh_ndim()));
   st.inputs[0] = p;
   st.outputs = {p};
   st.output_shapes = {global};

@@ -54,6 +54,15 @@ struct Strategy {
 
 using Rule = std::function<Strategy(const OpCall&)>;
 
+// Placements the rules share.
+Placements replicate_all(int64_t mesh_ndim);
+// x's placements with Partial, and shards of dims >= `from_dim`, made Replicate: what an op that
+// is independent along dims [0, from_dim) takes (attention by batch and heads: 2; a norm over
+// the last dim: ndim - 1; elementwise: ndim).
+Placements shards_below(const DTensorSpec& x, int64_t from_dim);
+// Partial over every mesh dim where `p` shards: a sum over the sharded rows (weight gradients).
+Placements partial_where_sharded(const Placements& p);
+
 struct RuleOptions {
   // Take the rule even when every input is Replicate. Without it such calls skip the rule
   // (replicated in, replicated out, the op run as it is). For rules that do more than choose

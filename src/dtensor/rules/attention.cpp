@@ -44,12 +44,7 @@ int64_t sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Ten
 
 // Per mesh dim: a batch (0) or head (1) shard of the query is kept for every attention tensor;
 // anything else (a sequence or head-dim shard, Partial) gathers to Replicate.
-Placements attention_placements(const DTensorSpec& q) {
-  Placements p = q.placements;
-  for (auto& x : p)
-    if (!(x.is_shard(0) || x.is_shard(1))) x = Placement::replicate();
-  return p;
-}
+Placements attention_placements(const DTensorSpec& q) { return shards_below(q, 2); }
 
 // _scaled_dot_product_fused_attention_overrideable(query, key, value, attn_bias?, dropout_p,
 // is_causal, return_debug_mask, *, scale?) -> (output, logsumexp, cum_seq_q, cum_seq_k, max_q,

@@ -12,14 +12,6 @@ namespace vescale::dtensor {
 
 namespace {
 
-// Placements of the layer-norm input: shards of normalized dims and Partials gather.
-Placements leading_only(const DTensorSpec& x, int64_t axis) {
-  Placements p = x.placements;
-  for (auto& q : p)
-    if (q.is_partial() || (q.is_shard() && q.dim >= axis)) q = Placement::replicate();
-  return p;
-}
-
 std::vector<int64_t> stats_shape(const DTensorSpec& x, int64_t axis) {
   std::vector<int64_t> s(x.shape.begin(), x.shape.begin() + axis);
   for (int64_t d = axis; d < x.ndim(); ++d) s.push_back(1);
@@ -31,7 +23,7 @@ Strategy layer_norm(const OpCall& call) {
   const auto& x = call.specs[0];
   const int64_t axis =
       x.ndim() - static_cast<int64_t>(call.arg("normalized_shape").toIntVector().size());
-  Placements p = leading_only(x, axis);
+  Placements p = shards_below(x, axis);
   Strategy st;
   st.inputs.assign(call.specs.size(), replicate_all(call.mesh_ndim()));
   st.inputs[0] = p;
@@ -47,10 +39,8 @@ Strategy layer_norm_backward(const OpCall& call) {
   const int64_t nm = call.mesh_ndim();
   auto norm_shape = call.arg("normalized_shape").toIntVector();
   const int64_t axis = x.ndim() - static_cast<int64_t>(norm_shape.size());
-  Placements p = leading_only(x, axis);
-  Placements wgrad(nm, Placement::replicate());
-  for (int64_t m = 0; m < nm; ++m)
-    if (p[m].is_shard()) wgrad[m] = Placement::partial();  // summed over the sharded rows
+  Placements p = shards_below(x, axis);
+  const Placements wgrad = partial_where_sharded(p);  // summed over the sharded rows
   Strategy st;
   st.inputs.assign(call.specs.size(), replicate_all(nm));
   st.inputs[0] = p;
