@@ -20,6 +20,15 @@ namespace models {
 
 using StateDict = std::map<std::string, at::Tensor>;
 
+// One layer of the model in pipeline order, the unit a pipeline plan cuts into stages
+// (docs/pipeline.md): the modules whose parameters it uses (by FQN) and its forward from the
+// previous layer's output (the first layer's from the tokens; the last one returns logits).
+struct PipelineLayer {
+  std::string name;                  // "tok_embeddings", "layers.3", "output"
+  std::vector<std::string> modules;  // "tok_embeddings"; "layers.3"; "norm", "output"
+  std::function<at::Tensor(const at::Tensor&)> forward;
+};
+
 struct Model {
   std::shared_ptr<torch::nn::Module> module;
   // tokens [B, T] (int64) -> logits [B, T, vocab]
@@ -36,6 +45,9 @@ struct Model {
   // needs their gradients (Mixtral's router logits, read by the aux loss): activation
   // checkpointing returns them from the checkpoint.
   std::function<std::vector<at::Tensor*>(torch::nn::Module& block)> block_side_outputs;
+  // forward as a chain of layers: layers[n-1](...layers[0](tokens)) == forward(tokens). Empty
+  // when the family cannot be pipelined.
+  std::vector<PipelineLayer> pipeline_layers;
 };
 
 struct ModelBuilder {

@@ -48,7 +48,8 @@ std::shared_ptr<const DTensorSpec> make_spec(const mesh::DeviceMesh& mesh, Place
 
 void check_device(const at::Tensor& t, const mesh::DeviceMesh& mesh, const char* fn) {
   const bool want_cuda = mesh.device_type() == "cuda";
-  VESCALE_CHECK(want_cuda ? t.is_cuda() : t.is_cpu(), fn, ": the tensor is on ", t.device().str(),
+  // A meta tensor holds no values, so it fits any mesh (a pipeline's other-stage parameters).
+  VESCALE_CHECK(t.is_meta() || (want_cuda ? t.is_cuda() : t.is_cpu()), fn, ": the tensor is on ", t.device().str(),
                 " but the mesh's ranks use ", mesh.device_type(), "; move it with .to(",
                 dist::device_string(), ") first");
 }

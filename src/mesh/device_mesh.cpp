@@ -134,6 +134,7 @@ struct DeviceMesh::Impl {
   std::vector<int64_t> coord;
   std::string device_type;
   std::vector<dist::ProcessGroup> groups;  // indexed by dim bitmask (index 0 unused)
+  std::vector<int> world_ranks;            // mesh rank -> world rank; empty: the same
 };
 
 DeviceMesh DeviceMesh::init(const MeshDims& dims) {
@@ -142,7 +143,7 @@ DeviceMesh DeviceMesh::init(const MeshDims& dims) {
   const int id = next_id++;
   const int world = dist::world_size();
   auto impl = std::shared_ptr<Impl>(
-      new Impl{MeshShape(dims, world), dist::rank(), {}, dist::device_type(), {}});
+      new Impl{MeshShape(dims, world), dist::rank(), {}, dist::device_type(), {}, {}});
   impl->coord = impl->shape.coordinate(impl->rank);
   const uint32_t all = (1u << impl->shape.ndim()) - 1;
   impl->groups.resize(all + 1);
@@ -160,6 +161,59 @@ DeviceMesh DeviceMesh::init(const MeshDims& dims) {
   m.impl_ = std::move(impl);
   log::debug("mesh: " + m.to_string());
   return m;
+}
+
+DeviceMesh DeviceMesh::submesh(const std::vector<std::string>& dims) const {
+  const MeshShape& s = shape();
+  if (dims.empty()) {
+    // No dims left (a pure pipeline's stage): this process alone, as a 1-rank dim "stage".
+    static int next_self = 0;
+    auto impl = std::shared_ptr<Impl>(new Impl{MeshShape({{"stage", 1}}, 1), impl_->rank, {0},
+                                               impl_->device_type, {}, {impl_->rank}});
+    impl->groups.resize(2);
+    impl->groups[1] = dist::new_group("self" + std::to_string(next_self++) + "/" +
+                                          std::to_string(impl_->rank),
+                                      {impl_->rank});
+    DeviceMesh m;
+    m.impl_ = std::move(impl);
+    return m;
+  }
+  uint32_t set = 0;
+  MeshDims sub;
+  int64_t last = -1;
+  for (auto& d : dims) {
+    const int64_t i = s.index(d);
+    VESCALE_CHECK(i > last, "mesh: submesh dims must be distinct and in the mesh's order ",
+                  to_string(), "; got '", d, "' out of place");
+    last = i;
+    set |= 1u << i;
+    sub.emplace_back(d, s.sizes()[i]);
+  }
+  int64_t n = 1;
+  for (auto& [name, size] : sub) n *= size;
+  auto impl = std::shared_ptr<Impl>(new Impl{MeshShape(sub, n), impl_->rank, {},
+                                             impl_->device_type, {}, {}});
+  for (size_t k = 0; k < dims.size(); ++k) impl->coord.push_back(coordinate(dims[k]));
+  // Sub-bitmask -> this mesh's bitmask over the same dims.
+  const uint32_t all = (1u << sub.size()) - 1;
+  impl->groups.resize(all + 1);
+  for (uint32_t m = 1; m <= all; ++m) {
+    uint32_t parent = 0;
+    for (size_t k = 0; k < dims.size(); ++k)
+      if (m & (1u << k)) parent |= 1u << s.index(dims[k]);
+    impl->groups[m] = impl_->groups[parent];
+  }
+  impl->world_ranks = impl_->groups[set].global_ranks();  // world ranks, ascending = row-major
+  DeviceMesh m;
+  m.impl_ = std::move(impl);
+  return m;
+}
+
+int DeviceMesh::world_rank(int64_t mesh_rank) const {
+  VESCALE_CHECK(mesh_rank >= 0 && mesh_rank < size(), "mesh: rank ", mesh_rank,
+                " is outside ", to_string());
+  return impl_->world_ranks.empty() ? static_cast<int>(mesh_rank)
+                                    : impl_->world_ranks[mesh_rank];
 }
 
 const MeshShape& DeviceMesh::shape() const {

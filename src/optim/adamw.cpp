@@ -171,7 +171,7 @@ at::Tensor AdamW::clip_grad_norm_(double max_norm) {
   if (clip_order_.empty())
     for (const auto& g : groups_)
       for (const auto& [name, p] : g.params) clip_order_.push_back(p);
-  return optim::clip_grad_norm_(clip_order_, max_norm);
+  return optim::clip_grad_norm_(clip_order_, max_norm, norm_across_);
 }
 
 OptimizerState AdamW::state_to_load(const std::map<std::string, std::vector<int64_t>>& saved) {

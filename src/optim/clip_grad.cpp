@@ -29,7 +29,8 @@ void scale_grads_(const std::vector<at::Tensor>& params, const at::Tensor& facto
     if (p.grad().defined()) p.grad().mul_(factor.to(p.grad().scalar_type()));
 }
 
-at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm) {
+at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm,
+                           const std::function<at::Tensor(const at::Tensor&)>& across) {
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> grads;
   bool plain_fp32 = true;
@@ -45,11 +46,13 @@ at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_nor
     // As torch::nn::utils::clip_grad_norm_: the norm of the per-tensor norms (one foreach
     // kernel), and one foreach scale.
     at::Tensor norm = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2);
+    if (across) norm = across(norm.square()).sqrt();
     if (max_norm > 0) at::_foreach_mul_(grads, clip_factor(norm, max_norm));
     return norm;
   }
   // DTensors: each sum of squares is the global one (a Partial sum, reduced by the dispatcher).
-  at::Tensor norm = grad_sum_of_squares(params).sqrt();
+  at::Tensor sum_sq = grad_sum_of_squares(params);
+  at::Tensor norm = (across ? across(sum_sq) : sum_sq).sqrt();
   if (max_norm > 0) scale_grads_(params, clip_factor(norm, max_norm));
   return norm;
 }

@@ -309,6 +309,7 @@ at::Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
   }
   VESCALE_CHECK(total.defined(),
                 "ZeroOptimizer::clip_grad_norm_: no parameter has a gradient; run backward first");
+  if (norm_across_) total = norm_across_(total);
   at::Tensor norm = total.sqrt();
   if (max_norm > 0) {
     at::Tensor factor = optim::clip_factor(norm, max_norm);

@@ -244,17 +244,40 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
       g.fail("bucket_mb", "must be a positive number (MiB per bucket)");
     g.field("fused", plan.grad_reduce_.fused);
   });
+  r.object("pipeline", [&](json_schema::Reader& g) {
+    PipelineSpec p;
+    g.field("dim", p.dim);
+    g.field("schedule", p.schedule);
+    g.field("microbatches", p.microbatches);
+    g.field("chunks", p.chunks);
+    g.field("stages", p.stages);
+    g.field("split", p.split);
+    if (p.microbatches < 1)
+      g.fail("microbatches", "must be set to the micro-batches per step (at least the pipeline size)");
+    if (p.chunks < 1) g.fail("chunks", "must be at least 1 (stages per pipeline rank)");
+    if (p.split != "even") g.fail("split", "must be \"even\" (or list the cuts in \"stages\")");
+    plan.pipeline_ = std::move(p);
+  });
   r.finish();
-  VESCALE_CHECK(mesh && mesh->is_array() && !mesh->empty(), where(source, "mesh"),
+  // A pipeline plan's mesh lists the stage's dims: none at all for a pure pipeline.
+  const bool pure_pipeline = plan.pipeline_ && mesh && mesh->is_array() && mesh->empty();
+  VESCALE_CHECK(mesh && mesh->is_array() && (!mesh->empty() || pure_pipeline), where(source, "mesh"),
                 " must be a non-empty list of mesh dim names, like [\"dp\", \"tp\"]");
   for (auto& d : *mesh) {
     VESCALE_CHECK(d.is_string() && !d.get<std::string>().empty(), where(source, "mesh"),
                   " must hold dim names (strings)");
     plan.mesh_dims_.push_back(d.get<std::string>());
   }
-  VESCALE_CHECK(params && params->is_object(), where(source, "params"),
+  if (plan.pipeline_)
+    VESCALE_CHECK(std::find(plan.mesh_dims_.begin(), plan.mesh_dims_.end(), plan.pipeline_->dim) ==
+                      plan.mesh_dims_.end(),
+                  where(source, "mesh"), " lists '", plan.pipeline_->dim,
+                  "', the pipeline dim: list only the stage's dims (the pipeline cuts layers, it "
+                  "shards no parameter)");
+  VESCALE_CHECK((pure_pipeline && !params) || (params && params->is_object()), where(source, "params"),
                 " must be an object mapping FQN patterns to placements");
-  for (auto& [pattern, v] : params->items()) {
+  static const json no_params = json::object();
+  for (auto& [pattern, v] : (params ? *params : no_params).items()) {
     const std::string key = "params['" + pattern + "']";
     check_regex(pattern, source, key);
     auto p = parse_placements(v, source, key);
@@ -334,6 +357,11 @@ Plan Plan::from_json_file(const std::string& path) {
 }
 
 // ---- builder and lookups -------------------------------------------------------------
+
+Plan& Plan::pipeline(PipelineSpec spec) {
+  pipeline_ = std::move(spec);
+  return *this;
+}
 
 Plan& Plan::phase(const std::string& pattern, InitPhase phase) {
   phases_.emplace_back(pattern, phase);

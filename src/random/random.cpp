@@ -42,6 +42,9 @@ std::pair<uint64_t, uint64_t> reserve(int64_t global_numel) {
 void fill_region(at::Tensor& out, const std::vector<int64_t>& global_shape,
                  const std::vector<int64_t>& offset, uint64_t seed, uint64_t base,
                  const DistParams& p) {
+  // A meta tensor (a pipeline stage's copy of another stage's parameter) has no values: the
+  // offset has advanced as for any fill, so the real fills after it stay where they belong.
+  if (out.is_meta()) return;
   at::Tensor target = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
   if (target.is_cuda())
     fill_region_cuda(target, global_shape, offset, seed, base, p);

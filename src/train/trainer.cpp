@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "train/trainer_internal.h"
+#include "train/trainer_pipeline.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
 #include "vescale/parallel/grad_reduce.h"
@@ -44,32 +45,16 @@ namespace {
 // one) and the model's own init reruns on them through the Philox RNG, so the initial weights
 // are bitwise the same for every mesh, world size and plan. On one device the parameters stay
 // plain tensors (after that same init): nothing to distribute, no DTensor dispatch per op.
-plan::Plan parallelize_model(Model& model, const Config& config, const mesh::DeviceMesh& mesh) {
+plan::Plan load_plan(const Config& config, const mesh::DeviceMesh& mesh) {
   plan::Plan plan(mesh.dim_names());
   if (config.parallel.plan.empty()) {
     plan.shard("*", dtensor::Placements(mesh.ndim(), dtensor::Replicate()));
   } else {
     plan = plan::Plan::from_json_file(config.parallel.plan);
   }
-  plan::parallelize(*model.module, plan, mesh, {.init = model.init, .plain_on_one_device = true});
   return plan;
 }
 
-// This rank's [batch, seq_len] token block is its part of the global batch: rows split over
-// the data-parallel dim (the loader already gave each dp rank its own rows), replicated over
-// the others.
-at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh) {
-  if (mesh == nullptr || mesh->size() == 1) return local_tokens;
-  dtensor::Placements placements(mesh->ndim(), dtensor::Replicate());
-  auto global = local_tokens.sizes().vec();
-  const auto& names = mesh->dim_names();
-  for (size_t d = 0; d < names.size(); ++d) {
-    if (names[d] != "dp") continue;
-    placements[d] = dtensor::Shard(0);
-    global[0] *= mesh->size("dp");
-  }
-  return dtensor::from_local(local_tokens, *mesh, placements, global);
-}
 // ===================================================================================
 
 }  // namespace
@@ -97,24 +82,36 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   if (device_ != "cpu") model_.module->to(at::Device(device_));
   int64_t zero = 0;
   if (mesh_) {
-    const plan::Plan plan = parallelize_model(model_, config_, *mesh_);
+    const plan::Plan plan = load_plan(config_, *mesh_);
+    if (plan.pipeline()) {
+      setup_pipeline(plan);  // this rank's stages, parallelized on the stage's mesh
+    } else {
+      plan::parallelize(*model_.module, plan, *mesh_,
+                        {.init = model_.init, .plain_on_one_device = true});
+    }
     // Bucketed reduction (docs/parallel.md); "per_param" keeps parallel::reduce_gradients.
     zero = zero_stage(config_.parallel, &plan);
     VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != "per_param", "ZeRO stage ", zero,
                   " (from ", config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
                   ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
+    VESCALE_CHECK(!pipeline_ || zero <= 2, "ZeRO stage 3 with a pipeline plan: not supported ",
+                  "(the stages would gather their parameters per micro-batch); use parallel.zero=1 or 2");
+    VESCALE_CHECK(!pipeline_ || zero == 0 || !has_shared_weights(), "ZeRO with weights tied across ",
+                  "pipeline stages (tied embeddings) is not supported yet; set parallel.zero=0 or untie them");
     // One device has no gradient to reduce (and its parameters are plain tensors).
-    if (mesh_->size() > 1 && config_.parallel.grad_reduce != "per_param") {
+    const mesh::DeviceMesh& grad_mesh = pipeline_ ? stage_mesh() : *mesh_;
+    if (grad_mesh.size() > 1 && config_.parallel.grad_reduce != "per_param") {
       auto opts = parallel::GradReducerOptions::from_plan(plan.grad_reduce());
       opts.overlap = config_.parallel.grad_reduce == "overlap";
       opts.zero = static_cast<int>(zero);
       if (zero >= 3) opts.unit_pattern = model_.block_pattern;  // one gather per transformer block
       opts.reduce_bf16 = config_.parallel.reduce_dtype == "bf16";
-      reducer_ = std::make_unique<parallel::GradReducer>(*model_.module, *mesh_, opts);
+      reducer_ = std::make_unique<parallel::GradReducer>(*model_.module, grad_mesh, opts);
     }
   }
   dtensor::set_static_eager(config_.parallel.static_eager);
-  if (t.activation_checkpointing)
+  // A pipeline stage may hold no block (only the embedding, say).
+  if (t.activation_checkpointing && (!pipeline_ || has_module(*model_.module, model_.block_pattern)))
     enable_activation_checkpointing(*model_.module, model_.block_pattern,
                                     model_.block_side_outputs);
 
@@ -132,6 +129,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     optimizer_ =
         std::make_unique<optim::AdamW>(optim::decay_groups(named, t.weight_decay), adamw, params);
   }
+  if (pipeline_) start_pipeline_runner();
 
   auto train_data = std::make_shared<TokenDataset>(data_files(config_.data, "train"));
   train_loader_ = std::make_unique<DataLoader>(train_data, t.batch_size, t.seq_len, dp_rank_,
@@ -163,6 +161,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
 }
 
 Trainer::~Trainer() {
+  if (pipeline_) pipeline_->runner.reset();
   optimizer_.reset();  // ZeRO before the reducer it steps
   reducer_.reset();
   if (config_.train.activation_checkpointing) vescale::nn::clear_all_forward_hooks();
@@ -170,7 +169,7 @@ Trainer::~Trainer() {
 
 int64_t Trainer::tokens_per_step() const {
   const auto& t = config_.train;
-  return t.batch_size * t.seq_len * t.grad_accum * dp_size_;
+  return t.batch_size * t.seq_len * microbatches() * dp_size_;
 }
 
 at::Tensor Trainer::loss_of(const DataLoader::Batch& batch) {
@@ -210,7 +209,15 @@ StepMetrics Trainer::step(int64_t step) {
   at::Tensor loss_sum;
   dtensor::BackwardOnCallerThread
       same_thread;  // no hand-offs to autograd's "dtensor" device thread
-  for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+  double pipeline_loss = 0;
+  if (pipeline_) {
+    doing_ = "reading the batch";
+    std::vector<DataLoader::Batch> batches;
+    for (int64_t micro = 0; micro < microbatches(); ++micro) batches.push_back(train_loader_->next());
+    doing_ = "running the pipeline schedule";
+    pipeline_loss = pipeline_forward_backward(batches, /*training=*/true);
+  }
+  for (int64_t micro = 0; !pipeline_ && micro < t.grad_accum; ++micro) {
     // Only the last micro-batch's backward reduces; the others accumulate Partial grads.
     if (reducer_) reducer_->set_sync(micro + 1 == t.grad_accum);
     doing_ = "reading the batch";
@@ -228,9 +235,10 @@ StepMetrics Trainer::step(int64_t step) {
   if (reducer_) {
     reducer_->finish();
     if (!optimizer_resume_.empty()) load_optimizer_state(optimizer_resume_);
-  } else if (mesh_ && mesh_->size() > 1) {
+  } else if (mesh_ && (pipeline_ ? stage_mesh() : *mesh_).size() > 1) {
     parallel::reduce_gradients(*model_.module);
   }
+  if (pipeline_) reduce_shared_weights();
   // The norm of the whole gradient, however it is sharded (ZeRO holds slices of it).
   doing_ = "clipping gradients";
   at::Tensor norm = optimizer_->clip_grad_norm_(t.grad_clip);
@@ -238,7 +246,7 @@ StepMetrics Trainer::step(int64_t step) {
   StepMetrics m;
   m.step = step + 1;
   m.lr = lr;
-  m.loss = (loss_sum / static_cast<double>(t.grad_accum)).item<double>();
+  m.loss = pipeline_ ? pipeline_loss : (loss_sum / static_cast<double>(t.grad_accum)).item<double>();
   m.grad_norm = norm.item<double>();
   // Every rank holds the same loss and norm, so all pass or all stop here.
   guard_->check(m.step, m.loss, m.grad_norm);
@@ -264,6 +272,13 @@ double Trainer::evaluate() {
   model_.module->eval();
   val_loader_->seek({});
   const int64_t n = std::min(config_.train.eval_steps, val_loader_->steps_per_epoch());
+  if (pipeline_) {
+    std::vector<DataLoader::Batch> batches;
+    for (int64_t i = 0; i < n; ++i) batches.push_back(val_loader_->next());
+    const double loss = pipeline_forward_backward(batches, /*training=*/false);
+    model_.module->train();
+    return loss;
+  }
   at::Tensor sum;
   for (int64_t i = 0; i < n; ++i) {
     at::Tensor loss = loss_of(val_loader_->next());
@@ -280,7 +295,7 @@ std::vector<StepMetrics> Trainer::run() {
               human(static_cast<double>(parameter_count(parameter_shapes(config_.model))), "") +
               " parameters; " + std::to_string(tokens_per_step()) + " tokens per step (" +
               std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) + " x " +
-              std::to_string(t.grad_accum) + " accum x " + std::to_string(dp_size_) + " dp); " +
+              std::to_string(microbatches()) + (pipeline_ ? " micro-batches x " : " accum x ") + std::to_string(dp_size_) + " dp); " +
               std::to_string(t.steps) + " steps, dtype " + t.dtype +
               (t.activation_checkpointing ? ", activation checkpointing" : ""));
   }

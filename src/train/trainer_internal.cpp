@@ -1,5 +1,7 @@
 #include "train/trainer_internal.h"
 
+#include "vescale/dtensor/dtensor.h"
+
 #include <cmath>
 #include <cstdio>
 
@@ -52,6 +54,19 @@ std::string hms(double seconds) {
   std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
                 static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
   return buf;
+}
+
+at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh) {
+  if (mesh == nullptr || mesh->size() == 1) return local_tokens;
+  dtensor::Placements placements(mesh->ndim(), dtensor::Replicate());
+  auto global = local_tokens.sizes().vec();
+  const auto& names = mesh->dim_names();
+  for (size_t d = 0; d < names.size(); ++d) {
+    if (names[d] != "dp") continue;
+    placements[d] = dtensor::Shard(0);
+    global[0] *= mesh->size("dp");
+  }
+  return dtensor::from_local(local_tokens, *mesh, placements, global);
 }
 
 }  // namespace vescale::train

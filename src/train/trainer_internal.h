@@ -5,6 +5,9 @@
 #include <functional>
 #include <string>
 
+#include <ATen/core/Tensor.h>
+
+#include "vescale/mesh/device_mesh.h"
 #include "vescale/plan/plan.h"
 #include "vescale/train/config.h"
 
@@ -20,6 +23,10 @@ void on_all_ranks(const std::function<void()>& f);
 
 // The ZeRO stage: the config's, else the plan's; both set must agree. `plan` may be null.
 int64_t zero_stage(const ParallelConfig& parallel, const plan::Plan* plan);
+
+// This rank's [batch, seq_len] token block as the model's input on `mesh` (null: none): rows
+// split over its "dp" dim (the loader gave each dp rank its own rows), replicated over the rest.
+at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh);
 
 // A fresh run's id: checkpoints carry it, and `keep` prunes only its own run's.
 std::string new_run_id();

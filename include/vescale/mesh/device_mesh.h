@@ -50,6 +50,14 @@ class DeviceMesh {
   // every non-empty set of dims, in the same order.
   static DeviceMesh init(const MeshDims& dims);
 
+  // The mesh over `dims` (some of this mesh's, listed in its order) that holds this rank, e.g.
+  // a pipeline stage's {dp, tp} out of {pp, dp, tp}. It reuses this mesh's groups: not
+  // collective, no new communicators. No dims: this process alone, as a 1-rank mesh with one
+  // dim "stage" (a group of one).
+  DeviceMesh submesh(const std::vector<std::string>& dims) const;
+  // The world rank of the rank at `mesh_rank` of this mesh (itself for a mesh over the world).
+  int world_rank(int64_t mesh_rank) const;
+
   const MeshShape& shape() const;
   int64_t ndim() const { return shape().ndim(); }
   int64_t size() const { return shape().numel(); }

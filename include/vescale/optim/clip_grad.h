@@ -6,14 +6,18 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <vector>
 
 namespace vescale::optim {
 
 // Scales every gradient by min(1, max_norm / (norm + 1e-6)) (torch's formula) and returns the
 // norm before clipping as a 0-dim fp32 tensor (nothing read back to the host). Parameters
-// without a gradient are skipped; max_norm <= 0 only computes the norm.
-at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm);
+// without a gradient are skipped; max_norm <= 0 only computes the norm. `across`, when given,
+// maps the sum of squares to the sum over other processes' parts of the model (pipeline
+// stages) before the square root.
+at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_norm,
+                           const std::function<at::Tensor(const at::Tensor&)>& across = {});
 
 // The pieces, for optimizers that hold part of the gradient elsewhere (ZeRO): the sum of
 // squares of the gradients (fp32, a DTensor for DTensor grads; undefined if none has one),

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,9 +23,17 @@ struct OptimizerState {
   std::vector<dtensor::TensorBox> pieces;
 };
 
+// The sum of squares of this optimizer's gradients -> the sum over every process that holds
+// another part of the model (pipeline stages), so the norm is the whole model's.
+using SumAcross = std::function<at::Tensor(const at::Tensor& sum_of_squares)>;
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
+
+  // For a model split across processes that this optimizer does not know of (a pipeline):
+  // clip_grad_norm_ passes its sum of squares through `across` before the square root.
+  void set_norm_across(SumAcross across) { norm_across_ = std::move(across); }
 
   virtual void set_lr(double lr) = 0;
   // After the gradients are reduced: the norm of the whole gradient however it is sharded
@@ -49,6 +58,9 @@ class Optimizer {
   // (ZeRO-3; released again at their next use). After overwriting: params_loaded().
   virtual void gather_params() {}
   virtual void params_loaded() {}
+
+ protected:
+  SumAcross norm_across_;
 };
 
 }  // namespace vescale::optim

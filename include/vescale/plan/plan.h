@@ -37,6 +37,20 @@ struct GradReduce {
   bool fused = true;
 };
 
+// The "pipeline" section (docs/pipeline.md): the mesh dim that cuts the model's layers into
+// stages, the schedule that runs them, and where the cuts go. The plan's "mesh" then lists the
+// other dims (the stage's mesh); an empty "mesh" means every parameter whole on its stage.
+struct PipelineSpec {
+  std::string dim = "pp";
+  std::string schedule = "1f1b";  // parallel::pipeline::schedule_kinds()
+  int64_t microbatches = 0;       // per step and data-parallel rank; required
+  int64_t chunks = 1;             // stages per pipeline rank (interleaved_1f1b: >= 2)
+  // The first layer of each stage, by the model's layer names ("layers.0", "layers.10", ...);
+  // layers before the first entry join stage 0. Empty: "split".
+  std::vector<std::string> stages;
+  std::string split = "even";  // balance layers (the embedding and the head count as one each)
+};
+
 class Plan {
  public:
   Plan() = default;
@@ -61,6 +75,8 @@ class Plan {
   const std::vector<std::pair<std::string, ForwardSpec>>& forwards() const { return forwards_; }
   const GradReduce& grad_reduce() const { return grad_reduce_; }
   int zero() const { return zero_; }
+  const std::optional<PipelineSpec>& pipeline() const { return pipeline_; }
+  Plan& pipeline(PipelineSpec spec);
 
   // The placements of one parameter: the first matching pattern wins; none is an error.
   const dtensor::Placements& placements_for(const std::string& fqn) const;
@@ -90,6 +106,7 @@ class Plan {
   std::set<std::string> optional_;
   GradReduce grad_reduce_;
   int zero_ = 0;
+  std::optional<PipelineSpec> pipeline_;
 };
 
 }  // namespace vescale::plan

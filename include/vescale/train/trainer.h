@@ -17,6 +17,7 @@
 #include "vescale/parallel/grad_reducer.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/optim/optimizer.h"
+#include "vescale/parallel/pipeline/runner.h"
 #include "vescale/train/config.h"
 #include "vescale/train/divergence_guard.h"
 #include "vescale/train/dry_run.h"
@@ -24,6 +25,8 @@
 #include "vescale/train/token_data.h"
 
 namespace vescale::train {
+
+struct PipelineTraining;  // trainer_pipeline.h
 
 // One optimizer step, as logged (and written to the metrics JSONL).
 struct StepMetrics {
@@ -72,6 +75,12 @@ class Trainer {
   Model& model() { return model_; }
   const Config& config() const { return config_; }
   int64_t tokens_per_step() const;  // over all data-parallel ranks
+  // Micro-batches per step: train.grad_accum, or the plan's pipeline.microbatches.
+  int64_t microbatches() const;
+  // The pipeline schedule this rank runs; null without a pipeline plan.
+  const parallel::pipeline::Schedule* pipeline_schedule() const;
+  // The last step's pipeline counters (peak live activations, transfers); null without one.
+  const parallel::pipeline::RunnerStats* pipeline_stats() const;
   // The bucketed gradient reducer; null without a mesh or with parallel.grad_reduce=per_param.
   const parallel::GradReducer* grad_reducer() const { return reducer_.get(); }
 
@@ -87,6 +96,14 @@ class Trainer {
   void stage_checkpoint(int64_t steps_done);
   void open_metrics();
   void log_step(const StepMetrics& m);
+  // Under a pipeline plan (trainer_pipeline.cpp).
+  void setup_pipeline(const plan::Plan& plan);
+  void start_pipeline_runner();
+  at::Tensor pipeline_loss(const at::Tensor& logits, const at::Tensor& targets);
+  double pipeline_forward_backward(const std::vector<DataLoader::Batch>& batches, bool training);
+  void reduce_shared_weights();
+  bool has_shared_weights() const;
+  const mesh::DeviceMesh& stage_mesh() const;
 
   Config config_;
   std::optional<mesh::DeviceMesh> mesh_;
@@ -108,6 +125,7 @@ class Trainer {
   std::unique_ptr<DivergenceGuard> guard_;
   const char* doing_ = "";        // the part of the step running, for error messages
   std::string optimizer_resume_;  // a checkpoint whose optimizer state loads once the optimizer can
+  std::unique_ptr<PipelineTraining> pipeline_;
 };
 
 // The .bin files a config's data section names (globs expanded, sorted), or the built-in

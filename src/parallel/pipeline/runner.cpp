@@ -1,0 +1,479 @@
+// The pipeline runner (vescale/parallel/pipeline/runner.h).
+#include "vescale/parallel/pipeline/runner.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <tuple>
+
+#include "vescale/common/check.h"
+#include "vescale/common/logging.h"
+#include "vescale/dist/object_collectives.h"
+#include "vescale/dist/world.h"
+#include "vescale/dtensor/dtensor.h"
+#include "vescale/kernels/linear.h"
+
+namespace vescale::parallel::pipeline {
+namespace {
+
+// What a receiver needs to rebuild a tensor from its local shard: sent once per stage boundary
+// (the shapes are fixed per schedule) as a fixed-size int64 header, then checked on every send.
+struct TensorMeta {
+  at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> local_shape;
+  bool dtensor = false;
+  std::vector<int64_t> global_shape;
+  dtensor::Placements placements;
+  bool operator==(const TensorMeta& o) const {
+    return dtype == o.dtype && local_shape == o.local_shape && dtensor == o.dtensor &&
+           global_shape == o.global_shape && placements == o.placements;
+  }
+};
+
+constexpr int64_t kHeaderLen = 64, kMagic = 0x76736370;  // "vscp"
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::string describe(const TensorMeta& m) {
+  std::string out = std::string(c10::toString(m.dtype)) + " " + shape_text(m.local_shape);
+  if (!m.dtensor) return out;
+  out += " shard of " + shape_text(m.global_shape) + " (";
+  for (size_t i = 0; i < m.placements.size(); ++i)
+    out += (i ? ", " : "") + m.placements[i].to_string();
+  return out + ")";
+}
+
+TensorMeta meta_of(const at::Tensor& t) {
+  TensorMeta m;
+  m.dtype = t.scalar_type();
+  m.dtensor = dtensor::is_dtensor(t);
+  if (m.dtensor) {
+    const auto& spec = dtensor::spec_of(t);
+    m.global_shape = spec.shape;
+    m.placements = spec.placements;
+    m.local_shape = spec.local_shape();
+  } else {
+    m.local_shape = t.sizes().vec();
+  }
+  return m;
+}
+
+at::Tensor encode(const TensorMeta& m) {
+  std::vector<int64_t> h = {kMagic, static_cast<int64_t>(m.dtype), m.dtensor ? 1 : 0,
+                            static_cast<int64_t>(m.local_shape.size())};
+  h.insert(h.end(), m.local_shape.begin(), m.local_shape.end());
+  h.push_back(static_cast<int64_t>(m.global_shape.size()));
+  h.insert(h.end(), m.global_shape.begin(), m.global_shape.end());
+  h.push_back(static_cast<int64_t>(m.placements.size()));
+  for (const auto& p : m.placements) {
+    VESCALE_CHECK(!p.is_partial(), "pipeline: cannot send a Partial tensor between stages");
+    h.push_back(p.is_shard() ? 1 + p.dim : 0);
+  }
+  VESCALE_CHECK(static_cast<int64_t>(h.size()) <= kHeaderLen,
+                "pipeline: a stage output of ", describe(m), " has too many dims to send");
+  h.resize(kHeaderLen, 0);
+  return at::tensor(h, at::kLong);
+}
+
+TensorMeta decode(const at::Tensor& header) {
+  const at::Tensor h = header.cpu().contiguous();
+  const int64_t* p = h.data_ptr<int64_t>();
+  VESCALE_CHECK(p[0] == kMagic, "pipeline: the header of a stage transfer is corrupt (", p[0],
+                "); do all ranks run the same build and schedule?");
+  TensorMeta m;
+  int64_t i = 1;
+  m.dtype = static_cast<at::ScalarType>(p[i++]);
+  m.dtensor = p[i++] != 0;
+  for (int64_t n = p[i++]; n > 0; --n) m.local_shape.push_back(p[i++]);
+  for (int64_t n = p[i++]; n > 0; --n) m.global_shape.push_back(p[i++]);
+  for (int64_t n = p[i++]; n > 0; --n) {
+    const int64_t code = p[i++];
+    m.placements.push_back(code == 0 ? dtensor::Replicate() : dtensor::Shard(code - 1));
+  }
+  return m;
+}
+
+enum Channel : int { kActivation = 0, kGrad = 1, kHeader = 2 };
+
+}  // namespace
+
+struct PipelineRunner::Impl {
+  Schedule schedule;
+  mesh::DeviceMesh mesh;
+  std::string pp_dim;
+  dist::ProcessGroup pp;
+  int me = 0;  // pp rank
+  std::map<int, StageForward> stages;
+  std::optional<mesh::DeviceMesh> stage_mesh;
+  RunnerOptions options;
+  std::string device = "cpu";
+  // Per local stage: the micro-batch of its last B or I, and of its last W, in this rank's list.
+  std::map<int, int> last_bi, last_w;
+
+  // Fixed per boundary after the first step: the meta of stage s's output (sent or received).
+  std::map<int, TensorMeta> output_meta;
+
+  // One step's state.
+  struct Slot {
+    at::Tensor input, output, loss, in_grad;
+  };
+  std::map<std::pair<int, int>, Slot> slots;
+  struct Pending {
+    dist::Work work;
+    at::Tensor buffer;
+  };
+  std::map<std::tuple<int, int, int>, Pending> recvs;  // (channel, stage, mb)
+  std::vector<std::pair<dist::Work, at::Tensor>> sends;
+  std::mutex tasks_mu;
+  std::map<std::pair<int, int>, std::vector<kernels::WeightGradTask>> weight_tasks;
+  at::Tensor loss_sum;
+  RunnerStats stats;
+  int64_t live = 0;
+  bool training = true;
+  const Action* doing = nullptr;  // for error messages
+  void reset();  // drops a failed step's state
+
+  int tag(Channel c, int stage, int mb) const {
+    // Distinct per transfer of a step (Gloo matches by tag; NCCL by order).
+    return 1 + (static_cast<int>(c) * schedule.stages + stage) * 65536 + mb % 65536;
+  }
+  int peer_of(int stage) const { return schedule.stage_rank.at(stage); }
+  std::string who(int peer) const {
+    return "pipeline rank " + std::to_string(peer) + " (world rank " +
+           std::to_string(pp.global_ranks().at(peer)) + ")";
+  }
+
+  void wait(dist::Work& w, const std::string& what, int peer) {
+    try {
+      w.wait();
+    } catch (const TimeoutError& e) {
+      throw TimeoutError("pipeline: rank " + std::to_string(mesh.rank()) + " waited in vain for " +
+                         what + " from " + who(peer) + ", which hung or failed: " + e.what());
+    }
+  }
+
+  at::Tensor wrap(const at::Tensor& local, const TensorMeta& m) const {
+    if (!m.dtensor) return local;
+    VESCALE_CHECK(stage_mesh, "pipeline: a DTensor arrived at a stage without a mesh");
+    return dtensor::from_local(local, *stage_mesh, m.placements, m.global_shape);
+  }
+  static at::Tensor local_of(const at::Tensor& t) {
+    return (dtensor::is_dtensor(t) ? dtensor::to_local(t) : t).contiguous();
+  }
+
+  void post_recv(Channel c, int stage, int mb, int peer, const TensorMeta& m) {
+    at::Tensor buffer =
+        at::empty(m.local_shape, at::TensorOptions().dtype(m.dtype).device(at::Device(device)));
+    dist::Work w = pp.recv(buffer, peer, tag(c, stage, mb));
+    recvs[{c, stage, mb}] = {std::move(w), buffer};
+    ++stats.recvs;
+  }
+  at::Tensor take_recv(Channel c, int stage, int mb, const std::string& what, int peer) {
+    auto it = recvs.find({c, stage, mb});
+    VESCALE_CHECK(it != recvs.end(), "pipeline: no receive posted for ", what,
+                  " (the schedule was validated; this is a bug)");
+    Pending p = std::move(it->second);
+    recvs.erase(it);
+    wait(p.work, what, peer);
+    return p.buffer;
+  }
+  void send(const at::Tensor& local, int peer, int t) {
+    sends.emplace_back(pp.send(local, peer, t), local);
+    ++stats.sends;
+  }
+
+  std::string mb_text(int stage, int mb) const {
+    return "stage " + std::to_string(stage) + " micro-batch " + std::to_string(mb);
+  }
+
+  void recv_activation(int s, int m) {
+    const int peer = peer_of(s - 1);
+    if (!output_meta.count(s - 1)) {
+      at::Tensor header = at::empty({kHeaderLen}, at::TensorOptions().dtype(at::kLong).device(at::Device(device)));
+      dist::Work w = pp.recv(header, peer, tag(kHeader, s, 0));
+      wait(w, "the activation header of " + mb_text(s, m), peer);
+      output_meta[s - 1] = decode(header);
+    }
+    post_recv(kActivation, s, m, peer, output_meta.at(s - 1));
+  }
+
+  void send_activation(int s, int m) {
+    const at::Tensor out = slots.at({s, m}).output.detach();
+    const TensorMeta meta = meta_of(out);
+    const int peer = peer_of(s + 1);
+    auto known = output_meta.find(s);
+    if (known == output_meta.end()) {
+      send(encode(meta).to(at::Device(device)), peer, tag(kHeader, s + 1, 0));
+      output_meta[s] = meta;
+    } else {
+      VESCALE_CHECK(known->second == meta, "pipeline: stage ", s, "'s output of micro-batch ", m,
+                    " is ", describe(meta), " but was ", describe(known->second),
+                    "; a pipeline needs the same shapes every micro-batch (fixed train.seq_len "
+                    "and train.batch_size)");
+    }
+    send(local_of(out), peer, tag(kActivation, s + 1, m));
+  }
+
+  void forward(int s, int m, const Input& input, const Loss& loss) {
+    at::Tensor x;
+    if (s == 0) {
+      x = input(m);
+    } else if (peer_of(s - 1) == me) {
+      x = slots.at({s - 1, m}).output.detach().requires_grad_(training);
+    } else {
+      const std::string what = "the activation of " + mb_text(s, m);
+      x = wrap(take_recv(kActivation, s, m, what, peer_of(s - 1)), output_meta.at(s - 1));
+      if (training) x = x.detach().requires_grad_(true);
+    }
+    at::Tensor out = stages.at(s).forward(x);
+    Slot& slot = slots[{s, m}];
+    if (s == schedule.stages - 1) {
+      at::Tensor l = loss(out, m);
+      loss_sum = loss_sum.defined() ? loss_sum + l.detach() : l.detach();
+      slot.loss = l;
+    } else {
+      slot.output = out;
+    }
+    if (training) {
+      slot.input = x;
+      stats.peak_live = std::max(stats.peak_live, ++live);
+    }
+  }
+
+  void recv_grad(int s, int m) {
+    const TensorMeta& meta = output_meta.at(s);  // known: this rank sent the activation
+    post_recv(kGrad, s, m, peer_of(s + 1), meta);
+  }
+
+  // B or I: the gradient of the stage's input, from the loss or its output's gradient.
+  void backward(int s, int m, bool split) {
+    Slot& slot = slots.at({s, m});
+    // The last B (or I: the parameters outside linear layers, norms and embeddings, get their
+    // gradients in I) of the stage in this step: the buckets may launch.
+    if (options.set_grad_sync) options.set_grad_sync(last_bi.at(s) == m);
+    if (split) {
+      kernels::set_weight_grad_sink([this, s, m](kernels::WeightGradTask t) {
+        std::lock_guard<std::mutex> lock(tasks_mu);
+        weight_tasks[{s, m}].push_back(std::move(t));
+      });
+    }
+    try {
+      if (s == schedule.stages - 1) {
+        (slot.loss / static_cast<double>(schedule.microbatches)).backward();
+      } else {
+        at::Tensor g;
+        if (peer_of(s + 1) == me) {
+          g = slots.at({s + 1, m}).in_grad;
+        } else {
+          const std::string what = "the gradient of " + mb_text(s, m);
+          g = wrap(take_recv(kGrad, s, m, what, peer_of(s + 1)), output_meta.at(s));
+        }
+        torch::autograd::backward({slot.output}, {g});
+      }
+    } catch (...) {
+      if (split) kernels::set_weight_grad_sink({});
+      throw;
+    }
+    if (split) kernels::set_weight_grad_sink({});
+    if (s > 0) {
+      at::Tensor g = slot.input.grad();
+      if (!g.defined()) g = at::zeros_like(slot.input);
+      // A Partial gradient (a replicated activation feeding column-parallel layers) is summed
+      // here, so the previous stage gets its input's layout.
+      if (dtensor::is_dtensor(g) && dtensor::spec_of(g).placements != dtensor::spec_of(slot.input).placements)
+        g = dtensor::redistribute(g, dtensor::spec_of(slot.input).placements);
+      slot.in_grad = g;
+    }
+    slot.output = at::Tensor();
+    slot.loss = at::Tensor();
+    slot.input = at::Tensor();
+    if (!split) release(s, m);
+  }
+
+  void backward_weight(int s, int m) {
+    if (options.set_grad_sync) options.set_grad_sync(last_w.at(s) == m);
+    std::vector<kernels::WeightGradTask> tasks;
+    {
+      std::lock_guard<std::mutex> lock(tasks_mu);
+      auto it = weight_tasks.find({s, m});
+      if (it != weight_tasks.end()) {
+        tasks = std::move(it->second);
+        weight_tasks.erase(it);
+      }
+    }
+    for (auto& t : tasks) t();
+    release(s, m);
+  }
+
+  void send_grad(int s, int m) {
+    Slot& slot = slots.at({s, m});
+    send(local_of(slot.in_grad), peer_of(s - 1), tag(kGrad, s - 1, m));
+    slot.in_grad = at::Tensor();
+  }
+
+  void release(int s, int m) {
+    --live;
+    auto it = slots.find({s, m});
+    // Keep the slot while the next local stage (same rank) still reads its input gradient.
+    if (it != slots.end() && !it->second.in_grad.defined()) slots.erase(it);
+  }
+
+  void finish_step() {
+    for (auto& [w, t] : sends) w.wait();
+    sends.clear();
+    VESCALE_CHECK(recvs.empty(), "pipeline: ", recvs.size(),
+                  " receives were still open after the step's last action");
+    slots.clear();
+    weight_tasks.clear();
+    live = 0;
+  }
+};
+
+PipelineRunner::PipelineRunner(Schedule schedule, const mesh::DeviceMesh& mesh,
+                               const std::string& pp_dim, std::vector<StageForward> stages,
+                               const mesh::DeviceMesh* stage_mesh, RunnerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& r = *impl_;
+  r.schedule = std::move(schedule);
+  r.mesh = mesh;
+  r.pp_dim = pp_dim;
+  r.pp = mesh.group(pp_dim);
+  r.me = r.pp.rank();
+  r.options = std::move(options);
+  r.device = mesh.device_type() == "cuda" ? dist::device_string() : "cpu";
+  if (stage_mesh) r.stage_mesh = *stage_mesh;
+  VESCALE_CHECK(r.schedule.ranks == r.pp.size(), "pipeline: the schedule is for ", r.schedule.ranks,
+                " pipeline ranks but mesh dim '", pp_dim, "' has ", r.pp.size());
+  for (auto& s : stages) r.stages.emplace(s.stage, std::move(s));
+  for (int s : r.schedule.stages_of(r.me))
+    VESCALE_CHECK(r.stages.count(s), "pipeline: pipeline rank ", r.me, " runs stage ", s,
+                  " but was given no forward for it");
+
+  // Every peer must run the lists this rank made for it: a different config on one rank would
+  // otherwise deadlock at the first mismatched transfer.
+  const std::string mine = r.schedule.kind + "/" + std::to_string(r.schedule.stages) + "/" +
+                           std::to_string(r.schedule.microbatches) + ": " +
+                           serialize(r.schedule.actions.at(r.me));
+  const auto all = dist::all_gather_text(mine);
+  for (int q = 0; q < r.pp.size(); ++q) {
+    const int world = r.pp.global_ranks()[q];
+    const std::string expect = r.schedule.kind + "/" + std::to_string(r.schedule.stages) + "/" +
+                               std::to_string(r.schedule.microbatches) + ": " +
+                               serialize(r.schedule.actions.at(q));
+    VESCALE_CHECK(all.at(world) == expect, "pipeline: world rank ", world, " (pipeline rank ", q,
+                  ") runs another schedule than world rank ", mesh.rank(),
+                  " expects for it; every rank needs the same config and plan. It runs: ",
+                  all.at(world).substr(0, 200));
+  }
+  validate(r.schedule);
+
+  for (const Action& a : r.schedule.actions.at(r.me)) {
+    if (a.op == Op::Backward || a.op == Op::BackwardInput) r.last_bi[a.stage] = a.microbatch;
+    if (a.op == Op::BackwardWeight) r.last_w[a.stage] = a.microbatch;
+  }
+
+  // Open the links to both neighbours now, in a fixed order (NCCL creates a pair's
+  // communicator at its first transfer; doing it here keeps it out of the schedule).
+  if (r.pp.size() > 1) {
+    const int next = (r.me + 1) % r.pp.size(), prev = (r.me + r.pp.size() - 1) % r.pp.size();
+    auto opts = at::TensorOptions().dtype(at::kFloat).device(at::Device(r.device));
+    at::Tensor out = at::full({1}, static_cast<double>(r.me), opts), in = at::empty({1}, opts);
+    dist::Work s = r.pp.send(out, next, 0);
+    dist::Work v = r.pp.recv(in, prev, 0);
+    r.wait(v, "the link check", prev);
+    r.wait(s, "the link check", next);
+    VESCALE_CHECK(in.item<double>() == prev, "pipeline: the link check from ", r.who(prev),
+                  " carried ", in.item<double>());
+  }
+  kernels::set_split_weight_grad(r.schedule.splits_backward());
+}
+
+PipelineRunner::~PipelineRunner() {
+  if (impl_ && impl_->schedule.splits_backward()) kernels::set_split_weight_grad(false);
+}
+
+at::Tensor PipelineRunner::train_step(const Input& input, const Loss& loss) {
+  Impl& r = *impl_;
+  r.training = true;
+  r.loss_sum = at::Tensor();
+  r.stats = {};
+  try {
+    for (const Action& a : r.schedule.actions.at(r.me)) {
+      r.doing = &a;
+      switch (a.op) {
+        case Op::Forward: r.forward(a.stage, a.microbatch, input, loss); break;
+        case Op::Backward: r.backward(a.stage, a.microbatch, false); break;
+        case Op::BackwardInput: r.backward(a.stage, a.microbatch, true); break;
+        case Op::BackwardWeight: r.backward_weight(a.stage, a.microbatch); break;
+        case Op::SendActivation: r.send_activation(a.stage, a.microbatch); break;
+        case Op::RecvActivation: r.recv_activation(a.stage, a.microbatch); break;
+        case Op::SendGrad: r.send_grad(a.stage, a.microbatch); break;
+        case Op::RecvGrad: r.recv_grad(a.stage, a.microbatch); break;
+      }
+    }
+    r.doing = nullptr;
+    r.finish_step();
+  } catch (const TimeoutError&) {
+    r.reset();
+    throw;
+  } catch (const std::exception& e) {
+    r.reset();
+    // Name the action: "pipeline rank 1, F3@s2: <what failed>".
+    if (r.doing == nullptr) throw;
+    throw Error("pipeline rank " + std::to_string(r.me) + ", " + to_string(*r.doing) + ": " +
+                e.what());
+  }
+  return r.loss_sum;
+}
+
+void PipelineRunner::Impl::reset() {
+  {
+    kernels::set_weight_grad_sink({});
+    sends.clear();
+    recvs.clear();
+    slots.clear();
+    weight_tasks.clear();
+    live = 0;
+  }
+}
+
+at::Tensor PipelineRunner::eval_step(const Input& input, const Loss& loss, int microbatches) {
+  Impl& r = *impl_;
+  c10::NoGradGuard no_grad;
+  r.training = false;
+  r.loss_sum = at::Tensor();
+  const auto local = r.schedule.stages_of(r.me);
+  try {
+    // Micro-batch by micro-batch, each local stage in order: the stages downstream only wait
+    // on ones upstream, and sends do not block, so this cannot deadlock.
+    for (int m = 0; m < microbatches; ++m) {
+      for (int s : local) {
+        if (s > 0 && r.peer_of(s - 1) != r.me) r.recv_activation(s, m);
+        r.forward(s, m, input, loss);
+        if (s + 1 < r.schedule.stages && r.peer_of(s + 1) != r.me) r.send_activation(s, m);
+      }
+      for (int s : local) r.slots.erase({s, m});
+    }
+    r.finish_step();
+  } catch (...) {
+    r.reset();
+    throw;
+  }
+  return r.loss_sum;
+}
+
+const Schedule& PipelineRunner::schedule() const { return impl_->schedule; }
+bool PipelineRunner::runs_last_stage() const {
+  return impl_->schedule.stage_rank.back() == impl_->me;
+}
+int PipelineRunner::pp_rank() const { return impl_->me; }
+const RunnerStats& PipelineRunner::last_step() const { return impl_->stats; }
+
+}  // namespace vescale::parallel::pipeline
