@@ -24,7 +24,7 @@ bool is_send(Op op) { return op == Op::SendActivation || op == Op::SendGrad; }
 bool is_recv(Op op) { return op == Op::RecvActivation || op == Op::RecvGrad; }
 bool is_grad_compute(Op op) { return op == Op::Backward || op == Op::BackwardInput; }
 
-// The text of each op, in enum order; parse tries the longer transfer names first.
+// Each op's text, in enum order (no name is a prefix of another).
 const char* const kOpNames[kOps] = {"F", "B", "I", "W", "sendF", "recvF", "sendB", "recvB"};
 
 Action act(Op op, int stage, int mb) { return Action{op, stage, mb}; }
@@ -512,7 +512,7 @@ bool read_int(const std::string& text, size_t& i, int& out) {
 }
 
 std::optional<Action> parse_token(const std::string& tok) {
-  for (int op = kOps - 1; op >= 0; --op) {  // the transfers' names before their last letter
+  for (int op = 0; op < kOps; ++op) {
     const std::string name = kOpNames[op];
     if (tok.compare(0, name.size(), name) != 0) continue;
     Action a{static_cast<Op>(op), 0, 0};
