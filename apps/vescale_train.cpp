@@ -1,5 +1,6 @@
 // vescale-train: the training entry point.
 //   vescale-train --config configs/X.json [--set a.b=v ...] [--nproc-per-node N] [--dry-run]
+//                 [--print-schedule]
 // With --nproc-per-node (or --nnodes) it starts its own ranks through the built-in launcher.
 // --dry-run prints the parameter count and per-rank memory under the plan without building
 // the model (one process: for the configured mesh; launched ranks: for the real one).
@@ -23,11 +24,13 @@ int main(int argc, char** argv) {
   vescale::apps::add_launch_flags(app, launch);
   std::string config, log_level;
   std::vector<std::string> overrides;
-  bool dry_run = false;
+  bool dry_run = false, print_schedule = false;
   app.add_option("--config", config, "train config (JSON)")->required();
   app.add_option("--set", overrides, "override a config field: --set train.steps=200");
   app.add_flag("--dry-run", dry_run,
                "print the mesh, parameter count and per-rank memory, then stop");
+  app.add_flag("--print-schedule", print_schedule,
+               "print the pipeline schedule of the plan (one line per pipeline rank), then stop");
   app.add_option("--log-level", log_level,
                  "trace|debug|info|warn|error|off (default: info on rank 0)");
   CLI11_PARSE(app, argc, argv);
@@ -40,6 +43,10 @@ int main(int argc, char** argv) {
       return vescale::dist::launch(launch, cmd);
     }
     const auto cfg = vescale::train::Config::from_file(config, overrides);
+    if (print_schedule) {
+      std::printf("%s", vescale::train::schedule_report(cfg).c_str());
+      return 0;
+    }
     const vescale::mesh::MeshDims dims(cfg.parallel.mesh.begin(), cfg.parallel.mesh.end());
     const auto env = vescale::dist::launch_env_from_process();
     if (dry_run && env.world_size == 1) {

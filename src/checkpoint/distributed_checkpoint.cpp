@@ -60,21 +60,24 @@ struct Chunk {
   int owner = 0;
 };
 
-// The chunks a tensor is saved as: one per distinct shard, owned by the rank at coordinate 0
-// along every mesh dim where the tensor is Replicate. Empty shards (torch.chunk's last ranks)
-// are skipped.
-std::vector<Chunk> chunks_of(const std::string& name, const at::Tensor& t) {
+// The chunks a tensor is saved as: one per distinct shard, owned by the (world) rank at
+// coordinate 0 along every mesh dim where the tensor is Replicate. Empty shards (torch.chunk's
+// last ranks) are skipped. A tensor that several ranks hold whole (a plain tensor), or that
+// lives on several meshes (a weight tied across pipeline stages, one copy per stage's mesh), is
+// saved by `first`, the lowest world rank holding it, or by first's mesh: other copies write
+// nothing (an empty list).
+std::vector<Chunk> chunks_of(const std::string& name, const at::Tensor& t, int first) {
   if (!dtensor::is_dtensor(t)) {
-    return {Chunk{std::vector<int64_t>(t.dim(), 0), t.sizes().vec(), 0}};
+    return {Chunk{std::vector<int64_t>(t.dim(), 0), t.sizes().vec(), first}};
   }
   const auto& spec = dtensor::spec_of(t);
   VESCALE_CHECK(!spec.has_partial(), "checkpoint: tensor '", name, "' is ", spec.to_string(),
                 ": a Partial tensor holds no values yet; redistribute it to Replicate or Shard "
                 "before saving");
   const auto& mesh = spec.mesh.shape();
-  VESCALE_CHECK(mesh.numel() == world_size(), "checkpoint: tensor '", name, "' lives on a mesh of ",
-                mesh.numel(), " ranks but the world has ", world_size(),
-                "; checkpoints need meshes over the whole world");
+  bool holds_first = false;
+  for (int64_t r = 0; r < mesh.numel(); ++r) holds_first |= spec.mesh.world_rank(r) == first;
+  if (!holds_first) return {};
   std::vector<Chunk> out;
   for (int64_t r = 0; r < mesh.numel(); ++r) {
     const auto coord = mesh.coordinate(r);
@@ -83,7 +86,7 @@ std::vector<Chunk> chunks_of(const std::string& name, const at::Tensor& t) {
       if (spec.placements[d].is_replicate() && coord[d] != 0) owner = false;
     }
     if (!owner) continue;
-    Chunk c{spec.local_offset_at(coord), spec.local_shape_at(coord), static_cast<int>(r)};
+    Chunk c{spec.local_offset_at(coord), spec.local_shape_at(coord), spec.mesh.world_rank(r)};
     if (std::find(c.shape.begin(), c.shape.end(), 0) != c.shape.end()) continue;
     out.push_back(std::move(c));
   }
@@ -163,20 +166,53 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
   } catch (const json::exception& e) {
     VESCALE_FAIL("checkpoint: metadata is not valid JSON: ", e.what());
   }
-  json tensors = json::object();
+  // Ranks may hold different tensors (pipeline stages hold their own layers): every rank's
+  // names first, so that each tensor has one writer, then every rank's entries, merged.
+  std::string names;
+  for (const auto& [key, t] : state) names += key + "\n";
+  std::map<std::string, int> first_holder;
+  const auto every_names = all_gather_text(names);
+  for (size_t r = every_names.size(); r-- > 0;) {
+    std::istringstream in(every_names[r]);
+    for (std::string key; std::getline(in, key);) first_holder[key] = static_cast<int>(r);
+  }
+  json mine = json::object();
   for (const auto& [key, t] : state) {
     VESCALE_CHECK(t.defined(), "checkpoint: tensor '", key, "' is undefined");
-    const auto chunks = chunks_of(key, t);
+    const auto chunks = chunks_of(key, t, first_holder.at(key));
     json list = json::array();
     for (const auto& c : chunks) {
       list.push_back({{"offsets", c.offsets}, {"shape", c.shape}, {"file", rank_file(c.owner)}});
       if (c.owner == rank)
         job->staged[key] = local_of(t).detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
     }
-    tensors[key] = {
+    mine[key] = {
         {"shape", global_shape(t)},
         {"dtype", safetensors_dtype_name(t.scalar_type(), "checkpoint: tensor '" + key + "'")},
         {"chunks", std::move(list)}};
+  }
+  // Identical on every rank when all hold the same tensors; otherwise the union, each chunk once.
+  const bool same_everywhere =
+      std::all_of(every_names.begin(), every_names.end(), [&](const std::string& n) { return n == names; });
+  json tensors = same_everywhere ? mine : json::object();
+  if (!same_everywhere) {
+    const auto every_entry = all_gather_text(mine.dump());
+    for (size_t r = 0; r < every_entry.size(); ++r) {
+      const json entries = json::parse(every_entry[r]);
+      for (auto& [key, e] : entries.items()) {
+        if (!tensors.contains(key)) {
+          tensors[key] = e;
+          continue;
+        }
+        VESCALE_CHECK(tensors[key]["shape"] == e["shape"] && tensors[key]["dtype"] == e["dtype"],
+                      "checkpoint: rank ", r, " holds '", key, "' with another global shape or ",
+                      "dtype than a lower rank");
+        for (auto& c : e["chunks"])
+          if (std::find(tensors[key]["chunks"].begin(), tensors[key]["chunks"].end(), c) ==
+              tensors[key]["chunks"].end())
+            tensors[key]["chunks"].push_back(c);
+      }
+    }
   }
   // Pieces: only their rank knows them, so rank 0 learns every rank's from one gather.
   json my_pieces = json::array();

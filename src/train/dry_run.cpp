@@ -5,6 +5,7 @@
 #include <map>
 
 #include "train/trainer_internal.h"
+#include "vescale/parallel/pipeline/schedule.h"
 #include "vescale/plan/plan.h"
 #include "vescale/train/model_factory.h"
 
@@ -82,6 +83,28 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
       gib(m.optimizer_bytes) + ", total " + gib(m.param_bytes + m.grad_bytes + m.optimizer_bytes) +
       " (activations not counted)\n";
   return out;
+}
+
+std::string schedule_report(const Config& config) {
+  VESCALE_CHECK(!config.parallel.plan.empty(), "--print-schedule: parallel.plan is empty; name a "
+                "plan with a \"pipeline\" section (e.g. configs/plans/llama_pp.json)");
+  const plan::Plan plan = plan::Plan::from_json_file(config.parallel.plan);
+  VESCALE_CHECK(plan.pipeline(), "--print-schedule: plan '", plan.source(),
+                "' has no \"pipeline\" section");
+  const plan::PipelineSpec& spec = *plan.pipeline();
+  int64_t ranks = 0;
+  for (const auto& [name, size] : config.parallel.mesh)
+    if (name == spec.dim) ranks = size;
+  VESCALE_CHECK(ranks >= 1, "--print-schedule: parallel.mesh must give the pipeline dim '",
+                spec.dim, "' a size (e.g. --set 'parallel.mesh={\"", spec.dim, "\": 4}')");
+  const auto schedule = parallel::pipeline::make_schedule(
+      spec.schedule, static_cast<int>(ranks), static_cast<int>(spec.microbatches),
+      static_cast<int>(spec.chunks));
+  // Per-stage costs: the layers a stage holds, as the even split gives them.
+  const double layers = static_cast<double>(config.model.options->n_layers() + 2);
+  const double per_stage = layers / schedule.stages;
+  parallel::pipeline::ActionCosts costs{per_stage, per_stage, per_stage, 0};
+  return parallel::pipeline::render_timeline(schedule, parallel::pipeline::simulate(schedule, costs));
 }
 
 }  // namespace vescale::train

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <set>
 
 #include "train/trainer_internal.h"
 #include "vescale/checkpoint/distributed_checkpoint.h"
@@ -156,8 +157,16 @@ void Trainer::add_optimizer_targets(const checkpoint::CheckpointInfo& info,
                                     checkpoint::StateDict& state,
                                     std::vector<checkpoint::Piece>& pieces) {
   std::map<std::string, std::vector<int64_t>> saved;
+  // A pipeline stage's optimizer holds its own parameters' state: the other stages' is theirs.
+  std::set<std::string> mine;
+  if (pipeline_)
+    for (const auto& item : model_.module->named_parameters()) mine.insert(item.key());
+  auto owned = [&](const std::string& state_name) {
+    const auto dot = state_name.rfind('.');
+    return !pipeline_ || (dot != std::string::npos && mine.count(state_name.substr(0, dot)));
+  };
   for (const auto& [key, entry] : info.tensors)
-    if (key.rfind("optim/", 0) == 0) saved[key.substr(6)] = entry.shape;
+    if (key.rfind("optim/", 0) == 0 && owned(key.substr(6))) saved[key.substr(6)] = entry.shape;
   auto targets = optimizer_->state_to_load(saved);
   for (auto& [k, v] : targets.tensors) state["optim/" + k] = v;
   for (auto& p : targets.pieces) {

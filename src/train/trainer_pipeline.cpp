@@ -104,9 +104,6 @@ void Trainer::setup_pipeline(const plan::Plan& plan) {
                 t.grad_accum, " but ", src, ".microbatches=", spec.microbatches,
                 ": a pipeline's micro-batches are the step's accumulation; set train.grad_accum "
                 "to 1 (or to the same number)");
-  VESCALE_CHECK(config_.checkpoint.dir.empty(), "checkpoint.dir: checkpoints of pipeline runs "
-                "are not written yet (each stage holds other parameters); unset checkpoint.dir "
-                "or train without a pipeline");
 
   auto p = std::make_unique<PipelineTraining>();
   const int ranks = static_cast<int>(mesh_->size(spec.dim));

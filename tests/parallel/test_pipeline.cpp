@@ -7,10 +7,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "common/train_util.h"
+#include "vescale/checkpoint/distributed_checkpoint.h"
+#include "vescale/dist/object_collectives.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/mesh/device_mesh.h"
@@ -149,4 +152,86 @@ TEST_CASE("PP x DP with ZeRO-1 and PP x TP with sequence parallelism train like 
 
 TEST_CASE("PP x DP x TP = 2 x 2 x 2 trains like one device", "[pipeline][world8]") {
   check_matches_one_device({"llama_pp_dp_tp.json", "1f1b", 2, 1, {{"pp", 2}, {"dp", 2}, {"tp", 2}}});
+}
+
+namespace {
+// Every parameter of the checkpoint's model, read whole into plain tensors by this process alone.
+std::map<std::string, at::Tensor> checkpoint_params(const std::string& folder) {
+  const auto info = checkpoint::read_info(folder);
+  checkpoint::StateDict state;
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [key, entry] : info.tensors) {
+    if (key.rfind("model/", 0) != 0) continue;
+    out[key.substr(6)] = at::empty(entry.shape, at::TensorOptions().dtype(entry.dtype));
+    state[key] = out[key.substr(6)];
+  }
+  checkpoint::load(folder, state);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a checkpoint saved at PP=2 x DP=2 loads at PP=4, at DP x TP and at one rank; PP resumes "
+          "bitwise",
+          "[pipeline][checkpoint][world4]") {
+  const std::string dir = "/tmp/vescale_pp_ckpt." + std::to_string(::getppid());
+  auto mesh = mesh::DeviceMesh::init({{"pp", 2}, {"dp", 2}});
+  const PipelineCase saved_case{"llama_pp_dp.json", "1f1b", 2, 1, {{"pp", 2}, {"dp", 2}}};
+  auto cfg = [&](const PipelineCase& c, int steps, bool resume) {
+    Config x = tiny("llama", c.microbatches, {"train.steps=" + std::to_string(steps)});
+    x.parallel.mesh = c.mesh;
+    x.parallel.plan = c.plan.empty() ? "" : plan_file(c);
+    x.checkpoint.dir = dir;
+    x.checkpoint.every = 3;
+    x.checkpoint.resume = resume;
+    return x;
+  };
+  if (dist::rank() == 0) std::filesystem::remove_all(dir);
+  dist::barrier();
+  // 6 steps straight, then 3 and a resume for the last 3 (the second run's dir is fresh).
+  std::vector<double> straight;
+  {
+    Config c = cfg(saved_case, 6, false);
+    c.checkpoint.dir = dir + ".straight";
+    if (dist::rank() == 0) std::filesystem::remove_all(c.checkpoint.dir);
+    dist::barrier();
+    Trainer t(c, mesh);
+    for (auto& m : t.run()) straight.push_back(m.loss);
+  }
+  {
+    Trainer t(cfg(saved_case, 3, false), mesh);
+    t.run();
+  }
+  const std::string folder = dir + "/step-00000003";
+  const auto whole = checkpoint_params(folder);  // at one rank
+  REQUIRE(whole.size() == 57);                  // every stage's parameters, each once
+  auto same_as_saved = [&](Trainer& t) {
+    auto params = testing::full_params(*t.model().module);
+    REQUIRE(!params.empty());
+    for (auto& [name, p] : params) {
+      INFO(name);
+      CHECK(at::equal(p, whole.at(name)));
+    }
+  };
+  {
+    auto pp4 = mesh::DeviceMesh::init({{"pp", 4}});
+    Trainer t(cfg({"llama_pp.json", "1f1b", 4, 1, {{"pp", 4}}}, 3, true), pp4);
+    CHECK(t.resumed_step() == 3);
+    same_as_saved(t);
+  }
+  {
+    auto dp_tp = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
+    Config c = cfg({"", "", 2, 1, {{"dp", 2}, {"tp", 2}}}, 3, true);
+    c.parallel.plan = testing::repo_file("configs/plans/llama_dp_tp.json");
+    Trainer t(c, dp_tp);
+    CHECK(t.resumed_step() == 3);
+    same_as_saved(t);
+  }
+  {
+    Trainer t(cfg(saved_case, 6, true), mesh);
+    auto rest = t.run();
+    REQUIRE(rest.size() == 3);
+    for (int i = 0; i < 3; ++i) CHECK(rest[i].loss == straight[3 + i]);
+  }
+  dist::barrier();
+  if (dist::rank() == 0) std::filesystem::remove_all(dir), std::filesystem::remove_all(dir + ".straight");
 }

@@ -4,8 +4,11 @@
 //                           the caller's metadata (JSON)
 //   rank-00003.safetensors  the chunks world rank 3 owns (and the pieces it was given)
 // Each distinct chunk is written once: by the rank at coordinate 0 along every mesh dim where
-// the tensor is Replicate (plain tensors: by rank 0). Loading fills tensors of any placements
-// on any mesh (or plain ones) from the chunks that overlap each rank's shard.
+// the tensor is Replicate (plain tensors: by the lowest rank holding one). Ranks may hold
+// different tensors (pipeline stages: each its own layers), on meshes over part of the world; a
+// tensor held on several such meshes (a weight tied across stages) is written from the mesh of
+// its lowest holder. Loading fills tensors of any placements on any mesh (or plain ones) from
+// the chunks that overlap each rank's shard, so a checkpoint loads at any pipeline size.
 //
 // Saving is collective and crash-safe: the files go to "<folder>.tmp", and only when every rank
 // has written its file does rank 0 write index.json, rename the folder into place and point
@@ -25,8 +28,8 @@
 
 namespace vescale::checkpoint {
 
-// Names to tensors: plain tensors (the same on every rank) or DTensors without Partial
-// placements. Every rank passes the same names.
+// Names to tensors: plain tensors (the same on every rank that holds one) or DTensors without
+// Partial placements. A name means the same global tensor on every rank that passes it.
 using StateDict = std::map<std::string, at::Tensor>;
 
 // Boxes of global tensors held as plain tensors (ZeRO's flat slices): dtensor/tensor_box.h.

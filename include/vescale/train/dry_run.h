@@ -24,4 +24,10 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
 // memory under the config's plan and mesh (nothing is allocated).
 std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh);
 
+// What --print-schedule prints: the pipeline schedule of the config's plan on its mesh, one line
+// per pipeline rank (schedule.h's render_timeline), simulated with a forward, an input-gradient
+// and a weight-gradient step of one unit each per layer (a stage's actions scale with its layers).
+// Throws when the plan has no "pipeline" section or the mesh gives its dim no size.
+std::string schedule_report(const Config& config);
+
 }  // namespace vescale::train

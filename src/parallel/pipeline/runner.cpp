@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -138,6 +139,7 @@ struct PipelineRunner::Impl {
   int64_t live = 0;
   bool training = true;
   const Action* doing = nullptr;  // for error messages
+  double waited_s = 0;            // receive waits inside the current action
   void reset();  // drops a failed step's state
 
   int tag(Channel c, int stage, int mb) const {
@@ -151,8 +153,10 @@ struct PipelineRunner::Impl {
   }
 
   void wait(dist::Work& w, const std::string& what, int peer) {
+    const auto start = std::chrono::steady_clock::now();
     try {
       w.wait();
+      waited_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     } catch (const TimeoutError& e) {
       throw TimeoutError("pipeline: rank " + std::to_string(mesh.rank()) + " waited in vain for " +
                          what + " from " + who(peer) + ", which hung or failed: " + e.what());
@@ -404,9 +408,12 @@ at::Tensor PipelineRunner::train_step(const Input& input, const Loss& loss) {
   r.training = true;
   r.loss_sum = at::Tensor();
   r.stats = {};
+  using Clock = std::chrono::steady_clock;
+  const auto step_start = Clock::now();
   try {
     for (const Action& a : r.schedule.actions.at(r.me)) {
       r.doing = &a;
+      const auto start = Clock::now();
       switch (a.op) {
         case Op::Forward: r.forward(a.stage, a.microbatch, input, loss); break;
         case Op::Backward: r.backward(a.stage, a.microbatch, false); break;
@@ -417,9 +424,17 @@ at::Tensor PipelineRunner::train_step(const Input& input, const Loss& loss) {
         case Op::SendGrad: r.send_grad(a.stage, a.microbatch); break;
         case Op::RecvGrad: r.recv_grad(a.stage, a.microbatch); break;
       }
+      const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+      // A compute action's own receive wait counts as bubble, not as compute.
+      const double busy = std::max(0.0, secs - r.waited_s);
+      r.waited_s = 0;
+      if (a.op == Op::Forward) r.stats.forward_s += busy, ++r.stats.forwards;
+      if (a.op == Op::Backward || a.op == Op::BackwardInput) r.stats.backward_s += busy, ++r.stats.backwards;
+      if (a.op == Op::BackwardWeight) r.stats.weight_s += busy, ++r.stats.weights;
     }
     r.doing = nullptr;
     r.finish_step();
+    r.stats.step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
   } catch (const TimeoutError&) {
     r.reset();
     throw;

@@ -33,6 +33,12 @@ struct RunnerOptions {
 struct RunnerStats {
   int64_t peak_live = 0;  // most (stage, micro-batch) activation sets held at once this step
   int64_t sends = 0, recvs = 0;
+  // Wall seconds: the whole step, and its compute actions by kind (F; B or I; W), whose sum
+  // over the step is this rank's busy time: 1 - busy / step is its measured bubble (waits on
+  // receives included).
+  double step_s = 0, forward_s = 0, backward_s = 0, weight_s = 0;
+  int64_t forwards = 0, backwards = 0, weights = 0;
+  double busy_s() const { return forward_s + backward_s + weight_s; }
 };
 
 class PipelineRunner {
