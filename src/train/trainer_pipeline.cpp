@@ -4,6 +4,7 @@
 // weights tied across stages summed, the norm taken over every stage, and the loss sent from
 // the last stage to every rank.
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -212,7 +213,23 @@ void Trainer::start_pipeline_runner() {
   std::vector<pp::StageForward> forwards;
   for (int s : p.schedule.stages_of(p.me)) {
     const int64_t begin = p.starts[s], end = p.starts[s + 1];
-    forwards.push_back({s, [this, begin, end](const at::Tensor& x) {
+    const bool bf16 = config_.train.dtype == "bf16";
+    const at::DeviceType dt = at::Device(device_).type();
+    forwards.push_back({s, [this, begin, end, bf16, dt](const at::Tensor& x) {
+                          // bf16 autocast around the stage's layers, as loss_of does around the
+                          // whole model (the loss stays fp32).
+                          struct Autocast {
+                            bool on;
+                            at::DeviceType dt;
+                            Autocast(bool on, at::DeviceType dt) : on(on), dt(dt) {
+                              if (!on) return;
+                              at::autocast::set_autocast_dtype(dt, at::kBFloat16);
+                              at::autocast::set_autocast_enabled(dt, true);
+                            }
+                            ~Autocast() {
+                              if (on) at::autocast::set_autocast_enabled(dt, false), at::autocast::clear_cache();
+                            }
+                          } autocast(bf16, dt);
                           at::Tensor y = x;
                           for (int64_t l = begin; l < end; ++l)
                             y = model_.pipeline_layers[l].forward(y);
