@@ -369,3 +369,23 @@ TEST_CASE("messages: a directory as --config, a plan typo, who launched, a corru
   CHECK_THAT(r.err, Contains("[rank 0] vescale-train: rank 1 failed: checkpoint"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("a hung pipeline stage stops every rank within the timeout, naming the stage's rank",
+          "[reliability]") {
+  const std::string dir = scratch("pp_hang");
+  // Rank 1 (the last stage) is frozen with SIGSTOP after step 2: rank 0 waits for its gradient.
+  auto r = run_command(
+      "VESCALE_COLLECTIVE_TIMEOUT_S=5 " + TRAIN + " --nproc-per-node 2" + CONFIG + TINY +
+          " --set train.steps=1000000 --set parallel.mesh={\\\"pp\\\":2} --set parallel.plan=" +
+          PLANS + "llama_pp.json > " + dir + "/log 2>&1 & pid=$!; " +
+          "for i in $(seq 600); do grep -qE \"step +2/\" " + dir + "/log && break; sleep 0.1; done; " +
+          "kill -STOP $(pgrep -P $pid | sort -n | tail -1); wait $pid; echo \"exit $?\"",
+      120);
+  const std::string log = slurp(dir + "/log");
+  INFO(r.out << r.err << log);
+  CHECK_THAT(r.out, Contains("exit 1"));
+  CHECK(r.seconds < 60);
+  CHECK_THAT(log, Contains("waited in vain for the gradient of stage 0") &&
+                      Contains("from pipeline rank 1 (world rank 1)"));
+  fs::remove_all(dir);
+}
