@@ -2,10 +2,16 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <array>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "train/trainer_internal.h"
+#include "shared/meta_device.h"
+#include "vescale/common/check.h"
 #include "vescale/parallel/pipeline/schedule.h"
+#include "vescale/parallel/pipeline/stages.h"
 #include "vescale/plan/plan.h"
 #include "vescale/train/model_factory.h"
 
@@ -21,22 +27,52 @@ std::string gib(double bytes) {
 
 }  // namespace
 
+namespace {
+
+// Whether the plan keeps the residual stream sharded along the sequence over tp (a forward
+// entry with Shard(1) on the tp dim).
+bool sequence_parallel(const plan::Plan& plan) {
+  const auto& dims = plan.mesh_dims();
+  const auto tp = std::find(dims.begin(), dims.end(), "tp");
+  if (tp == dims.end()) return false;
+  const size_t i = static_cast<size_t>(tp - dims.begin());
+  for (const auto& [pattern, f] : plan.forwards())
+    for (const auto* list : {&f.input, &f.output})
+      for (const auto& pl : *list)
+        if (i < pl.size() && pl[i].is_shard(1)) return true;
+  return false;
+}
+
+}  // namespace
+
 MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh) {
   const ParamShapes shapes = parameter_shapes(config.model);
-  std::map<std::string, dtensor::Placements> placements;
+  std::optional<plan::Plan> plan;
   int64_t zero = zero_stage(config.parallel, nullptr);
   if (!config.parallel.plan.empty()) {
-    const plan::Plan plan = plan::Plan::from_json_file(config.parallel.plan);
-    placements = plan.resolve(mesh.names(), shapes);
-    zero = zero_stage(config.parallel, &plan);
+    plan = plan::Plan::from_json_file(config.parallel.plan);
+    zero = zero_stage(config.parallel, &*plan);
   }
-  const auto& names = mesh.names();
-  const bool has_dp = std::find(names.begin(), names.end(), "dp") != names.end();
-  const double dp = has_dp ? static_cast<double>(mesh.size("dp")) : 1.0;
-  MemoryEstimate m;
-  m.zero = zero;
-  m.parameters = parameter_count(shapes);
-  for (const auto& [name, shape] : shapes) {
+  const std::optional<plan::PipelineSpec> pipe = plan ? plan->pipeline() : std::nullopt;
+  // The dims parameters are placed on: all of them, or a pipeline stage's (the others).
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  for (int64_t i = 0; i < mesh.ndim(); ++i) {
+    if (pipe && mesh.names()[i] == pipe->dim) continue;
+    names.push_back(mesh.names()[i]);
+    sizes.push_back(mesh.sizes()[i]);
+  }
+  std::map<std::string, dtensor::Placements> placements;
+  if (plan && !plan->mesh_dims().empty()) placements = plan->resolve(names, shapes);
+  auto size_of = [&](const std::string& dim) -> int64_t {
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] == dim) return sizes[i];
+    return 1;
+  };
+  const double dp = static_cast<double>(size_of("dp"));
+  const double tp = static_cast<double>(size_of("tp"));
+  // One parameter's bytes on a rank: params, grads, optimizer.
+  auto param_bytes = [&](const std::string& name, const std::vector<int64_t>& shape) {
     std::vector<int64_t> local = shape;
     bool replicated_on_dp = true;
     auto it = placements.find(name);
@@ -44,7 +80,7 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
       for (size_t i = 0; i < it->second.size(); ++i) {
         const auto& p = it->second[i];
         if (!p.is_shard()) continue;
-        const int64_t k = mesh.sizes()[i];
+        const int64_t k = sizes[i];
         local[p.dim] = (local[p.dim] + k - 1) / k;
         if (names[i] == "dp") replicated_on_dp = false;
       }
@@ -52,11 +88,106 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
     double n = 1;
     for (int64_t d : local) n *= static_cast<double>(d);
     const double zdiv = replicated_on_dp ? dp : 1.0;
-    m.param_bytes += 4 * n / (zero >= 3 ? zdiv : 1.0);
-    m.grad_bytes += 4 * n / (zero >= 2 ? zdiv : 1.0);
     // ZeRO keeps an fp32 copy of its parameter slice beside the moments (docs/parallel.md).
-    m.optimizer_bytes += (zero >= 1 ? 12 : 8) * n / (zero >= 1 ? zdiv : 1.0);
+    return std::array<double, 3>{4 * n / (zero >= 3 ? zdiv : 1.0), 4 * n / (zero >= 2 ? zdiv : 1.0),
+                                 (zero >= 1 ? 12 : 8) * n / (zero >= 1 ? zdiv : 1.0)};
+  };
+
+  MemoryEstimate m;
+  m.zero = zero;
+  m.parameters = parameter_count(shapes);
+  m.sequence_parallel = plan && sequence_parallel(*plan);
+  // One block's activations per micro-batch, and with checkpointing its input alone.
+  const auto& t = config.train;
+  const double sbh = static_cast<double>(t.seq_len) * static_cast<double>(t.batch_size) *
+                     static_cast<double>(config.model.options->dim());
+  const double width = t.dtype == "bf16" ? 1.0 : 2.0;  // x 16-bit bytes
+  const double block = sbh * width * (m.sequence_parallel ? 34.0 / tp : 10.0 + 24.0 / tp);
+  const double block_input = 2.0 * sbh * width / (m.sequence_parallel ? tp : 1.0);
+
+  // The model's layers (a meta build): which parameters each pipeline rank holds.
+  Model model;
+  {
+    models::MetaDeviceScope meta;
+    model = build_model(config.model);
   }
+  const auto& layers = model.pipeline_layers;
+  auto params_of = [&](const std::vector<std::string>& modules) {
+    std::set<std::string> out;
+    for (const auto& [name, shape] : shapes)
+      for (const auto& mod : modules)
+        if (name.rfind(mod + ".", 0) == 0) out.insert(name);
+    return out;
+  };
+  // The head's logits (fp32, and their gradient), on the rank that runs the last layer.
+  double head_shard = 1;
+  std::set<std::string> head =
+      layers.empty() ? params_of({"output"}) : params_of(layers.back().modules);
+  for (const auto& n : head)
+    if (auto it = placements.find(n); it != placements.end())
+      for (size_t i = 0; i < it->second.size(); ++i)
+        if (it->second[i].is_shard() && names[i] == "tp") head_shard = tp;
+  const double logits = 8.0 * static_cast<double>(t.seq_len) * static_cast<double>(t.batch_size) *
+                        static_cast<double>(config.model.options->vocab_size()) / head_shard;
+
+  auto add_params = [&](StageMemory& s, const std::set<std::string>& held) {
+    for (const auto& [name, shape] : shapes) {
+      if (!held.count(name)) continue;
+      const auto b = param_bytes(name, shape);
+      s.param_bytes += b[0], s.grad_bytes += b[1], s.optimizer_bytes += b[2];
+    }
+  };
+  // `flight` micro-batch-stages of `blocks_per_stage` blocks each; one block recomputed at a time.
+  auto add_activations = [&](StageMemory& s, double blocks_per_stage, bool last) {
+    const double flight = static_cast<double>(s.in_flight), head_part = last ? logits : 0;
+    s.activation_bytes = flight * blocks_per_stage * block + head_part;
+    s.activation_bytes_checkpointed =
+        flight * blocks_per_stage * block_input + (s.blocks > 0 ? block : 0) + head_part;
+  };
+  if (!pipe) {
+    StageMemory s;
+    s.blocks = config.model.options->n_layers();
+    std::set<std::string> all;
+    for (const auto& [name, shape] : shapes) all.insert(name);
+    add_params(s, all);
+    add_activations(s, static_cast<double>(s.blocks), true);
+    m.stages.push_back(s);
+  } else {
+    VESCALE_CHECK(!layers.empty(), "model.type '", config.model.type,
+                  "' cannot be pipelined yet (its builder lists no pipeline layers)");
+    const int ranks = static_cast<int>(mesh.size(pipe->dim));
+    const auto schedule = parallel::pipeline::make_schedule(
+        pipe->schedule, ranks, static_cast<int>(pipe->microbatches), static_cast<int>(pipe->chunks));
+    std::vector<std::string> layer_names;
+    for (const auto& l : layers) layer_names.push_back(l.name);
+    auto starts = parallel::pipeline::stage_starts(layer_names, *pipe, schedule.stages, plan->source());
+    starts.push_back(static_cast<int64_t>(layers.size()));
+    const auto sim = parallel::pipeline::simulate(schedule);
+    for (int r = 0; r < ranks; ++r) {
+      StageMemory s;
+      s.pp_rank = r;
+      std::vector<std::string> modules;
+      const auto mine = schedule.stages_of(r);
+      for (int st : mine)
+        for (int64_t l = starts[st]; l < starts[st + 1]; ++l) {
+          modules.insert(modules.end(), layers[l].modules.begin(), layers[l].modules.end());
+          if (l > 0 && l + 1 < static_cast<int64_t>(layers.size())) ++s.blocks;  // not embedding, head
+        }
+      s.layers = layer_names[starts[mine.front()]] + " .. " + layer_names[starts[mine.back() + 1] - 1];
+      s.in_flight = sim.peak_in_flight[r];  // micro-batch-stages, each of one stage's blocks
+      add_params(s, params_of(modules));
+      add_activations(s, static_cast<double>(s.blocks) / static_cast<double>(mine.size()),
+                      schedule.stage_rank.back() == r);
+      m.stages.push_back(s);
+    }
+  }
+  const bool ckpt = t.activation_checkpointing;
+  const StageMemory* peak = &m.stages.front();
+  for (const auto& s : m.stages)
+    if (s.total(ckpt) > peak->total(ckpt)) peak = &s;
+  m.param_bytes = peak->param_bytes, m.grad_bytes = peak->grad_bytes;
+  m.optimizer_bytes = peak->optimizer_bytes;
+  m.activation_bytes = ckpt ? peak->activation_bytes_checkpointed : peak->activation_bytes;
   return m;
 }
 
@@ -75,13 +206,36 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
   out += "plan: " +
          (config.parallel.plan.empty() ? std::string("none (every parameter replicated)")
                                        : config.parallel.plan) +
-         "; zero " + std::to_string(m.zero) + "\n";
-  out +=
-      "per rank (fp32 weights; AdamW exp_avg + exp_avg_sq, under ZeRO plus an fp32 slice of the "
-      "weights): params " +
-      gib(m.param_bytes) + ", grads " + gib(m.grad_bytes) + ", optimizer " +
-      gib(m.optimizer_bytes) + ", total " + gib(m.param_bytes + m.grad_bytes + m.optimizer_bytes) +
-      " (activations not counted)\n";
+         "; zero " + std::to_string(m.zero) + (m.sequence_parallel ? "; sequence parallel" : "") +
+         "\n";
+  const auto& t = config.train;
+  out += "per rank (fp32 weights and grads; AdamW exp_avg + exp_avg_sq, under ZeRO plus an fp32 "
+         "slice of the weights; activations of " +
+         std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) + " tokens per micro-batch in " +
+         t.dtype + ", estimated):\n";
+  char line[512];
+  std::snprintf(line, sizeof(line), "  %-7s %-30s %6s %9s %9s %9s %11s %11s\n", "pp rank",
+                "layers", "flight", "params", "grads", "optimizer", "activations", "act. (ckpt)");
+  out += line;
+  for (const auto& s : m.stages) {
+    std::snprintf(line, sizeof(line), "  %-7d %-30s %6lld %9s %9s %9s %11s %11s\n", s.pp_rank,
+                  s.layers.empty() ? "all" : s.layers.c_str(), static_cast<long long>(s.in_flight),
+                  gib(s.param_bytes).c_str(), gib(s.grad_bytes).c_str(),
+                  gib(s.optimizer_bytes).c_str(), gib(s.activation_bytes).c_str(),
+                  gib(s.activation_bytes_checkpointed).c_str());
+    out += line;
+  }
+  const double peak = m.total();
+  const double device = 80e9;
+  std::snprintf(line, sizeof(line),
+                "peak per rank: %s with activation checkpointing %s (params %s, grads %s, "
+                "optimizer %s, activations %s); an 80 GB device %s (%.0f%% headroom)\n",
+                gib(peak).c_str(), t.activation_checkpointing ? "on" : "off",
+                gib(m.param_bytes).c_str(), gib(m.grad_bytes).c_str(),
+                gib(m.optimizer_bytes).c_str(), gib(m.activation_bytes).c_str(),
+                peak <= 0.9 * device ? "fits" : peak <= device ? "fits without 10% headroom" : "does not fit",
+                100.0 * (1.0 - peak / device));
+  out += line;
   return out;
 }
 

@@ -95,8 +95,14 @@ TEST_CASE("vescale-train --dry-run reports LLaMA-3 70B without memory", "[train_
   INFO(r.out);
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Contains("model: llama, 70.55B parameters (70553706496)"));
-  CHECK_THAT(r.out, Contains("mesh: dp=1, tp=8 (8 ranks)"));
+  CHECK_THAT(r.out, Contains("mesh: pp=8, dp=1, tp=8 (64 ranks)"));
   CHECK_THAT(r.out, Contains("per rank"));
+  // The recipe (pp=8 x tp=8 with sequence parallelism, checkpointed) fits an 80 GB device with
+  // room to spare on 64 GPUs, and on 128 (dp=2, ZeRO-1 halves the optimizer state).
+  CHECK_THAT(r.out, Contains("layers.70 .. output") && Contains("an 80 GB device fits (68% headroom)"));
+  r = run(TRAIN + " --dry-run --config " + CONFIGS +
+          "llama3_70b.json --set 'parallel.mesh={\"pp\":8,\"dp\":2,\"tp\":8}'");
+  CHECK_THAT(r.out, Contains("an 80 GB device fits (77% headroom)"));
 }
 
 TEST_CASE("vescale-train names config errors", "[train_app]") {

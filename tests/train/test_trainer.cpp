@@ -117,6 +117,41 @@ TEST_CASE("dry-run memory splits Shard(d) params over the mesh, torch.chunk styl
   std::remove(plan.c_str());
 }
 
+TEST_CASE("dry-run under a pipeline: each pp rank holds its stages, and the schedule's in-flight "
+          "micro-batches of activations",
+          "[trainer]") {
+  // LLaMA, 4 blocks + embedding + head = 6 layers over pp=2: [tok_embeddings, layers.0..1],
+  // [layers.2..3, output]. 1F1B at 4 micro-batches: rank 0 holds 2 in flight, rank 1 one.
+  auto c = Config::from_file(VESCALE_SOURCE_DIR "/configs/llama_tiny.json",
+                             {"parallel.plan=\"plans/llama_pp.json\"", "parallel.mesh={\"pp\":2}",
+                              "train.batch_size=2", "train.seq_len=16", "log.metrics_jsonl=\"\""});
+  const auto shapes = parameter_shapes(c.model);
+  double n0 = 0, n1 = 0;  // elements each rank holds
+  for (const auto& [name, shape] : shapes) {
+    double k = 1;
+    for (auto d : shape) k *= static_cast<double>(d);
+    const bool first = name.rfind("tok_embeddings", 0) == 0 || name.rfind("layers.0.", 0) == 0 ||
+                       name.rfind("layers.1.", 0) == 0;
+    (first ? n0 : n1) += k;
+  }
+  const auto m = memory_per_rank(c, vescale::mesh::MeshShape({{"pp", 2}}, 2));
+  REQUIRE(m.stages.size() == 2);
+  CHECK(m.stages[0].layers == "tok_embeddings .. layers.1");
+  CHECK(m.stages[1].layers == "layers.2 .. output");
+  CHECK(m.stages[0].param_bytes == 4 * n0);
+  CHECK(m.stages[1].param_bytes == 4 * n1);
+  CHECK(m.stages[0].optimizer_bytes == 8 * n0);
+  CHECK(m.stages[0].in_flight == 2);
+  CHECK(m.stages[1].in_flight == 1);
+  // fp32: 2 x 34 s b h bytes per block and micro-batch (s b h = 16 x 2 x 128); the last stage adds
+  // the fp32 logits and their gradient, 8 s b vocab.
+  const double sbh = 16.0 * 2 * 128;
+  CHECK(m.stages[0].activation_bytes == 2 * 2 * 2 * 34 * sbh);
+  CHECK(m.stages[1].activation_bytes == 1 * 2 * 2 * 34 * sbh + 8 * 16 * 2 * 256);
+  // Checkpointed: each block keeps its input (2 x 2 s b h in fp32), one block is recomputed.
+  CHECK(m.stages[0].activation_bytes_checkpointed == 2 * 2 * 2 * 2 * sbh + 2 * 34 * sbh);
+}
+
 TEST_CASE("FLOPs per token: 6 x matmul parameters + attention", "[trainer]") {
   auto c = tiny();
   // Hand count for GPT (C = 64, L = 2, V = 256, T = 32): per layer 12 C^2 matmul weights; the

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/train/config.h"
@@ -12,16 +13,44 @@ namespace vescale::train {
 // Bytes each rank holds for the largest shard any rank gets (torch.chunk: the first ranks get
 // ceil(n / k)), fp32 params and grads, AdamW's two fp32 moments; ZeRO stage z divides, over
 // the dp dim, the optimizer state (z >= 1), grads (z >= 2) and params (z >= 3) of the
-// parameters that are replicated on dp. Activations are not counted.
+// parameters that are replicated on dp. Under a pipeline plan each pipeline rank holds only its
+// stages' parameters, and the figures are those of the rank with the largest total.
+//
+// Activations kept for backward, per rank: micro-batches in flight (1 without a pipeline; the
+// schedule's simulated peak with one) x the rank's transformer blocks x one block's per
+// micro-batch. A block keeps about 34 s b h bytes at 16 bits (Korthikanti et al. 2022, with a
+// fused attention that stores no s x s scores; s = train.seq_len, b = train.batch_size, h =
+// model dim), split over tp as (10 + 24 / tp) without sequence parallelism and 34 / tp with
+// it; fp32 doubles it. With activation checkpointing a block keeps only its input (2 s b h,
+// split over tp with sequence parallelism) and one block at a time is recomputed. The head's
+// fp32 logits and their gradient (8 s b vocab, / tp when the plan shards the head) on the last
+// stage. An estimate: allocator slack and communication buffers are not counted.
+struct StageMemory {
+  int pp_rank = 0;
+  std::string layers;  // "tok_embeddings .. layers.9"
+  int64_t blocks = 0, in_flight = 1;
+  double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  double activation_bytes = 0, activation_bytes_checkpointed = 0;
+  double total(bool checkpointing) const {
+    return param_bytes + grad_bytes + optimizer_bytes +
+           (checkpointing ? activation_bytes_checkpointed : activation_bytes);
+  }
+};
 struct MemoryEstimate {
   int64_t parameters = 0;  // total count, unsharded
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  double activation_bytes = 0;  // as configured (train.activation_checkpointing)
   int64_t zero = 0;  // the ZeRO stage they assume (the config's, else the plan's)
+  bool sequence_parallel = false;
+  std::vector<StageMemory> stages;  // one per pipeline rank; one entry without a pipeline
+  double total() const { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes; }
 };
 MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh);
 
-// What --dry-run prints: parameter count, and per-rank parameter, gradient and optimizer
-// memory under the config's plan and mesh (nothing is allocated).
+// What --dry-run prints: parameter count, per-rank parameter, gradient, optimizer and
+// activation memory under the config's plan and mesh (a row per pipeline rank, with and
+// without activation checkpointing), and the peak against an 80 GB device (nothing is
+// allocated).
 std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh);
 
 // What --print-schedule prints: the pipeline schedule of the config's plan on its mesh, one line
