@@ -29,6 +29,16 @@ struct PipelineLayer {
   std::function<at::Tensor(const at::Tensor&)> forward;
 };
 
+// A loss term over all layers that is not a sum of per-layer terms (Mixtral's load balancing
+// multiplies counts summed over every layer by probabilities summed over every layer). Under a
+// pipeline each stage adds its layers' statistics to a running sum that travels with the
+// activations, and the last stage makes the term from the total.
+struct PipelineAux {
+  // After the forward of these layers (names from pipeline_layers): their statistics, fp32.
+  std::function<at::Tensor(const std::vector<std::string>& layers)> stats;
+  std::function<at::Tensor(const at::Tensor& total)> loss;  // == aux_loss() for all layers
+};
+
 struct Model {
   std::shared_ptr<torch::nn::Module> module;
   // tokens [B, T] (int64) -> logits [B, T, vocab]
@@ -48,6 +58,7 @@ struct Model {
   // forward as a chain of layers: layers[n-1](...layers[0](tokens)) == forward(tokens). Empty
   // when the family cannot be pipelined.
   std::vector<PipelineLayer> pipeline_layers;
+  PipelineAux pipeline_aux;  // empty functions when aux_loss is empty
 };
 
 struct ModelBuilder {

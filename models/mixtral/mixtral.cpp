@@ -149,8 +149,8 @@ torch::Tensor MixtralImpl::forward(const torch::Tensor& tokens) {
   return output ? call(output, x) : at::linear(x, tok_embeddings->weight);
 }
 
-torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits,
-                                  int64_t n_experts, int64_t top_k) {
+torch::Tensor load_balancing_stats(const std::vector<torch::Tensor>& router_logits,
+                                   int64_t n_experts, int64_t top_k) {
   TORCH_CHECK(!router_logits.empty(), "load_balancing_loss: no router logits (run forward first)");
   torch::Tensor assignments, prob_sum;
   int64_t rows = 0;
@@ -164,7 +164,18 @@ torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logit
     prob_sum = prob_sum.defined() ? prob_sum + psum : psum;
     rows += logits.size(0);
   }
-  return n_experts * ((assignments / rows) * (prob_sum / rows)).sum();
+  return at::cat({assignments, prob_sum, at::full({1}, static_cast<double>(rows), prob_sum.options())});
+}
+
+torch::Tensor load_balancing_from_stats(const torch::Tensor& stats, int64_t n_experts) {
+  const auto rows = stats.narrow(0, 2 * n_experts, 1);
+  return n_experts *
+         ((stats.narrow(0, 0, n_experts) / rows) * (stats.narrow(0, n_experts, n_experts) / rows)).sum();
+}
+
+torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits,
+                                  int64_t n_experts, int64_t top_k) {
+  return load_balancing_from_stats(load_balancing_stats(router_logits, n_experts, top_k), n_experts);
 }
 
 torch::Tensor MixtralImpl::aux_loss() const {

@@ -90,5 +90,11 @@ TORCH_MODULE(Mixtral);
 // The same loss for given router logits, one [N_l, E] tensor per layer.
 torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits,
                                   int64_t n_experts, int64_t top_k);
+// The loss in two halves, for a model cut into pipeline stages: the statistics of some layers
+// ([2E + 1] fp32: top-k assignments per expert (no gradient), router probabilities summed per
+// expert, rows), which add up over layers, and the loss from the sum over all layers.
+torch::Tensor load_balancing_stats(const std::vector<torch::Tensor>& router_logits,
+                                   int64_t n_experts, int64_t top_k);
+torch::Tensor load_balancing_from_stats(const torch::Tensor& stats, int64_t n_experts);
 
 }  // namespace models

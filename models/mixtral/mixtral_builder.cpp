@@ -5,6 +5,7 @@
 #include "shared/hugging_face.h"
 #include "mixtral/mixtral.h"
 #include "model.h"
+#include "vescale/nn/module_hooks.h"
 
 namespace models {
 namespace {
@@ -26,6 +27,40 @@ Model build(const ModelOptions& options) {
         "activation checkpointing: a Mixtral block pattern matched a module that is not a block");
     return std::vector<at::Tensor*>{&b->feed_forward->router_logits};
   };
+  // The same calls as MixtralImpl::forward, one layer at a time (as LLaMA's).
+  MixtralImpl* l = mixtral.get();
+  m.pipeline_layers.push_back(
+      {"tok_embeddings", {"tok_embeddings"}, [l](const at::Tensor& tokens) {
+         return vescale::nn::call(l->tok_embeddings, tokens);
+       }});
+  for (size_t i = 0; i < l->layers->size(); ++i) {
+    const std::string name = "layers." + std::to_string(i);
+    m.pipeline_layers.push_back({name, {name}, [l, i](const at::Tensor& x) {
+                                   const int64_t T = x.size(1);
+                                   return vescale::nn::call(l->layers->ptr<MixtralBlockImpl>(i), x,
+                                                            l->rope_cos.narrow(0, 0, T),
+                                                            l->rope_sin.narrow(0, 0, T));
+                                 }});
+  }
+  std::vector<std::string> head = {"norm", l->output ? "output" : "tok_embeddings"};
+  m.pipeline_layers.push_back({"output", head, [l](const at::Tensor& x) {
+                                 auto h = vescale::nn::call(l->norm, x);
+                                 return l->output ? vescale::nn::call(l->output, h)
+                                                  : at::linear(h, l->tok_embeddings->weight);
+                               }});
+  if (o.aux_loss_coef > 0) {
+    m.pipeline_aux.stats = [l](const std::vector<std::string>& layers) {
+      std::vector<at::Tensor> logits;
+      for (const auto& name : layers)
+        if (name.rfind("layers.", 0) == 0)
+          logits.push_back(
+              l->layers->ptr<MixtralBlockImpl>(std::stoul(name.substr(7)))->feed_forward->router_logits);
+      return load_balancing_stats(logits, l->options.n_experts, l->options.top_k);
+    };
+    m.pipeline_aux.loss = [l, coef = o.aux_loss_coef](const at::Tensor& total) {
+      return load_balancing_from_stats(total, l->options.n_experts) * coef;
+    };
+  }
   return m;
 }
 

@@ -215,7 +215,10 @@ void Trainer::start_pipeline_runner() {
     const int64_t begin = p.starts[s], end = p.starts[s + 1];
     const bool bf16 = config_.train.dtype == "bf16";
     const at::DeviceType dt = at::Device(device_).type();
-    forwards.push_back({s, [this, begin, end, bf16, dt](const at::Tensor& x) {
+    std::vector<std::string> names;
+    for (int64_t l = begin; l < end; ++l) names.push_back(model_.pipeline_layers[l].name);
+    const bool any_block = end - begin > (begin == 0 ? 1 : 0) + (end == static_cast<int64_t>(model_.pipeline_layers.size()) ? 1 : 0);
+    forwards.push_back({s, [this, begin, end, bf16, dt, names, any_block](const std::vector<at::Tensor>& in) {
                           // bf16 autocast around the stage's layers, as loss_of does around the
                           // whole model (the loss stays fp32).
                           struct Autocast {
@@ -230,10 +233,17 @@ void Trainer::start_pipeline_runner() {
                               if (on) at::autocast::set_autocast_enabled(dt, false), at::autocast::clear_cache();
                             }
                           } autocast(bf16, dt);
-                          at::Tensor y = x;
+                          at::Tensor y = in.at(0);
                           for (int64_t l = begin; l < end; ++l)
                             y = model_.pipeline_layers[l].forward(y);
-                          return y;
+                          // The aux loss's running statistics: what came in plus this stage's.
+                          at::Tensor stats = in.size() > 1 ? in[1] : at::Tensor();
+                          if (model_.pipeline_aux.stats && any_block) {
+                            at::Tensor mine = model_.pipeline_aux.stats(names);
+                            stats = stats.defined() ? stats + mine : mine;
+                          }
+                          if (!stats.defined()) return std::vector<at::Tensor>{y};
+                          return std::vector<at::Tensor>{y, stats};
                         }});
   }
   pp::RunnerOptions opts;
@@ -271,8 +281,10 @@ double Trainer::pipeline_forward_backward(const std::vector<DataLoader::Batch>& 
   const at::Device dev(device_);
   const mesh::DeviceMesh* m = &p.stage_mesh;
   auto input = [&](int mb) { return to_model_input(batches.at(mb).inputs.to(dev), m); };
-  auto loss = [&](const at::Tensor& logits, int mb) {
-    return pipeline_loss(logits, to_model_input(batches.at(mb).targets.to(dev), m));
+  auto loss = [&](const std::vector<at::Tensor>& outputs, int mb) {
+    at::Tensor l = pipeline_loss(outputs.at(0), to_model_input(batches.at(mb).targets.to(dev), m));
+    if (model_.pipeline_aux.loss && outputs.size() > 1) l = l + model_.pipeline_aux.loss(outputs[1]);
+    return l;
   };
   at::Tensor sum = training ? p.runner->train_step(input, loss)
                             : p.runner->eval_step(input, loss, static_cast<int>(batches.size()));

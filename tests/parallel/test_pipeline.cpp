@@ -51,7 +51,11 @@ Config tiny(const std::string& family, int microbatches, const std::vector<std::
   std::vector<std::string> o{"train.batch_size=2", "train.seq_len=16", "train.warmup_steps=2",
                              "train.steps=10",     "train.eval_steps=2", "train.lr=3e-3",
                              "log.metrics_jsonl=\"\"", "train.grad_accum=" + std::to_string(microbatches)};
-  if (family == "llama") {
+  if (family == "mixtral") {
+    for (auto s : {"model.dim=32", "model.n_layers=4", "model.n_heads=4", "model.n_kv_heads=2",
+                   "model.ffn_dim=32", "model.max_seq_len=16"})
+      o.push_back(s);
+  } else if (family == "llama") {
     for (auto s : {"model.dim=32", "model.n_layers=6", "model.n_heads=4", "model.n_kv_heads=2",
                    "model.ffn_dim=64", "model.max_seq_len=16"})
       o.push_back(s);
@@ -60,8 +64,10 @@ Config tiny(const std::string& family, int microbatches, const std::vector<std::
       o.push_back(s);
   }
   o.insert(o.end(), extra.begin(), extra.end());
-  return Config::from_file(testing::repo_file(family == "llama" ? "configs/llama_tiny.json"
-                                                                 : "configs/nanogpt_tiny.json"),
+  return Config::from_file(testing::repo_file("configs/" + std::string(family == "llama"     ? "llama_tiny"
+                                                                     : family == "mixtral" ? "mixtral_tiny"
+                                                                                           : "nanogpt_tiny") +
+                                              ".json"),
                            o);
 }
 
@@ -135,6 +141,17 @@ TEST_CASE("every schedule at PP=2 trains like one device", "[pipeline][world2]")
 TEST_CASE("GPT's tied embedding on the first and the last stage stays one weight",
           "[pipeline][world2]") {
   check_matches_one_device({"gpt2_pp.json", "1f1b", 2, 1, {{"pp", 2}}}, "gpt");
+}
+
+TEST_CASE("Mixtral's load-balancing loss over every layer: its statistics travel with the "
+          "activations",
+          "[pipeline][world2]") {
+  // The aux loss multiplies counts summed over all layers by probabilities summed over all
+  // layers: each stage adds its layers' sums, the last one makes the loss.
+  check_matches_one_device({"llama_pp.json", "1f1b", 2, 1, {{"pp", 2}}}, "mixtral");
+  check_matches_one_device({"llama_pp.json", "zb_h1", 2, 1, {{"pp", 2}},
+                            {"train.activation_checkpointing=true"}},
+                           "mixtral");
 }
 
 TEST_CASE("bf16 autocast runs inside every stage: PP=2 follows one device in bf16",

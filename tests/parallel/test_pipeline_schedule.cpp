@@ -232,7 +232,7 @@ TEST_CASE("simulate: peak in-flight micro-batches", "[pipeline]") {
     }
 }
 
-TEST_CASE("simulate: a receive ends p2p after its send starts; sends take no time", "[pipeline]") {
+TEST_CASE("simulate: a receive ends p2p after its send starts and sends take no time", "[pipeline]") {
   const Simulation sim = simulate(make_schedule("1f1b", 2, 2), ActionCosts{1, 1, 1, 0.5});
   // Rank 1 gets F0 at 1.5 and sends B0's gradient at 4.5; rank 0 waits for it until 5, then
   // for B1's (sent at 7.5) until 8, and ends at 10.

@@ -172,8 +172,8 @@ TEST_CASE("vescale-train applies the config's plan on any mesh and trains like w
                                       {4, R"({"dp":2,"tp":2})", "plans/llama_dp_tp.json", 2}});
 }
 
-TEST_CASE("vescale-train under the shipped pipeline plans trains like world 1; the rank 0 log "
-          "has the true loss",
+TEST_CASE("vescale-train under the shipped pipeline plans trains like world 1 with the true loss "
+          "in rank 0's log",
           "[train_app]") {
   // The plans' 8 micro-batches are world 1's 8 accumulated batches.
   const std::string common = " --config " + CONFIGS +

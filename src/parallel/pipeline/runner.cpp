@@ -34,7 +34,8 @@ struct TensorMeta {
   }
 };
 
-constexpr int64_t kHeaderLen = 64, kMagic = 0x76736370;  // "vscp"
+constexpr int64_t kHeaderLen = 64, kMagic = 0x76736370;  // "vscp"; one block per tensor
+constexpr int64_t kMaxTensors = 4;                        // crossing one stage boundary
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -103,7 +104,29 @@ TensorMeta decode(const at::Tensor& header) {
 
 enum Channel : int { kActivation = 0, kGrad = 1, kHeader = 2 };
 
+// Several tensors' headers in one: [count, then kHeaderLen per tensor].
+at::Tensor encode_all(const std::vector<TensorMeta>& metas) {
+  VESCALE_CHECK(metas.size() <= static_cast<size_t>(kMaxTensors), "pipeline: a stage passes ",
+                metas.size(), " tensors on; at most ", kMaxTensors);
+  at::Tensor h = at::zeros({1 + kMaxTensors * kHeaderLen}, at::kLong);
+  h[0] = static_cast<int64_t>(metas.size());
+  for (size_t i = 0; i < metas.size(); ++i)
+    h.narrow(0, 1 + static_cast<int64_t>(i) * kHeaderLen, kHeaderLen).copy_(encode(metas[i]));
+  return h;
+}
+
+std::vector<TensorMeta> decode_all(const at::Tensor& header) {
+  const at::Tensor h = header.cpu();
+  const int64_t n = h[0].item<int64_t>();
+  VESCALE_CHECK(n >= 1 && n <= kMaxTensors, "pipeline: the header of a stage transfer is corrupt");
+  std::vector<TensorMeta> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back(decode(h.narrow(0, 1 + i * kHeaderLen, kHeaderLen)));
+  return out;
+}
+
 }  // namespace
+
+using Tensors = std::vector<at::Tensor>;
 
 struct PipelineRunner::Impl {
   Schedule schedule;
@@ -118,19 +141,20 @@ struct PipelineRunner::Impl {
   // Per local stage: the micro-batch of its last B or I, and of its last W, in this rank's list.
   std::map<int, int> last_bi, last_w;
 
-  // Fixed per boundary after the first step: the meta of stage s's output (sent or received).
-  std::map<int, TensorMeta> output_meta;
+  // Fixed per boundary after the first step: the meta of stage s's outputs (sent or received).
+  std::map<int, std::vector<TensorMeta>> output_meta;
 
   // One step's state.
   struct Slot {
-    at::Tensor input, output, loss, in_grad;
+    Tensors input, output, in_grad;
+    at::Tensor loss;
   };
   std::map<std::pair<int, int>, Slot> slots;
   struct Pending {
     dist::Work work;
     at::Tensor buffer;
   };
-  std::map<std::tuple<int, int, int>, Pending> recvs;  // (channel, stage, mb)
+  std::map<std::tuple<int, int, int, int>, Pending> recvs;  // (channel, stage, mb, tensor)
   std::vector<std::pair<dist::Work, at::Tensor>> sends;
   std::mutex tasks_mu;
   std::map<std::pair<int, int>, std::vector<kernels::WeightGradTask>> weight_tasks;
@@ -142,9 +166,10 @@ struct PipelineRunner::Impl {
   double waited_s = 0;            // receive waits inside the current action
   void reset();  // drops a failed step's state
 
-  int tag(Channel c, int stage, int mb) const {
+  int tag(Channel c, int stage, int mb, int tensor = 0) const {
     // Distinct per transfer of a step (Gloo matches by tag; NCCL by order).
-    return 1 + (static_cast<int>(c) * schedule.stages + stage) * 65536 + mb % 65536;
+    return 1 + ((static_cast<int>(c) * kMaxTensors + tensor) * schedule.stages + stage) * 65536 +
+           mb % 65536;
   }
   int peer_of(int stage) const { return schedule.stage_rank.at(stage); }
   std::string who(int peer) const {
@@ -163,6 +188,11 @@ struct PipelineRunner::Impl {
     }
   }
 
+  Tensors wrap_all(const Tensors& locals, const std::vector<TensorMeta>& metas) const {
+    Tensors out;
+    for (size_t i = 0; i < locals.size(); ++i) out.push_back(wrap(locals[i], metas.at(i)));
+    return out;
+  }
   at::Tensor wrap(const at::Tensor& local, const TensorMeta& m) const {
     if (!m.dtensor) return local;
     VESCALE_CHECK(stage_mesh, "pipeline: a DTensor arrived at a stage without a mesh");
@@ -172,21 +202,29 @@ struct PipelineRunner::Impl {
     return (dtensor::is_dtensor(t) ? dtensor::to_local(t) : t).contiguous();
   }
 
-  void post_recv(Channel c, int stage, int mb, int peer, const TensorMeta& m) {
-    at::Tensor buffer =
-        at::empty(m.local_shape, at::TensorOptions().dtype(m.dtype).device(at::Device(device)));
-    dist::Work w = pp.recv(buffer, peer, tag(c, stage, mb));
-    recvs[{c, stage, mb}] = {std::move(w), buffer};
-    ++stats.recvs;
+  void post_recv(Channel c, int stage, int mb, int peer, const std::vector<TensorMeta>& metas) {
+    for (size_t i = 0; i < metas.size(); ++i) {
+      const TensorMeta& m = metas[i];
+      at::Tensor buffer =
+          at::empty(m.local_shape, at::TensorOptions().dtype(m.dtype).device(at::Device(device)));
+      const int k = static_cast<int>(i);
+      dist::Work w = pp.recv(buffer, peer, tag(c, stage, mb, k));
+      recvs[{c, stage, mb, k}] = {std::move(w), buffer};
+      ++stats.recvs;
+    }
   }
-  at::Tensor take_recv(Channel c, int stage, int mb, const std::string& what, int peer) {
-    auto it = recvs.find({c, stage, mb});
-    VESCALE_CHECK(it != recvs.end(), "pipeline: no receive posted for ", what,
-                  " (the schedule was validated; this is a bug)");
-    Pending p = std::move(it->second);
-    recvs.erase(it);
-    wait(p.work, what, peer);
-    return p.buffer;
+  Tensors take_recv(Channel c, int stage, int mb, size_t n, const std::string& what, int peer) {
+    Tensors out;
+    for (size_t i = 0; i < n; ++i) {
+      auto it = recvs.find({c, stage, mb, static_cast<int>(i)});
+      VESCALE_CHECK(it != recvs.end(), "pipeline: no receive posted for ", what,
+                    " (the schedule was validated; this is a bug)");
+      Pending p = std::move(it->second);
+      recvs.erase(it);
+      wait(p.work, what, peer);
+      out.push_back(p.buffer);
+    }
+    return out;
   }
   void send(const at::Tensor& local, int peer, int t) {
     sends.emplace_back(pp.send(local, peer, t), local);
@@ -200,43 +238,55 @@ struct PipelineRunner::Impl {
   void recv_activation(int s, int m) {
     const int peer = peer_of(s - 1);
     if (!output_meta.count(s - 1)) {
-      at::Tensor header = at::empty({kHeaderLen}, at::TensorOptions().dtype(at::kLong).device(at::Device(device)));
+      at::Tensor header = at::empty({1 + kMaxTensors * kHeaderLen},
+                                    at::TensorOptions().dtype(at::kLong).device(at::Device(device)));
       dist::Work w = pp.recv(header, peer, tag(kHeader, s, 0));
       wait(w, "the activation header of " + mb_text(s, m), peer);
-      output_meta[s - 1] = decode(header);
+      output_meta[s - 1] = decode_all(header);
     }
     post_recv(kActivation, s, m, peer, output_meta.at(s - 1));
   }
 
   void send_activation(int s, int m) {
-    const at::Tensor out = slots.at({s, m}).output.detach();
-    const TensorMeta meta = meta_of(out);
+    const Tensors& outs = slots.at({s, m}).output;
+    std::vector<TensorMeta> metas;
+    for (const auto& t : outs) metas.push_back(meta_of(t));
     const int peer = peer_of(s + 1);
     auto known = output_meta.find(s);
     if (known == output_meta.end()) {
-      send(encode(meta).to(at::Device(device)), peer, tag(kHeader, s + 1, 0));
-      output_meta[s] = meta;
+      send(encode_all(metas).to(at::Device(device)), peer, tag(kHeader, s + 1, 0));
+      output_meta[s] = metas;
     } else {
-      VESCALE_CHECK(known->second == meta, "pipeline: stage ", s, "'s output of micro-batch ", m,
-                    " is ", describe(meta), " but was ", describe(known->second),
-                    "; a pipeline needs the same shapes every micro-batch (fixed train.seq_len "
-                    "and train.batch_size)");
+      for (size_t i = 0; i < metas.size(); ++i)
+        VESCALE_CHECK(i < known->second.size() && known->second[i] == metas[i], "pipeline: stage ",
+                      s, "'s output ", i, " of micro-batch ", m, " is ", describe(metas[i]),
+                      " but was ", i < known->second.size() ? describe(known->second[i]) : "absent",
+                      "; a pipeline needs the same shapes every micro-batch (fixed "
+                      "train.seq_len and train.batch_size)");
     }
-    send(local_of(out), peer, tag(kActivation, s + 1, m));
+    for (size_t i = 0; i < outs.size(); ++i)
+      send(local_of(outs[i].detach()), peer, tag(kActivation, s + 1, m, static_cast<int>(i)));
   }
 
   void forward(int s, int m, const Input& input, const Loss& loss) {
-    at::Tensor x;
+    Tensors x;
     if (s == 0) {
-      x = input(m);
-    } else if (peer_of(s - 1) == me) {
-      x = slots.at({s - 1, m}).output.detach().requires_grad_(training);
+      x = {input(m)};
     } else {
-      const std::string what = "the activation of " + mb_text(s, m);
-      x = wrap(take_recv(kActivation, s, m, what, peer_of(s - 1)), output_meta.at(s - 1));
-      if (training) x = x.detach().requires_grad_(true);
+      if (peer_of(s - 1) == me) {
+        x = slots.at({s - 1, m}).output;
+      } else {
+        const std::string what = "the activation of " + mb_text(s, m);
+        x = wrap_all(take_recv(kActivation, s, m, output_meta.at(s - 1).size(), what, peer_of(s - 1)),
+                     output_meta.at(s - 1));
+      }
+      // Leaves of this stage's graph; floating tensors only carry gradients.
+      for (auto& t : x) {
+        t = t.detach();
+        if (training && t.is_floating_point()) t.requires_grad_(true);
+      }
     }
-    at::Tensor out = stages.at(s).forward(x);
+    Tensors out = stages.at(s).forward(x);
     Slot& slot = slots[{s, m}];
     if (s == schedule.stages - 1) {
       at::Tensor l = loss(out, m);
@@ -252,8 +302,7 @@ struct PipelineRunner::Impl {
   }
 
   void recv_grad(int s, int m) {
-    const TensorMeta& meta = output_meta.at(s);  // known: this rank sent the activation
-    post_recv(kGrad, s, m, peer_of(s + 1), meta);
+    post_recv(kGrad, s, m, peer_of(s + 1), output_meta.at(s));  // known: this rank sent them
   }
 
   // B or I: the gradient of the stage's input, from the loss or its output's gradient.
@@ -272,14 +321,18 @@ struct PipelineRunner::Impl {
       if (s == schedule.stages - 1) {
         (slot.loss / static_cast<double>(schedule.microbatches)).backward();
       } else {
-        at::Tensor g;
+        Tensors g;
         if (peer_of(s + 1) == me) {
           g = slots.at({s + 1, m}).in_grad;
         } else {
           const std::string what = "the gradient of " + mb_text(s, m);
-          g = wrap(take_recv(kGrad, s, m, what, peer_of(s + 1)), output_meta.at(s));
+          g = wrap_all(take_recv(kGrad, s, m, slot.output.size(), what, peer_of(s + 1)),
+                       output_meta.at(s));
         }
-        torch::autograd::backward({slot.output}, {g});
+        Tensors outs, grads;
+        for (size_t i = 0; i < slot.output.size(); ++i)
+          if (slot.output[i].requires_grad()) outs.push_back(slot.output[i]), grads.push_back(g.at(i));
+        torch::autograd::backward(outs, grads);
       }
     } catch (...) {
       if (split) kernels::set_weight_grad_sink({});
@@ -287,17 +340,20 @@ struct PipelineRunner::Impl {
     }
     if (split) kernels::set_weight_grad_sink({});
     if (s > 0) {
-      at::Tensor g = slot.input.grad();
-      if (!g.defined()) g = at::zeros_like(slot.input);
-      // A Partial gradient (a replicated activation feeding column-parallel layers) is summed
-      // here, so the previous stage gets its input's layout.
-      if (dtensor::is_dtensor(g) && dtensor::spec_of(g).placements != dtensor::spec_of(slot.input).placements)
-        g = dtensor::redistribute(g, dtensor::spec_of(slot.input).placements);
-      slot.in_grad = g;
+      slot.in_grad.clear();
+      for (const auto& in : slot.input) {
+        at::Tensor g = in.grad();
+        if (!g.defined()) g = at::zeros_like(in);
+        // A Partial gradient (a replicated activation feeding column-parallel layers) is summed
+        // here, so the previous stage gets its input's layout.
+        if (dtensor::is_dtensor(g) && dtensor::spec_of(g).placements != dtensor::spec_of(in).placements)
+          g = dtensor::redistribute(g, dtensor::spec_of(in).placements);
+        slot.in_grad.push_back(g);
+      }
     }
-    slot.output = at::Tensor();
+    slot.output.clear();
     slot.loss = at::Tensor();
-    slot.input = at::Tensor();
+    slot.input.clear();
     if (!split) release(s, m);
   }
 
@@ -318,15 +374,16 @@ struct PipelineRunner::Impl {
 
   void send_grad(int s, int m) {
     Slot& slot = slots.at({s, m});
-    send(local_of(slot.in_grad), peer_of(s - 1), tag(kGrad, s - 1, m));
-    slot.in_grad = at::Tensor();
+    for (size_t i = 0; i < slot.in_grad.size(); ++i)
+      send(local_of(slot.in_grad[i]), peer_of(s - 1), tag(kGrad, s - 1, m, static_cast<int>(i)));
+    slot.in_grad.clear();
   }
 
   void release(int s, int m) {
     --live;
     auto it = slots.find({s, m});
     // Keep the slot while the next local stage (same rank) still reads its input gradient.
-    if (it != slots.end() && !it->second.in_grad.defined()) slots.erase(it);
+    if (it != slots.end() && it->second.in_grad.empty()) slots.erase(it);
   }
 
   void finish_step() {

@@ -19,9 +19,12 @@
 
 namespace vescale::parallel::pipeline {
 
+// A stage's forward: the tensors that cross the boundary into it (stage 0: its input alone) to
+// the ones that cross out (at most 4: the activation, and e.g. a loss's running statistics that
+// every stage adds to). Floating tensors carry gradients back.
 struct StageForward {
   int stage;  // global stage index
-  std::function<at::Tensor(const at::Tensor&)> forward;
+  std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)> forward;
 };
 
 struct RunnerOptions {
@@ -44,8 +47,8 @@ struct RunnerStats {
 class PipelineRunner {
  public:
   using Input = std::function<at::Tensor(int microbatch)>;  // stage 0's input
-  // The last stage's loss of one micro-batch (a scalar) from its output.
-  using Loss = std::function<at::Tensor(const at::Tensor& output, int microbatch)>;
+  // The last stage's loss of one micro-batch (a scalar) from its outputs.
+  using Loss = std::function<at::Tensor(const std::vector<at::Tensor>& outputs, int microbatch)>;
 
   // Collective over the world (every rank constructs its runner at the same time): checks that
   // every pipeline peer runs the same schedule (each rank's list against what this rank
