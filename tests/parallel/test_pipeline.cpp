@@ -179,6 +179,12 @@ TEST_CASE("PP x DP with ZeRO-1 and PP x TP with sequence parallelism train like 
   check_matches_one_device({"llama_pp_tp.json", "zb_h1", 2, 1, {{"pp", 2}, {"tp", 2}}});
 }
 
+TEST_CASE("Mixtral's recipe plan (TP + SP with tensor-sharded experts, in stages) trains like one device",
+          "[pipeline][world4]") {
+  check_matches_one_device({"mixtral_pp_dp_tp.json", "1f1b", 2, 1, {{"pp", 2}, {"dp", 1}, {"tp", 2}}},
+                           "mixtral");
+}
+
 TEST_CASE("PP x DP x TP = 2 x 2 x 2 trains like one device", "[pipeline][world8]") {
   check_matches_one_device({"llama_pp_dp_tp.json", "1f1b", 2, 1, {{"pp", 2}, {"dp", 2}, {"tp", 2}}});
 }
