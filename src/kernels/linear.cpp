@@ -28,73 +28,57 @@ void accumulate(const at::Tensor& param, const at::Tensor& g) {
   if (hook) (*hook)(param);
 }
 
-// The backward both variants share: grads[0] is the output's gradient; returns the input's
-// gradient and, without a sink, the weight's and the bias's (else they go to the sink).
-torch::autograd::variable_list split_backward(torch::autograd::AutogradContext* ctx,
-                                              const at::Tensor& g, bool has_bias) {
-  const at::Tensor x = ctx->saved_data["x"].toTensor();
-  const at::Tensor weight = ctx->saved_data["weight"].toTensor();
-  const at::Tensor bias = has_bias ? ctx->saved_data["bias"].toTensor() : at::Tensor();
-  at::Tensor gx = ctx->needs_input_grad(0) ? at::matmul(g, weight) : at::Tensor();
-  const bool want_w = ctx->needs_input_grad(1), want_b = has_bias && ctx->needs_input_grad(2);
-  // [rows, out]^T [rows, in]: the weight gradient summed over every leading dim.
-  auto weight_grads = [g, x, want_w, want_b]() -> std::pair<at::Tensor, at::Tensor> {
-    const at::Tensor g2 = g.reshape({-1, g.size(-1)});
-    at::Tensor gw = want_w ? at::mm(g2.t(), x.reshape({-1, x.size(-1)})) : at::Tensor();
-    at::Tensor gb = want_b ? g2.sum(0) : at::Tensor();
-    return {gw, gb};
-  };
-  WeightGradSink sink = current_sink();
-  if (!sink || !(want_w || want_b)) {
-    auto [gw, gb] = weight_grads();
-    if (has_bias) return {gx, gw, gb};
-    return {gx, gw};
-  }
-  sink([weight_grads, weight, bias, want_w, want_b] {
-    c10::NoGradGuard no_grad;
-    auto [gw, gb] = weight_grads();
-    if (want_w) accumulate(weight, gw);
-    if (want_b) accumulate(bias, gb);
-  });
-  if (has_bias) return {gx, at::Tensor(), at::Tensor()};
-  return {gx, at::Tensor()};
-}
-
-// The parameters themselves are kept (not saved copies): a task accumulates into their .grad.
-// Two functions, with and without bias: an undefined input would trip autograd's device checks.
-struct SplitLinear : torch::autograd::Function<SplitLinear> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const at::Tensor& weight) {
-    ctx->saved_data["x"] = x;
-    ctx->saved_data["weight"] = weight;
-    return at::linear(x, weight);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    return split_backward(ctx, grads[0], false);
-  }
+// The weight and bias, out of autograd's sight: were they inputs of the function, the engine
+// would run their AccumulateGrad (and its post-accumulate hook, which marks gradient buckets
+// ready) in the backward even when the gradient waits for later. Their gradients are added here.
+struct Params {
+  at::Tensor weight, bias;
 };
 
-struct SplitLinearBias : torch::autograd::Function<SplitLinearBias> {
+struct SplitLinear : torch::autograd::Function<SplitLinear> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const at::Tensor& weight, const at::Tensor& bias) {
+                            const Params& p) {
     ctx->saved_data["x"] = x;
-    ctx->saved_data["weight"] = weight;
-    ctx->saved_data["bias"] = bias;
-    return at::linear(x, weight, bias);
+    ctx->saved_data["weight"] = p.weight;
+    if (p.bias.defined()) ctx->saved_data["bias"] = p.bias;
+    return at::linear(x, p.weight, p.bias.defined() ? c10::optional<at::Tensor>(p.bias) : c10::nullopt);
   }
+
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    return split_backward(ctx, grads[0], true);
+    const at::Tensor g = grads[0];
+    const at::Tensor x = ctx->saved_data["x"].toTensor();
+    const at::Tensor weight = ctx->saved_data["weight"].toTensor();
+    const at::Tensor bias =
+        ctx->saved_data.count("bias") ? ctx->saved_data["bias"].toTensor() : at::Tensor();
+    at::Tensor gx = ctx->needs_input_grad(0) ? at::matmul(g, weight) : at::Tensor();
+    const bool want_w = weight.requires_grad(), want_b = bias.defined() && bias.requires_grad();
+    // [rows, out]^T [rows, in]: the weight gradient summed over every leading dim.
+    WeightGradTask task = [g, x, weight, bias, want_w, want_b] {
+      c10::NoGradGuard no_grad;
+      const at::Tensor g2 = g.reshape({-1, g.size(-1)});
+      if (want_w) accumulate(weight, at::mm(g2.t(), x.reshape({-1, x.size(-1)})));
+      if (want_b) accumulate(bias, g2.sum(0));
+    };
+    WeightGradSink sink = current_sink();
+    if (want_w || want_b) {
+      if (sink)
+        sink(std::move(task));
+      else
+        task();
+    }
+    return {gx, at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (!g_split.load(std::memory_order_relaxed) || !at::GradMode::is_enabled())
+  // Without an input that carries a gradient, this function would not be in the graph at all:
+  // autograd's own linear then (the weight's gradient comes from its AccumulateGrad).
+  if (!g_split.load(std::memory_order_relaxed) || !at::GradMode::is_enabled() || !x.requires_grad())
     return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
-  return bias.defined() ? SplitLinearBias::apply(x, weight, bias) : SplitLinear::apply(x, weight);
+  return SplitLinear::apply(x, Params{weight, bias});
 }
 
 void set_split_weight_grad(bool on) { g_split.store(on); }

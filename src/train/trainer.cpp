@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "shared/meta_device.h"
 #include "train/trainer_internal.h"
 #include "train/trainer_pipeline.h"
 #include "vescale/common/check.h"
@@ -78,11 +79,20 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   random::manual_seed(t.seed);
 
   if (device_ == "cpu") kernels::cache_host_memory();
-  model_ = build_model(config_.model);
-  if (device_ != "cpu") model_.module->to(at::Device(device_));
+  std::optional<plan::Plan> plan_in;
+  if (mesh_) plan_in = load_plan(config_, *mesh_);
+  if (plan_in && plan_in->pipeline()) {
+    // A pipeline rank keeps only its stages: the model is built without memory, and
+    // setup_pipeline gives this rank's parameters (and the buffers) storage on its device.
+    models::MetaDeviceScope meta;
+    model_ = build_model(config_.model);
+  } else {
+    model_ = build_model(config_.model);
+    if (device_ != "cpu") model_.module->to(at::Device(device_));
+  }
   int64_t zero = 0;
   if (mesh_) {
-    const plan::Plan plan = load_plan(config_, *mesh_);
+    const plan::Plan& plan = *plan_in;
     if (plan.pipeline()) {
       setup_pipeline(plan);  // this rank's stages, parallelized on the stage's mesh
     } else {

@@ -52,11 +52,12 @@ std::shared_ptr<torch::nn::Module> stage_root(torch::nn::Module& full,
   return root;
 }
 
-// The parameter's impl becomes a meta tensor of its shape (set_data refuses a device change):
-// every module holding it sees the change, and its storage is freed.
-void to_meta_in_place(const at::Tensor& t) {
-  at::Tensor meta = at::empty(t.sizes(), t.options().device(at::kMeta));
-  t.unsafeGetTensorImpl()->shallow_copy_from(meta.getIntrusivePtr());
+// A meta tensor's impl gets storage of its shape on `device` (uninitialised; set_data refuses
+// a device change): every module holding it sees the change.
+void materialize_in_place(const at::Tensor& t, const at::Device& device) {
+  if (!t.is_meta()) return;
+  at::Tensor real = at::empty(t.sizes(), t.options().device(device));
+  t.unsafeGetTensorImpl()->shallow_copy_from(real.getIntrusivePtr());
 }
 
 at::Tensor plain_value(const at::Tensor& t) {
@@ -137,13 +138,16 @@ void Trainer::setup_pipeline(const plan::Plan& plan) {
   std::set<const void*> kept;
   for (const auto& item : root->named_parameters()) kept.insert(item.value().unsafeGetTensorImpl());
 
-  // Parameters of other stages go to the meta device: no memory, but parallelize and the init
-  // still see them, so every random fill takes the offset it has on one device.
+  // The model was built on the meta device. This rank's parameters and every buffer get storage
+  // on its device (the init fills them, below); the other stages' stay meta: no memory, but
+  // parallelize and the init still see them, so every random fill takes the offset it has on one
+  // device.
   {
     c10::NoGradGuard no_grad;
+    const at::Device dev(device_);
     for (const auto& item : model_.module->named_parameters())
-      if (!kept.count(item.value().unsafeGetTensorImpl()))
-        to_meta_in_place(item.value());
+      if (kept.count(item.value().unsafeGetTensorImpl())) materialize_in_place(item.value(), dev);
+    for (const auto& item : model_.module->named_buffers()) materialize_in_place(item.value(), dev);
   }
   plan::Plan stage_plan(p->stage_mesh.dim_names());
   if (plan.mesh_dims().empty()) {

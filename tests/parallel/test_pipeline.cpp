@@ -141,6 +141,9 @@ TEST_CASE("every schedule at PP=2 trains like one device", "[pipeline][world2]")
 TEST_CASE("GPT's tied embedding on the first and the last stage stays one weight",
           "[pipeline][world2]") {
   check_matches_one_device({"gpt2_pp.json", "1f1b", 2, 1, {{"pp", 2}}}, "gpt");
+  // Zero bubble: the head's use of the tied weight is not a linear layer's (its gradient comes in
+  // I), the blocks' linear weights wait for W.
+  check_matches_one_device({"gpt2_pp.json", "zb_h1", 2, 1, {{"pp", 2}}}, "gpt");
 }
 
 TEST_CASE("Mixtral's load-balancing loss over every layer: its statistics travel with the "
@@ -176,6 +179,10 @@ TEST_CASE("PP x DP with ZeRO-1 and PP x TP with sequence parallelism train like 
                                         {"parallel.zero=1"}});
   // The dp reduction starts inside the last micro-batch's backward, bucket by bucket.
   CHECK(pp_dp.overlapped > 0);
+  // Zero bubble's deferred weight gradients reach the buckets through their hooks (ZeRO-2).
+  auto zb_dp = check_matches_one_device({"llama_pp_dp.json", "zb_h1", 2, 1, {{"pp", 2}, {"dp", 2}},
+                                        {"parallel.zero=2"}});
+  CHECK(zb_dp.overlapped > 0);
   check_matches_one_device({"llama_pp_tp.json", "zb_h1", 2, 1, {{"pp", 2}, {"tp", 2}}});
 }
 
