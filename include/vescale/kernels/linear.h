@@ -6,8 +6,10 @@
 // autograd function: its backward computes the input gradient, and hands the weight and bias
 // gradients to the weight-gradient sink when one is installed (the pipeline runner installs
 // one around a backward-input action and runs the tasks at the schedule's W), or computes them
-// at once when none is. A task adds its gradient to the parameter's .grad (accumulating, as
-// autograd does) and then runs the parameter's post-accumulate-grad hook (gradient buckets),
+// at once when none is. The weight and bias are not inputs of that function (autograd would
+// run their AccumulateGrad, hook included, even for a gradient that waits); their gradients are
+// added by the function itself. A task adds its gradient to the parameter's .grad (accumulating,
+// as autograd does) and then runs the parameter's post-accumulate-grad hook (gradient buckets),
 // so checkpointed blocks, accumulation and shared weights behave as with autograd's own
 // backward. Off (the default) it is aten::linear itself.
 #pragma once
