@@ -170,6 +170,10 @@ void Trainer::setup_pipeline(const plan::Plan& plan) {
   }
   std::map<std::string, at::Tensor> stage_params;
   for (const auto& item : root->named_parameters()) stage_params[item.key()] = item.value();
+  // A fresh key per trainer (every rank builds its trainers in the same order): a second
+  // trainer in the process must not meet the first one's rendezvous keys in the store.
+  static int trainers = 0;
+  const std::string key_prefix = "pipeline-shared" + std::to_string(trainers++) + "/";
   for (const auto& [pp_ranks, modules] : shared) {
     std::vector<int> world;
     auto coord = mesh_->coordinate();
@@ -180,7 +184,7 @@ void Trainer::setup_pipeline(const plan::Plan& plan) {
     }
     std::sort(world.begin(), world.end());
     if (!pp_ranks.count(me)) continue;
-    std::string key = "pipeline-shared/";
+    std::string key = key_prefix;
     for (const auto& m : modules) key += m + ",";
     key += std::to_string(mesh_->shape().group_index(mesh_->rank(), 1u << d));
     SharedWeights sw{dist::new_group(key, world), {}, *pp_ranks.begin() == me};
