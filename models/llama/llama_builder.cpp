@@ -4,6 +4,7 @@
 #include "shared/hugging_face.h"
 #include "llama/llama.h"
 #include "model.h"
+#include "llama/llama_pipeline.h"
 #include "vescale/nn/module_hooks.h"
 
 namespace models {
@@ -16,28 +17,18 @@ Model build(const ModelOptions& options) {
   m.forward = [impl = llama.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
   m.init = [impl = llama.ptr()] { impl->init_weights(); };
   m.block_pattern = "layers.*";
-  // The same calls as LlamaImpl::forward, one layer at a time.
+  // Pipeline layers: the same calls as LlamaImpl::forward, one layer at a time.
   LlamaImpl* l = llama.get();
-  m.pipeline_layers.push_back(
-      {"tok_embeddings", {"tok_embeddings"}, [l](const at::Tensor& tokens) {
-         return vescale::nn::call(l->tok_embeddings, tokens);
-       }});
-  for (size_t i = 0; i < l->layers->size(); ++i) {
-    const std::string name = "layers." + std::to_string(i);
-    m.pipeline_layers.push_back({name, {name}, [l, i](const at::Tensor& x) {
-                                   const int64_t T = x.size(1);
-                                   return vescale::nn::call(l->layers->ptr<LlamaBlockImpl>(i), x,
-                                                            l->rope_cos.narrow(0, 0, T),
-                                                            l->rope_sin.narrow(0, 0, T));
-                                 }});
-  }
-  // Tied: the head is the embedding's weight, so the last stage holds a copy of it.
-  std::vector<std::string> head = {"norm", l->output ? "output" : "tok_embeddings"};
-  m.pipeline_layers.push_back({"output", head, [l](const at::Tensor& x) {
-                                 auto h = vescale::nn::call(l->norm, x);
-                                 return l->output ? vescale::nn::call(l->output, h)
-                                                  : at::linear(h, l->tok_embeddings->weight);
-                               }});
+  m.pipeline_layers = llama_trunk_layers(
+      {.tok_embeddings = l->tok_embeddings,
+       .n_layers = l->layers->size(),
+       .block = [l](size_t i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+         return vescale::nn::call(l->layers->ptr<LlamaBlockImpl>(i), x, cos, sin);
+       },
+       .rope_cos = &l->rope_cos,
+       .rope_sin = &l->rope_sin,
+       .norm = l->norm,
+       .output = l->output});
   return m;
 }
 
