@@ -46,7 +46,13 @@ bool sequence_parallel(const plan::Plan& plan) {
 }  // namespace
 
 MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh) {
-  const ParamShapes shapes = parameter_shapes(config.model);
+  // One meta build (shapes, no storage): the parameters' names and shapes, and its layers.
+  Model model;
+  {
+    models::MetaDeviceScope meta;
+    model = build_model(config.model);
+  }
+  const ParamShapes shapes = parameter_shapes(*model.module);
   std::optional<plan::Plan> plan;
   int64_t zero = zero_stage(config.parallel, nullptr);
   if (!config.parallel.plan.empty()) {
@@ -105,12 +111,7 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
   const double block = sbh * width * (m.sequence_parallel ? 34.0 / tp : 10.0 + 24.0 / tp);
   const double block_input = 2.0 * sbh * width / (m.sequence_parallel ? tp : 1.0);
 
-  // The model's layers (a meta build): which parameters each pipeline rank holds.
-  Model model;
-  {
-    models::MetaDeviceScope meta;
-    model = build_model(config.model);
-  }
+  // The model's layers: which parameters each pipeline rank holds.
   const auto& layers = model.pipeline_layers;
   auto params_of = [&](const std::vector<std::string>& modules) {
     std::set<std::string> out;

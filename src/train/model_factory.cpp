@@ -35,8 +35,12 @@ ParamShapes parameter_shapes(const ModelConfig& config) {
     models::MetaDeviceScope meta;
     m = build_model(config);
   }
+  return parameter_shapes(*m.module);
+}
+
+ParamShapes parameter_shapes(const torch::nn::Module& module) {
   ParamShapes shapes;
-  for (const auto& item : m.module->named_parameters())
+  for (const auto& item : module.named_parameters())
     shapes.emplace_back(item.key(), item.value().sizes().vec());
   return shapes;
 }

@@ -4,7 +4,6 @@
 #include "vescale/train/trainer.h"
 
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -32,20 +31,18 @@
 #include "vescale/plan/plan.h"
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
-#include "vescale/kernels/cross_entropy.h"
 #include "vescale/kernels/host_memory.h"
 #include "vescale/train/stop_signal.h"
 
 namespace vescale::train {
 namespace {
 
-// Where the trainer meets parallelize(). Everything else in this file is plain aten code that
-// works unchanged on DTensors.
-//
-// The parameters become DTensors under the config's plan (every parameter replicated without
-// one) and the model's own init reruns on them through the Philox RNG, so the initial weights
-// are bitwise the same for every mesh, world size and plan. On one device the parameters stay
-// plain tensors (after that same init): nothing to distribute, no DTensor dispatch per op.
+// The config's plan (every parameter replicated without one). The trainer's constructor meets
+// parallelize() with it (or setup_pipeline, under a "pipeline" section); everything else in
+// this file is plain aten code that works unchanged on DTensors. The parameters become DTensors
+// and the model's own init reruns on them through the Philox RNG, so the initial weights are
+// bitwise the same for every mesh, world size and plan. On one device the parameters stay plain
+// tensors (after that same init): nothing to distribute, no DTensor dispatch per op.
 plan::Plan load_plan(const Config& config, const mesh::DeviceMesh& mesh) {
   plan::Plan plan(mesh.dim_names());
   if (config.parallel.plan.empty()) {
@@ -121,7 +118,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   }
   dtensor::set_static_eager(config_.parallel.static_eager);
   // A pipeline stage may hold no block (only the embedding, say).
-  if (t.activation_checkpointing && (!pipeline_ || has_module(*model_.module, model_.block_pattern)))
+  if (t.activation_checkpointing && (!pipeline_ || has_block(*model_.module, model_.block_pattern)))
     enable_activation_checkpointing(*model_.module, model_.block_pattern,
                                     model_.block_side_outputs);
 
@@ -188,22 +185,11 @@ at::Tensor Trainer::loss_of(const DataLoader::Batch& batch) {
   at::Tensor inputs = to_model_input(batch.inputs.to(dev), m);
   at::Tensor targets = to_model_input(batch.targets.to(dev), m);
   at::Tensor logits;
-  const bool bf16 = config_.train.dtype == "bf16";
-  const at::DeviceType dt = dev.type();
-  if (bf16) {
-    at::autocast::set_autocast_dtype(dt, at::kBFloat16);
-    at::autocast::set_autocast_enabled(dt, true);
-  }
-  try {
+  {
+    Bf16Autocast autocast(config_.train.dtype == "bf16", dev.type());
     logits = model_.forward(inputs);
-  } catch (...) {
-    if (bf16) at::autocast::set_autocast_enabled(dt, false), at::autocast::clear_cache();
-    throw;
   }
-  if (bf16) at::autocast::set_autocast_enabled(dt, false), at::autocast::clear_cache();
-  // The loss in fp32 whatever the compute dtype (fused on CPU: kernels/cross_entropy.h).
-  at::Tensor loss =
-      kernels::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+  at::Tensor loss = lm_loss(logits, targets);
   if (model_.aux_loss) loss = loss + model_.aux_loss();
   return loss;
 }

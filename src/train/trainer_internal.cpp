@@ -1,6 +1,10 @@
 #include "train/trainer_internal.h"
 
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+
 #include "vescale/dtensor/dtensor.h"
+#include "vescale/kernels/cross_entropy.h"
 
 #include <cmath>
 #include <cstdio>
@@ -67,6 +71,23 @@ at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh
     global[0] *= mesh->size("dp");
   }
   return dtensor::from_local(local_tokens, *mesh, placements, global);
+}
+
+Bf16Autocast::Bf16Autocast(bool on, at::DeviceType device) : on_(on), device_(device) {
+  if (!on_) return;
+  at::autocast::set_autocast_dtype(device_, at::kBFloat16);
+  at::autocast::set_autocast_enabled(device_, true);
+}
+
+Bf16Autocast::~Bf16Autocast() {
+  if (!on_) return;
+  at::autocast::set_autocast_enabled(device_, false);
+  at::autocast::clear_cache();
+}
+
+at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
+  return kernels::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
+                                targets.reshape({-1}));
 }
 
 }  // namespace vescale::train

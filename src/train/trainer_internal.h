@@ -28,6 +28,25 @@ int64_t zero_stage(const ParallelConfig& parallel, const plan::Plan* plan);
 // split over its "dp" dim (the loader gave each dp rank its own rows), replicated over the rest.
 at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh);
 
+// bf16 autocast on `device` for the scope when `on` (the trainer's train.dtype=bf16): the
+// whole model's forward, or a pipeline stage's; disabled and its cache cleared on exit, also
+// when the forward throws.
+class Bf16Autocast {
+ public:
+  Bf16Autocast(bool on, at::DeviceType device);
+  ~Bf16Autocast();
+  Bf16Autocast(const Bf16Autocast&) = delete;
+  Bf16Autocast& operator=(const Bf16Autocast&) = delete;
+
+ private:
+  bool on_;
+  at::DeviceType device_;
+};
+
+// The next-token loss in fp32 whatever the compute dtype (fused on CPU: kernels/cross_entropy.h):
+// logits [B, T, V], targets [B, T].
+at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets);
+
 // A fresh run's id: checkpoints carry it, and `keep` prunes only its own run's.
 std::string new_run_id();
 

@@ -4,7 +4,6 @@
 // weights tied across stages summed, the norm taken over every stage, and the loss sent from
 // the last stage to every rank.
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -17,9 +16,9 @@
 #include "vescale/common/logging.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
-#include "vescale/kernels/cross_entropy.h"
 #include "vescale/parallel/pipeline/stages.h"
 #include "vescale/plan/parallelize.h"
+#include "vescale/train/model_factory.h"
 #include "vescale/train/trainer.h"
 
 namespace vescale::train {
@@ -68,9 +67,9 @@ at::Tensor plain_value(const at::Tensor& t) {
 
 }  // namespace
 
-bool has_module(torch::nn::Module& root, const std::string& pattern) {
+bool has_block(torch::nn::Module& root, const std::string& pattern) {
   for (const auto& m : root.named_modules("", false))
-    if (plan::fqn_match(pattern, m.key())) return true;
+    if (component_match(pattern, m.key())) return true;
   return false;
 }
 
@@ -198,7 +197,6 @@ void Trainer::setup_pipeline(const plan::Plan& plan) {
   for (const auto& d : stage_dims)
     if (d == "dp") dp_rank_ = mesh_->coordinate("dp"), dp_size_ = mesh_->size("dp");
   p->pp_group = mesh_->group(spec.dim);
-  p->plan = std::move(stage_plan);
   p->dim = spec.dim;
   p->me = me;
   pipeline_ = std::move(p);
@@ -227,20 +225,8 @@ void Trainer::start_pipeline_runner() {
     for (int64_t l = begin; l < end; ++l) names.push_back(model_.pipeline_layers[l].name);
     const bool any_block = end - begin > (begin == 0 ? 1 : 0) + (end == static_cast<int64_t>(model_.pipeline_layers.size()) ? 1 : 0);
     forwards.push_back({s, [this, begin, end, bf16, dt, names, any_block](const std::vector<at::Tensor>& in) {
-                          // bf16 autocast around the stage's layers, as loss_of does around the
-                          // whole model (the loss stays fp32).
-                          struct Autocast {
-                            bool on;
-                            at::DeviceType dt;
-                            Autocast(bool on, at::DeviceType dt) : on(on), dt(dt) {
-                              if (!on) return;
-                              at::autocast::set_autocast_dtype(dt, at::kBFloat16);
-                              at::autocast::set_autocast_enabled(dt, true);
-                            }
-                            ~Autocast() {
-                              if (on) at::autocast::set_autocast_enabled(dt, false), at::autocast::clear_cache();
-                            }
-                          } autocast(bf16, dt);
+                          // As loss_of around the whole model (the loss stays fp32).
+                          Bf16Autocast autocast(bf16, dt);
                           at::Tensor y = in.at(0);
                           for (int64_t l = begin; l < end; ++l)
                             y = model_.pipeline_layers[l].forward(y);
@@ -278,11 +264,6 @@ void Trainer::start_pipeline_runner() {
   });
 }
 
-at::Tensor Trainer::pipeline_loss(const at::Tensor& logits, const at::Tensor& targets) {
-  return kernels::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                targets.reshape({-1}));
-}
-
 double Trainer::pipeline_forward_backward(const std::vector<DataLoader::Batch>& batches,
                                           bool training) {
   PipelineTraining& p = *pipeline_;
@@ -290,7 +271,7 @@ double Trainer::pipeline_forward_backward(const std::vector<DataLoader::Batch>& 
   const mesh::DeviceMesh* m = &p.stage_mesh;
   auto input = [&](int mb) { return to_model_input(batches.at(mb).inputs.to(dev), m); };
   auto loss = [&](const std::vector<at::Tensor>& outputs, int mb) {
-    at::Tensor l = pipeline_loss(outputs.at(0), to_model_input(batches.at(mb).targets.to(dev), m));
+    at::Tensor l = lm_loss(outputs.at(0), to_model_input(batches.at(mb).targets.to(dev), m));
     if (model_.pipeline_aux.loss && outputs.size() > 1) l = l + model_.pipeline_aux.loss(outputs[1]);
     return l;
   };

@@ -8,7 +8,6 @@
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/parallel/pipeline/runner.h"
 #include "vescale/parallel/pipeline/schedule.h"
-#include "vescale/plan/plan.h"
 
 namespace torch::nn {
 class Module;
@@ -16,8 +15,9 @@ class Module;
 
 namespace vescale::train {
 
-// Whether some submodule of `root` matches the FQN pattern (plan::fqn_match).
-bool has_module(torch::nn::Module& root, const std::string& pattern);
+// Whether some submodule of `root` matches the block pattern as activation checkpointing
+// matches it (component_match: '*' is one name component).
+bool has_block(torch::nn::Module& root, const std::string& pattern);
 
 // Weights that stages on several pipeline ranks use (tied embeddings), and the group over them.
 struct SharedWeights {
@@ -33,7 +33,6 @@ struct PipelineTraining {
   std::shared_ptr<torch::nn::Module> full_model;  // other stages' parameters on meta
   std::vector<SharedWeights> shared;
   dist::ProcessGroup pp_group;
-  plan::Plan plan;  // the stage's
   std::string dim;
   int me = 0;  // pipeline rank
   std::unique_ptr<parallel::pipeline::PipelineRunner> runner;

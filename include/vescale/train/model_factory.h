@@ -30,6 +30,8 @@ Model build_model(const ModelConfig& config);
 
 // Every parameter's name and shape, in named_parameters() order, from a meta-device build.
 ParamShapes parameter_shapes(const ModelConfig& config);
+// The same of a built module.
+ParamShapes parameter_shapes(const torch::nn::Module& module);
 int64_t parameter_count(const ParamShapes& shapes);
 
 // Training FLOPs per token: 6 x the parameters that multiply (embedding lookups don't; for

@@ -99,7 +99,6 @@ class Trainer {
   // Under a pipeline plan (trainer_pipeline.cpp).
   void setup_pipeline(const plan::Plan& plan);
   void start_pipeline_runner();
-  at::Tensor pipeline_loss(const at::Tensor& logits, const at::Tensor& targets);
   double pipeline_forward_backward(const std::vector<DataLoader::Batch>& batches, bool training);
   void reduce_shared_weights();
   bool has_shared_weights() const;

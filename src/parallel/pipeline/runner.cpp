@@ -130,8 +130,7 @@ using Tensors = std::vector<at::Tensor>;
 
 struct PipelineRunner::Impl {
   Schedule schedule;
-  mesh::DeviceMesh mesh;
-  std::string pp_dim;
+  int world_rank = 0;
   dist::ProcessGroup pp;
   int me = 0;  // pp rank
   std::map<int, StageForward> stages;
@@ -183,7 +182,7 @@ struct PipelineRunner::Impl {
       w.wait();
       waited_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     } catch (const TimeoutError& e) {
-      throw TimeoutError("pipeline: rank " + std::to_string(mesh.rank()) + " waited in vain for " +
+      throw TimeoutError("pipeline: rank " + std::to_string(world_rank) + " waited in vain for " +
                          what + " from " + who(peer) + ", which hung or failed: " + e.what());
     }
   }
@@ -403,8 +402,7 @@ PipelineRunner::PipelineRunner(Schedule schedule, const mesh::DeviceMesh& mesh,
     : impl_(std::make_unique<Impl>()) {
   Impl& r = *impl_;
   r.schedule = std::move(schedule);
-  r.mesh = mesh;
-  r.pp_dim = pp_dim;
+  r.world_rank = mesh.rank();
   r.pp = mesh.group(pp_dim);
   r.me = r.pp.rank();
   r.options = std::move(options);
