@@ -39,6 +39,18 @@ struct PipelineAux {
   std::function<at::Tensor(const at::Tensor& total)> loss;  // == aux_loss() for all layers
 };
 
+// The mixture-of-experts layers' balance (docs/moe.md): how many (token, choice) assignments
+// each expert got, and the aux-loss-free expert bias that steers them.
+struct MoEBalance {
+  std::vector<std::string> layers;  // the MoE layers, model order ("layers.0", ...)
+  // Per layer, the assignments per expert ([E] fp32) of the training forwards since the last
+  // call, then reset; undefined for a layer this rank did not run (another pipeline stage). On
+  // DTensors they are Partial where ranks saw different tokens: the caller makes them global.
+  std::function<std::vector<at::Tensor>()> take_loads;
+  // Once per optimizer step with the step's global loads: the bias update (empty when off).
+  std::function<void(const std::vector<at::Tensor>& loads)> update_bias;
+};
+
 struct Model {
   std::shared_ptr<torch::nn::Module> module;
   // tokens [B, T] (int64) -> logits [B, T, vocab]
@@ -59,6 +71,7 @@ struct Model {
   // when the family cannot be pipelined.
   std::vector<PipelineLayer> pipeline_layers;
   PipelineAux pipeline_aux;  // empty functions when aux_loss is empty
+  MoEBalance moe;            // empty for dense models
 };
 
 struct ModelBuilder {

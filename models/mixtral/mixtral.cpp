@@ -1,5 +1,7 @@
 #include "mixtral/mixtral.h"
 
+#include "vescale/kernels/expert_routing.h"
+#include "vescale/kernels/grouped_mm.h"
 #include "vescale/nn/module_hooks.h"
 
 #include <ATen/ATen.h>
@@ -10,6 +12,7 @@
 namespace models {
 
 using vescale::nn::call;
+namespace kernels = vescale::kernels;
 
 LlamaOptions MixtralOptions::llama() const {
   return LlamaOptions{.vocab_size = vocab_size,
@@ -36,7 +39,8 @@ int64_t mixtral_parameter_count(const MixtralOptions& o) {
   return o.vocab_size * o.dim * (o.tie_embeddings ? 1 : 2) + o.n_layers * layer + o.dim;
 }
 
-ExpertsImpl::ExpertsImpl(int64_t n_experts, int64_t dim, int64_t hidden) {
+ExpertsImpl::ExpertsImpl(int64_t n_experts, int64_t dim, int64_t hidden, double capacity_factor)
+    : capacity(capacity_factor) {
   w1 = register_parameter("w1", torch::empty({n_experts, hidden, dim}));
   w2 = register_parameter("w2", torch::empty({n_experts, dim, hidden}));
   w3 = register_parameter("w3", torch::empty({n_experts, hidden, dim}));
@@ -45,21 +49,23 @@ ExpertsImpl::ExpertsImpl(int64_t n_experts, int64_t dim, int64_t hidden) {
   for (auto* w : {&w1, &w2, &w3}) torch::nn::init::normal_(*w, 0.0, 0.02);
 }
 
-torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const std::vector<int64_t>& counts) {
-  TORCH_CHECK(static_cast<int64_t>(counts.size()) == w1.size(0), "Experts: got ", counts.size(),
-              " token counts for ", w1.size(0), " experts");
-  std::vector<torch::Tensor> ys;
-  int64_t start = 0;
-  for (size_t e = 0; e < counts.size(); ++e) {
-    if (counts[e] == 0) continue;
-    auto h = x.narrow(0, start, counts[e]);
-    const auto i = static_cast<int64_t>(e);
-    ys.push_back(at::linear(at::silu(at::linear(h, w1[i])) * at::linear(h, w3[i]), w2[i]));
-    start += counts[e];
-  }
-  TORCH_CHECK(start == x.size(0), "Experts: counts sum to ", start, " but x has ", x.size(0),
-              " rows");
-  return ys.empty() ? x.new_zeros(x.sizes()) : at::cat(ys, 0);
+at::Tensor ExpertsImpl::run_experts(const at::Tensor& x, const std::vector<int64_t>& counts,
+                                    const std::vector<at::Tensor>& weights) const {
+  TORCH_CHECK(weights.size() == 3, "Experts: run_experts takes w1, w2, w3");
+  auto h = at::silu(kernels::grouped_mm(x, weights[0], counts)) *
+           kernels::grouped_mm(x, weights[2], counts);
+  return kernels::grouped_mm(h, weights[1], counts);
+}
+
+torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& expert_ids,
+                                   const torch::Tensor& gates) {
+  const int64_t E = num_experts(), k = expert_ids.size(1);
+  auto groups = kernels::group_by_expert(expert_ids, E);
+  if (capacity > 0)
+    groups = kernels::within_capacity(groups, kernels::expert_capacity(capacity, x.size(0), k, E));
+  auto token = groups.order.div(k, "floor");
+  auto y = run_experts(x.index_select(0, token), groups.counts, {w1, w2, w3});
+  return kernels::combine_by_token(y, groups.order, gates);
 }
 
 MoEImpl::MoEImpl(const MixtralOptions& o) : n_experts(o.n_experts), top_k(o.top_k) {
@@ -67,27 +73,31 @@ MoEImpl::MoEImpl(const MixtralOptions& o) : n_experts(o.n_experts), top_k(o.top_
               ") must be in [1, n_experts = ", o.n_experts, "]");
   router =
       register_module("router", Linear(torch::nn::LinearOptions(o.dim, o.n_experts).bias(false)));
-  experts = register_module("experts", Experts(o.n_experts, o.dim, o.ffn_dim));
+  experts = register_module("experts", Experts(o.n_experts, o.dim, o.ffn_dim, o.capacity_factor));
+  if (o.expert_bias_rate > 0)
+    expert_bias = register_buffer("expert_bias", torch::zeros({o.n_experts}));
 }
 
 torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
   auto flat = x.reshape({-1, x.size(-1)});  // [N, dim]
   router_logits = call(router, flat);       // [N, E]
-  // Softmax over all experts (fp32), keep the top k, renormalize them to sum to 1.
-  auto [top_p, top_e] = at::softmax(router_logits, -1, at::kFloat).topk(top_k, -1);
-  auto weights = (top_p / top_p.sum(-1, /*keepdim=*/true)).to(x.scalar_type());
-  // Group the N*k (token, expert) assignments by expert; a stable sort keeps token order inside
-  // each group. Dropless: every assignment is computed.
-  auto assigned = top_e.reshape({-1});
-  auto order = std::get<1>(assigned.sort(/*stable=*/std::optional<bool>(true), /*dim=*/0));
-  auto token = order.div(top_k, "floor");
-  // Read through item(), not a raw pointer, so tensors without host storage work too.
-  auto counts_t = at::bincount(assigned, {}, n_experts);
-  std::vector<int64_t> counts(n_experts);
-  for (int64_t e = 0; e < n_experts; ++e) counts[e] = counts_t[e].item<int64_t>();
-  auto y = call(experts, flat.index_select(0, token), counts);
-  y = y * weights.reshape({-1}).index_select(0, order).unsqueeze(-1);
-  return at::zeros_like(flat).index_add(0, token, y).view(x.sizes());
+  // Softmax over all experts (fp32), keep the top k, renormalize them to sum to 1. The expert
+  // bias (when on) moves the choice only; the gates stay the router's probabilities.
+  auto probs = at::softmax(router_logits, -1, at::kFloat);
+  torch::Tensor top_p, top_e;
+  if (expert_bias.defined()) {
+    top_e = std::get<1>((probs + expert_bias).topk(top_k, -1));
+    top_p = probs.gather(-1, top_e);
+  } else {
+    std::tie(top_p, top_e) = probs.topk(top_k, -1);
+  }
+  auto gates = (top_p / top_p.sum(-1, /*keepdim=*/true)).to(x.scalar_type());
+  if (is_training() && !vescale::nn::recomputing()) {
+    torch::NoGradGuard no_grad;
+    auto load = at::one_hot(top_e.reshape({-1}), n_experts).sum(0).to(at::kFloat);
+    expert_load = expert_load.defined() ? expert_load + load : load;
+  }
+  return call(experts, flat, top_e, gates).view(x.sizes());
 }
 
 MixtralBlockImpl::MixtralBlockImpl(const MixtralOptions& o) {
@@ -149,10 +159,19 @@ torch::Tensor MixtralImpl::forward(const torch::Tensor& tokens) {
   return output ? call(output, x) : at::linear(x, tok_embeddings->weight);
 }
 
-torch::Tensor load_balancing_stats(const std::vector<torch::Tensor>& router_logits,
-                                   int64_t n_experts, int64_t top_k) {
+namespace {
+// logsumexp over the last dim from ops every tensor kind has.
+torch::Tensor logsumexp_rows(const torch::Tensor& logits) {
+  auto l = logits.to(at::kFloat);
+  auto m = std::get<0>(l.max(-1, /*keepdim=*/true)).detach();
+  return (l - m).exp().sum(-1).log() + m.squeeze(-1);
+}
+}  // namespace
+
+torch::Tensor routing_stats(const std::vector<torch::Tensor>& router_logits, int64_t n_experts,
+                            int64_t top_k) {
   TORCH_CHECK(!router_logits.empty(), "load_balancing_loss: no router logits (run forward first)");
-  torch::Tensor assignments, prob_sum;
+  torch::Tensor assignments, prob_sum, z;
   int64_t rows = 0;
   for (const auto& logits : router_logits) {
     auto probs = at::softmax(logits, -1, at::kFloat);
@@ -160,11 +179,14 @@ torch::Tensor load_balancing_stats(const std::vector<torch::Tensor>& router_logi
     auto counts =
         at::one_hot(chosen.reshape({-1}), n_experts).sum(0).to(at::kFloat);  // no gradient
     auto psum = probs.sum(0);
+    auto zl = logsumexp_rows(logits).pow(2).mean().reshape({1});
     assignments = assignments.defined() ? assignments + counts : counts;
     prob_sum = prob_sum.defined() ? prob_sum + psum : psum;
+    z = z.defined() ? z + zl : zl;
     rows += logits.size(0);
   }
-  return at::cat({assignments, prob_sum, at::full({1}, static_cast<double>(rows), prob_sum.options())});
+  return at::cat(
+      {assignments, prob_sum, at::full({1}, static_cast<double>(rows), prob_sum.options()), z});
 }
 
 torch::Tensor load_balancing_from_stats(const torch::Tensor& stats, int64_t n_experts) {
@@ -173,25 +195,73 @@ torch::Tensor load_balancing_from_stats(const torch::Tensor& stats, int64_t n_ex
          ((stats.narrow(0, 0, n_experts) / rows) * (stats.narrow(0, n_experts, n_experts) / rows)).sum();
 }
 
-torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits,
-                                  int64_t n_experts, int64_t top_k) {
-  return load_balancing_from_stats(load_balancing_stats(router_logits, n_experts, top_k), n_experts);
+torch::Tensor routing_loss_from_stats(const torch::Tensor& stats, const MixtralOptions& o) {
+  auto loss = load_balancing_from_stats(stats, o.n_experts) * o.aux_loss_coef;
+  if (o.router_z_loss_coef > 0)
+    loss = loss + stats.narrow(0, 2 * o.n_experts + 1, 1).sum() * o.router_z_loss_coef;
+  return loss;
 }
 
-torch::Tensor MixtralImpl::aux_loss() const {
+torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits,
+                                  int64_t n_experts, int64_t top_k) {
+  return load_balancing_from_stats(routing_stats(router_logits, n_experts, top_k), n_experts);
+}
+
+torch::Tensor router_z_loss(const std::vector<torch::Tensor>& router_logits) {
+  torch::Tensor z;
+  for (const auto& logits : router_logits) {
+    auto zl = logsumexp_rows(logits).pow(2).mean();
+    z = z.defined() ? z + zl : zl;
+  }
+  return z;
+}
+
+namespace {
+std::vector<torch::Tensor> checked_router_logits(const torch::nn::ModuleList& layers,
+                                                 const char* who) {
   std::vector<torch::Tensor> logits;
   for (size_t i = 0; i < layers->size(); ++i) {
-    const auto& l = layers->ptr<MixtralBlockImpl>(i)->feed_forward->router_logits;
-    TORCH_CHECK(l.defined(), "Mixtral::aux_loss: no router logits yet; call forward first");
-    TORCH_CHECK(
-        !(at::GradMode::is_enabled() && l.is_leaf() && !l.requires_grad() &&
-          layers->ptr<MixtralBlockImpl>(i)->feed_forward->router->weight.requires_grad()),
-        "Mixtral::aux_loss: layer ", i,
-        "'s router logits were computed without autograd (no_grad or ",
-        "activation checkpointing), so the loss would have no gradient; run forward with autograd");
+    const auto& moe = layers->ptr<MixtralBlockImpl>(i)->feed_forward;
+    const auto& l = moe->router_logits;
+    TORCH_CHECK(l.defined(), "Mixtral::", who, ": no router logits yet; call forward first");
+    TORCH_CHECK(!(at::GradMode::is_enabled() && l.is_leaf() && !l.requires_grad() &&
+                  moe->router->weight.requires_grad()),
+                "Mixtral::", who, ": layer ", i,
+                "'s router logits were computed without autograd (no_grad or ",
+                "activation checkpointing), so the loss would have no gradient; run forward with "
+                "autograd");
     logits.push_back(l);
   }
-  return load_balancing_loss(logits, options.n_experts, options.top_k);
+  return logits;
+}
+}  // namespace
+
+torch::Tensor MixtralImpl::aux_loss() const {
+  return load_balancing_loss(checked_router_logits(layers, "aux_loss"), options.n_experts,
+                             options.top_k);
+}
+
+torch::Tensor MixtralImpl::z_loss() const {
+  return router_z_loss(checked_router_logits(layers, "z_loss"));
+}
+
+torch::Tensor MixtralImpl::routing_loss() const {
+  return routing_loss_from_stats(
+      routing_stats(checked_router_logits(layers, "routing_loss"), options.n_experts, options.top_k),
+      options);
+}
+
+void MixtralImpl::update_expert_bias(const std::vector<torch::Tensor>& loads) {
+  if (options.expert_bias_rate <= 0) return;
+  TORCH_CHECK(loads.size() == layers->size(), "Mixtral::update_expert_bias: ", loads.size(),
+              " loads for ", layers->size(), " layers");
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < layers->size(); ++i) {
+    if (!loads[i].defined()) continue;  // a layer of another pipeline stage
+    auto& bias = layers->ptr<MixtralBlockImpl>(i)->feed_forward->expert_bias;
+    auto load = loads[i].to(bias.device(), at::kFloat);
+    bias.add_((load.mean() - load).sign() * options.expert_bias_rate);
+  }
 }
 
 }  // namespace models

@@ -22,6 +22,7 @@
 #pragma once
 #include "llama/llama.h"
 #include "mixtral/mixtral_options.h"
+#include "vescale/nn/routed_experts.h"
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -35,12 +36,23 @@ namespace models {
 MixtralOptions mixtral_8x7b();  // 46,702,792,704 parameters
 int64_t mixtral_parameter_count(const MixtralOptions& o);
 
-// E SwiGLU experts with stacked weights. forward(x, counts): x [M, dim] holds the tokens sorted
-// by expert, counts[e] rows for expert e, in order; returns [M, dim].
-struct ExpertsImpl : torch::nn::Module {
-  ExpertsImpl(int64_t n_experts, int64_t dim, int64_t hidden);
-  torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& counts);
+// E SwiGLU experts with stacked weights. forward(x [N, dim], expert_ids [N, k], gates [N, k])
+// -> [N, dim]: each token's gate-weighted sum over its k experts, computed on one device by
+// grouping the assignments by expert (kernels/expert_routing.h) and one grouped matmul per weight
+// (kernels/grouped_mm.h). As nn::RoutedExperts a framework may run the same experts on a slice
+// of them with its own token dispatch (expert parallelism, docs/moe.md).
+struct ExpertsImpl : torch::nn::Module, vescale::nn::RoutedExperts {
+  ExpertsImpl(int64_t n_experts, int64_t dim, int64_t hidden, double capacity_factor = 0);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& expert_ids,
+                        const torch::Tensor& gates);
+  int64_t num_experts() const override { return w1.size(0); }
+  double capacity_factor() const override { return capacity; }
+  std::vector<at::Tensor> expert_weights() const override { return {w1, w2, w3}; }
+  // silu(x w1_e^T) * (x w3_e^T) w2_e^T on each expert's rows.
+  at::Tensor run_experts(const at::Tensor& x, const std::vector<int64_t>& counts,
+                         const std::vector<at::Tensor>& weights) const override;
   torch::Tensor w1, w2, w3;
+  double capacity = 0;
 };
 TORCH_MODULE(Experts);
 
@@ -52,6 +64,13 @@ struct MoEImpl : torch::nn::Module {
   Experts experts{nullptr};
   int64_t n_experts, top_k;
   torch::Tensor router_logits;
+  // The (token, choice) assignments each expert got, [E] fp32, summed over the training
+  // forwards since the caller last reset it (not the reruns of activation checkpointing, not
+  // evaluation). Undefined until the first one.
+  torch::Tensor expert_load;
+  // Aux-loss-free balancing (options.expert_bias_rate > 0): [E] fp32, added to the router's
+  // probabilities for the choice of experts only. A buffer, saved in checkpoints.
+  torch::Tensor expert_bias;
 };
 TORCH_MODULE(MoE);
 
@@ -76,6 +95,14 @@ struct MixtralImpl : torch::nn::Module {
   // graph: then this throws while grad mode is on. (Activation checkpointing must hand the
   // logits out of the checkpoint with a graph; vescale's does, as a side output.)
   torch::Tensor aux_loss() const;
+  // The router z-loss of the last forward (ST-MoE): per layer the mean over tokens of
+  // logsumexp(router logits)^2, summed over layers. Same checks as aux_loss.
+  torch::Tensor z_loss() const;
+  // The load-balancing and z-losses with their coefficients (options), the term the trainer adds.
+  torch::Tensor routing_loss() const;
+  // After an optimizer step, with each layer's expert loads of the step (global: summed over
+  // every rank's tokens): bias_e += expert_bias_rate * sign(mean load - load_e). No-op when off.
+  void update_expert_bias(const std::vector<torch::Tensor>& loads);
   // Same init as Llama; experts like w1/w2/w3 there, the router N(0, 0.02).
   void init_weights();
   MixtralOptions options;
@@ -90,11 +117,15 @@ TORCH_MODULE(Mixtral);
 // The same loss for given router logits, one [N_l, E] tensor per layer.
 torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits,
                                   int64_t n_experts, int64_t top_k);
-// The loss in two halves, for a model cut into pipeline stages: the statistics of some layers
-// ([2E + 1] fp32: top-k assignments per expert (no gradient), router probabilities summed per
-// expert, rows), which add up over layers, and the loss from the sum over all layers.
-torch::Tensor load_balancing_stats(const std::vector<torch::Tensor>& router_logits,
-                                   int64_t n_experts, int64_t top_k);
+// The z-loss for given router logits: sum over layers of mean_tokens(logsumexp^2).
+torch::Tensor router_z_loss(const std::vector<torch::Tensor>& router_logits);
+// The routing losses in two halves, for a model cut into pipeline stages: the statistics of some
+// layers ([2E + 2] fp32: top-k assignments per expert (no gradient), router probabilities summed
+// per expert, rows, the layers' z-loss terms), which add up over layers, and the losses from the
+// sum over all layers (load_balancing_from_stats: the load-balancing loss alone).
+torch::Tensor routing_stats(const std::vector<torch::Tensor>& router_logits, int64_t n_experts,
+                            int64_t top_k);
 torch::Tensor load_balancing_from_stats(const torch::Tensor& stats, int64_t n_experts);
+torch::Tensor routing_loss_from_stats(const torch::Tensor& stats, const MixtralOptions& o);
 
 }  // namespace models

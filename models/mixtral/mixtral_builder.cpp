@@ -18,8 +18,8 @@ Model build(const ModelOptions& options) {
   m.module = mixtral.ptr();
   m.forward = [impl = mixtral.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
   m.init = [impl = mixtral.ptr()] { impl->init_weights(); };
-  if (o.aux_loss_coef > 0)
-    m.aux_loss = [impl = mixtral.ptr(), coef = o.aux_loss_coef] { return impl->aux_loss() * coef; };
+  const bool routing_loss = o.aux_loss_coef > 0 || o.router_z_loss_coef > 0;
+  if (routing_loss) m.aux_loss = [impl = mixtral.ptr()] { return impl->routing_loss(); };
   m.block_pattern = "layers.*";
   m.block_side_outputs = [](torch::nn::Module& block) {
     auto* b = dynamic_cast<MixtralBlockImpl*>(&block);
@@ -40,19 +40,31 @@ Model build(const ModelOptions& options) {
        .rope_sin = &l->rope_sin,
        .norm = l->norm,
        .output = l->output});
-  if (o.aux_loss_coef > 0) {
+  if (routing_loss) {
     m.pipeline_aux.stats = [l](const std::vector<std::string>& layers) {
       std::vector<at::Tensor> logits;
       for (const auto& name : layers)
         if (name.rfind("layers.", 0) == 0)
           logits.push_back(
               l->layers->ptr<MixtralBlockImpl>(std::stoul(name.substr(7)))->feed_forward->router_logits);
-      return load_balancing_stats(logits, l->options.n_experts, l->options.top_k);
+      return routing_stats(logits, l->options.n_experts, l->options.top_k);
     };
-    m.pipeline_aux.loss = [l, coef = o.aux_loss_coef](const at::Tensor& total) {
-      return load_balancing_from_stats(total, l->options.n_experts) * coef;
+    m.pipeline_aux.loss = [l](const at::Tensor& total) {
+      return routing_loss_from_stats(total, l->options);
     };
   }
+  for (size_t i = 0; i < l->layers->size(); ++i) m.moe.layers.push_back("layers." + std::to_string(i));
+  m.moe.take_loads = [l] {
+    std::vector<at::Tensor> loads;
+    for (size_t i = 0; i < l->layers->size(); ++i) {
+      auto& load = l->layers->ptr<MixtralBlockImpl>(i)->feed_forward->expert_load;
+      loads.push_back(load);
+      load = at::Tensor();
+    }
+    return loads;
+  };
+  if (o.expert_bias_rate > 0)
+    m.moe.update_bias = [l](const std::vector<at::Tensor>& loads) { l->update_expert_bias(loads); };
   return m;
 }
 

@@ -14,6 +14,9 @@ void visit(V& v, MixtralOptions& c) {
   v.field("n_experts", c.n_experts);
   v.field("top_k", c.top_k);
   v.field("aux_loss_coef", c.aux_loss_coef);
+  v.field("router_z_loss_coef", c.router_z_loss_coef);
+  v.field("capacity_factor", c.capacity_factor);
+  v.field("expert_bias_rate", c.expert_bias_rate);
 }
 
 struct MixtralModelOptions final : OptionsImpl<MixtralOptions> {
@@ -33,6 +36,11 @@ struct MixtralModelOptions final : OptionsImpl<MixtralOptions> {
       fail("top_k", "must be in [1, n_experts = " + std::to_string(value.n_experts) + "], got " +
                         std::to_string(value.top_k));
     if (!(value.aux_loss_coef >= 0)) fail("aux_loss_coef", "must be >= 0");
+    if (!(value.router_z_loss_coef >= 0)) fail("router_z_loss_coef", "must be >= 0");
+    if (!(value.capacity_factor >= 0))
+      fail("capacity_factor", "must be >= 0 (0: dropless; e.g. 1.25 drops beyond 125% of even)");
+    if (!(value.expert_bias_rate >= 0))
+      fail("expert_bias_rate", "must be >= 0 (0: off; DeepSeek-V3 used 0.001)");
   }
   int64_t vocab_size() const override { return value.vocab_size; }
   int64_t max_seq_len() const override { return value.max_seq_len; }

@@ -22,6 +22,14 @@ struct MixtralOptions {
   int64_t max_seq_len = 32768;
   bool tie_embeddings = false;
   double aux_loss_coef = 0.02;  // weight of the load-balancing loss the trainer adds
+  double router_z_loss_coef = 0;  // weight of the router z-loss (ST-MoE), summed over layers
+  // 0: dropless. Otherwise each expert takes at most ceil(capacity_factor * tokens * top_k /
+  // n_experts) of a forward's assignments, in token order; the rest are dropped (docs/moe.md).
+  double capacity_factor = 0;
+  // Aux-loss-free balancing (DeepSeek-V3): a per-expert bias added to the router's scores for
+  // the choice of experts only (not the gates), moved by this much per optimizer step towards
+  // balance: bias_e += rate * sign(mean load - load_e). 0: off.
+  double expert_bias_rate = 0;
   // The attention and norm part, as LLaMA options.
   LlamaOptions llama() const;
 };

@@ -45,4 +45,12 @@ const ForwardHooks* forward_hooks(const torch::nn::Module* module) {
   return &it->second.hooks;
 }
 
+namespace {
+thread_local bool t_recomputing = false;
+}
+
+bool recomputing() { return t_recomputing; }
+RecomputeScope::RecomputeScope() : previous_(t_recomputing) { t_recomputing = true; }
+RecomputeScope::~RecomputeScope() { t_recomputing = previous_; }
+
 }  // namespace vescale::nn

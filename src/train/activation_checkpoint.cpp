@@ -101,6 +101,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     at::Tensor out;
     {
       at::AutoGradMode grad(true);
+      nn::RecomputeScope recompute;
       out = replay->forward(inputs);
     }
     ac_now.apply();

@@ -40,6 +40,20 @@ void clear_all_forward_hooks();
 // The module's hooks, or nullptr; one relaxed load when none are installed anywhere.
 const ForwardHooks* forward_hooks(const torch::nn::Module* module);
 
+// True on this thread while a forward runs again for activation checkpointing (during
+// backward). Code that counts what a forward did (a mixture of experts' loads) skips the rerun.
+bool recomputing();
+class RecomputeScope {  // RAII: marks this thread as recomputing
+ public:
+  RecomputeScope();
+  ~RecomputeScope();
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 namespace detail {
 // Arguments are held by value (tensors share storage), so the forward handed to an `around`
 // hook stays valid after call() returns: checkpointing reruns it during backward.
