@@ -43,6 +43,7 @@ struct PipelineAux {
 // each expert got, and the aux-loss-free expert bias that steers them.
 struct MoEBalance {
   std::vector<std::string> layers;  // the MoE layers, model order ("layers.0", ...)
+  int64_t n_experts = 0;
   // Per layer, the assignments per expert ([E] fp32) of the training forwards since the last
   // call, then reset; undefined for a layer this rank did not run (another pipeline stage). On
   // DTensors they are Partial where ranks saw different tokens: the caller makes them global.
@@ -72,6 +73,9 @@ struct Model {
   std::vector<PipelineLayer> pipeline_layers;
   PipelineAux pipeline_aux;  // empty functions when aux_loss is empty
   MoEBalance moe;            // empty for dense models
+  // Buffers that are training state, saved in checkpoints with the parameters (FQN patterns,
+  // '*' any run of characters): Mixtral's expert bias. Others (RoPE tables) are recomputed.
+  std::vector<std::string> state_buffers;
 };
 
 struct ModelBuilder {

@@ -48,6 +48,7 @@ struct ExpertsImpl : torch::nn::Module, vescale::nn::RoutedExperts {
   int64_t num_experts() const override { return w1.size(0); }
   double capacity_factor() const override { return capacity; }
   std::vector<at::Tensor> expert_weights() const override { return {w1, w2, w3}; }
+  std::vector<int64_t> hidden_dims() const override { return {1, 2, 1}; }
   // silu(x w1_e^T) * (x w3_e^T) w2_e^T on each expert's rows.
   at::Tensor run_experts(const at::Tensor& x, const std::vector<int64_t>& counts,
                          const std::vector<at::Tensor>& weights) const override;

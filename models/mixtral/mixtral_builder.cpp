@@ -54,6 +54,7 @@ Model build(const ModelOptions& options) {
     };
   }
   for (size_t i = 0; i < l->layers->size(); ++i) m.moe.layers.push_back("layers." + std::to_string(i));
+  m.moe.n_experts = o.n_experts;
   m.moe.take_loads = [l] {
     std::vector<at::Tensor> loads;
     for (size_t i = 0; i < l->layers->size(); ++i) {
@@ -63,6 +64,7 @@ Model build(const ModelOptions& options) {
     }
     return loads;
   };
+  if (o.expert_bias_rate > 0) m.state_buffers = {"layers.*.feed_forward.expert_bias"};
   if (o.expert_bias_rate > 0)
     m.moe.update_bias = [l](const std::vector<at::Tensor>& loads) { l->update_expert_bias(loads); };
   return m;

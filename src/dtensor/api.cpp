@@ -133,7 +133,8 @@ at::Tensor from_local(const at::Tensor& local, const mesh::DeviceMesh& mesh, Pla
     at::AutoDispatchBelowADInplaceOrView guard;
     out = make_dtensor(local.variable_data().contiguous(), probe);
   }
-  const Placements target = probe->placements;
+  // The gradient of a Partial term is the whole gradient (Replicate), as in redistribute.
+  const Placements target = grad_placements(probe->placements);
   return link(out, local, "FromLocalBackward", [target](const at::Tensor& g) {
     return dtensor_impl(redistribute_grad(g, target))->local();
   });
@@ -146,6 +147,19 @@ at::Tensor to_local(const at::Tensor& dt) {
   return link(out, dt, "ToLocalBackward", [spec](const at::Tensor& g) {
     at::Tensor local = is_dtensor(g) ? dtensor_impl(g)->local() : g;
     return make_dtensor(local.contiguous(), spec);
+  });
+}
+
+at::Tensor to_local(const at::Tensor& dt, Placements grad_placements) {
+  const auto& s = spec_of(dt);
+  auto grad_spec = make_spec(s.mesh, std::move(grad_placements), s.shape, s.dtype);
+  VESCALE_CHECK(c10::IntArrayRef(grad_spec->local_shape()) == c10::IntArrayRef(s.local_shape()),
+                "to_local: gradient placements ", to_string(grad_spec->placements),
+                " give this rank another shard shape than ", to_string(s.placements));
+  at::Tensor out = dtensor_impl(dt)->local().variable_data();
+  return link(out, dt, "ToLocalBackward", [grad_spec](const at::Tensor& g) {
+    at::Tensor local = is_dtensor(g) ? dtensor_impl(g)->local() : g;
+    return make_dtensor(local.contiguous(), grad_spec);
   });
 }
 

@@ -31,7 +31,16 @@ std::function<at::Tensor(const at::Tensor&)> reshard_to(const mesh::DeviceMesh& 
   };
 }
 
+std::vector<BoundaryInstaller>& installers() {
+  static std::vector<BoundaryInstaller> list;
+  return list;
+}
+
 }  // namespace
+
+void register_boundary_installer(BoundaryInstaller installer) {
+  installers().push_back(std::move(installer));
+}
 
 std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model, const Plan& plan,
                                                        const mesh::DeviceMesh& mesh,
@@ -102,6 +111,7 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
       hooks.output = reshard_to(mesh, spec->output[0], m.key() + ".output");
     vescale::nn::set_forward_hooks(m.value().get(), std::move(hooks));
   }
+  for (const auto& install : installers()) install(model, plan, mesh);
   size_t sharded = 0;
   for (auto& [name, pl] : placements)
     for (auto& x : pl) sharded += x.is_shard() ? 1 : 0;

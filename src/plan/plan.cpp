@@ -236,6 +236,7 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   const json* phase = r.raw("phase");
   const json* optional = r.raw("optional");
   const json* zero = r.raw("zero");
+  const json* moe = r.raw("moe");
   r.raw("comment");
   r.object("grad_reduce", [&](json_schema::Reader& g) {
     g.field("dims", plan.grad_reduce_.dims);
@@ -334,6 +335,24 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
       plan.optional_.insert(x.get<std::string>());
     }
   }
+  if (moe) {
+    VESCALE_CHECK(moe->is_object(), where(source, "moe"),
+                  " must be an object mapping experts-module patterns to {\"ep\": \"<mesh dim>\"}, "
+                  "like {\"layers.*.feed_forward.experts\": {\"ep\": \"ep\"}}");
+    for (auto& [pattern, v] : moe->items()) {
+      const std::string key = "moe['" + pattern + "']";
+      check_regex(pattern, source, key);
+      json_schema::Reader m(v, key, source, "plan");
+      MoESpec spec;
+      m.field("ep", spec.ep);
+      m.finish();
+      VESCALE_CHECK(spec.ep.empty() || std::find(plan.mesh_dims_.begin(), plan.mesh_dims_.end(),
+                                                 spec.ep) != plan.mesh_dims_.end(),
+                    where(source, key + ".ep"), " names '", spec.ep,
+                    "', which is not one of the plan's mesh dims; add it to \"mesh\" or fix the name");
+      plan.moes_.emplace_back(pattern, std::move(spec));
+    }
+  }
   if (zero) {
     // Compared as int64: get<int>() would wrap 4294967297 to 1.
     const auto& z = *zero;
@@ -398,6 +417,18 @@ const Placements& Plan::placements_for(const std::string& fqn) const {
                "' matches no pattern; add one, or a '*' default");
 }
 
+Plan& Plan::moe(const std::string& module_pattern, MoESpec spec) {
+  check_regex(module_pattern, source_, "moe('" + module_pattern + "')");
+  moes_.emplace_back(module_pattern, std::move(spec));
+  return *this;
+}
+
+const MoESpec* Plan::moe_for(const std::string& module_fqn) const {
+  for (auto& [pattern, m] : moes_)
+    if (fqn_match(pattern, module_fqn)) return &m;
+  return nullptr;
+}
+
 const ForwardSpec* Plan::forward_for(const std::string& module_fqn) const {
   for (auto& [pattern, f] : forwards_)
     if (fqn_match(pattern, module_fqn)) return &f;
@@ -453,6 +484,9 @@ void Plan::check_modules(const std::vector<std::string>& module_names) const {
   std::vector<std::string> patterns;
   for (auto& [pattern, f] : forwards_) patterns.push_back(pattern);
   check_all_match(source_, "forward", "module", patterns, optional_, module_names);
+  patterns.clear();
+  for (auto& [pattern, m] : moes_) patterns.push_back(pattern);
+  check_all_match(source_, "moe", "module", patterns, optional_, module_names);
 }
 
 }  // namespace vescale::plan

@@ -63,11 +63,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   if (mesh_) {
     rank_ = mesh_->rank();
     world_size_ = mesh_->size();
-    const auto& names = mesh_->dim_names();
-    if (std::find(names.begin(), names.end(), "dp") != names.end()) {
-      dp_rank_ = mesh_->coordinate("dp");
-      dp_size_ = mesh_->size("dp");
-    }
+    const auto shard = data_shard(*mesh_);  // dp, and ep (docs/moe.md)
+    dp_rank_ = shard.rank, dp_size_ = shard.size;
     device_ = dist::device_string();
   }
   on_all_ranks([&] { check_outputs(); });
@@ -252,6 +249,8 @@ StepMetrics Trainer::step(int64_t step) {
   doing_ = "optimizer step";
   optimizer_->step();
   optimizer_->zero_grad();
+  doing_ = "balancing experts";
+  balance_experts(m);
   m.step_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / (m.step_ms / 1000.0);

@@ -20,6 +20,7 @@
 #include "vescale/dist/object_collectives.h"
 #include "vescale/random/random.h"
 #include "vescale/train/trainer.h"
+#include "vescale/plan/plan.h"
 
 namespace vescale::train {
 
@@ -94,12 +95,24 @@ at::Generator torch_generator(const std::string& device) {
 
 }  // namespace
 
+std::vector<std::pair<std::string, at::Tensor>> Trainer::state_buffers() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : model_.module->named_buffers())
+    for (const auto& pattern : model_.state_buffers)
+      if (plan::fqn_match(pattern, item.key())) {
+        out.emplace_back(item.key(), item.value());
+        break;
+      }
+  return out;
+}
+
 checkpoint::StateDict Trainer::checkpoint_state(std::vector<checkpoint::Piece>& pieces) {
   checkpoint::StateDict s;
   optimizer_
       ->gather_params();  // ZeRO-3: whole parameters to copy (released again at their next use)
   for (const auto& item : model_.module->named_parameters())
     s["model/" + item.key()] = item.value();
+  for (auto& [name, buffer] : state_buffers()) s["model/" + name] = buffer;
   auto optim_state = optimizer_->state_to_save();
   for (auto& [k, v] : optim_state.tensors) s["optim/" + k] = v;
   for (auto& p : optim_state.pieces) {
@@ -200,6 +213,7 @@ void Trainer::resume_from(const std::string& folder) {
   checkpoint::StateDict state;
   for (const auto& item : model_.module->named_parameters())
     state["model/" + item.key()] = item.value();
+  for (auto& [name, buffer] : state_buffers()) state["model/" + name] = buffer;
   auto gen = torch_generator(device_);
   at::Tensor torch_rng;
   if (info.tensors.count("rng/torch")) {

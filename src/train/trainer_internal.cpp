@@ -60,15 +60,27 @@ std::string hms(double seconds) {
   return buf;
 }
 
+bool is_data_dim(const std::string& dim) { return dim == "dp" || dim == "ep"; }
+
+DataShard data_shard(const mesh::DeviceMesh& mesh) {
+  DataShard s;
+  for (const auto& d : mesh.dim_names()) {
+    if (!is_data_dim(d)) continue;
+    s.rank = s.rank * mesh.size(d) + mesh.coordinate(d);
+    s.size *= mesh.size(d);
+  }
+  return s;
+}
+
 at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh) {
   if (mesh == nullptr || mesh->size() == 1) return local_tokens;
   dtensor::Placements placements(mesh->ndim(), dtensor::Replicate());
   auto global = local_tokens.sizes().vec();
   const auto& names = mesh->dim_names();
   for (size_t d = 0; d < names.size(); ++d) {
-    if (names[d] != "dp") continue;
+    if (!is_data_dim(names[d])) continue;
     placements[d] = dtensor::Shard(0);
-    global[0] *= mesh->size("dp");
+    global[0] *= mesh->size(names[d]);
   }
   return dtensor::from_local(local_tokens, *mesh, placements, global);
 }

@@ -24,8 +24,19 @@ void on_all_ranks(const std::function<void()>& f);
 // The ZeRO stage: the config's, else the plan's; both set must agree. `plan` may be null.
 int64_t zero_stage(const ParallelConfig& parallel, const plan::Plan* plan);
 
+// The mesh dims that split the batch: "dp", and "ep" (expert parallelism's ranks hold other
+// tokens, which the all-to-all brings to the experts; docs/moe.md).
+bool is_data_dim(const std::string& dim);
+// This rank's block of the batch and the number of blocks: row-major over the data dims in
+// mesh order, the order a DTensor Shard(0) over them follows.
+struct DataShard {
+  int64_t rank = 0, size = 1;
+};
+DataShard data_shard(const mesh::DeviceMesh& mesh);
+
 // This rank's [batch, seq_len] token block as the model's input on `mesh` (null: none): rows
-// split over its "dp" dim (the loader gave each dp rank its own rows), replicated over the rest.
+// split over its data dims (the loader gave each data rank its own rows), replicated over the
+// rest.
 at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh);
 
 // bf16 autocast on `device` for the scope when `on` (the trainer's train.dtype=bf16): the

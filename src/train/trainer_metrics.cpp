@@ -44,6 +44,21 @@ void Trainer::log_step(const StepMetrics& m) {
                              {"tokens_per_s", m.tokens_per_s}};
     if (config_.train.peak_flops > 0) j["mfu"] = m.mfu;
     if (m.val_loss) j["val_loss"] = *m.val_loss;
+    if (!m.expert_loads.empty()) {
+      // Per MoE layer: tokens per expert and max / mean (1 = perfectly balanced).
+      nlohmann::ordered_json layers = nlohmann::ordered_json::object();
+      double worst = 0;
+      for (size_t i = 0; i < m.expert_loads.size(); ++i) {
+        const auto& load = m.expert_loads[i];
+        double sum = 0, max = 0;
+        for (double x : load) sum += x, max = std::max(max, x);
+        const double imbalance = sum > 0 ? max / (sum / static_cast<double>(load.size())) : 0;
+        worst = std::max(worst, imbalance);
+        layers[model_.moe.layers.at(i)] = {{"tokens", load}, {"imbalance", imbalance}};
+      }
+      j["experts"] = std::move(layers);
+      j["expert_imbalance_max"] = worst;
+    }
     *metrics_ << j.dump() << '\n';
     metrics_->flush();
   }

@@ -193,9 +193,8 @@ void Trainer::setup_pipeline(const plan::Plan& plan) {
     p->shared.push_back(std::move(sw));
   }
 
-  dp_rank_ = 0, dp_size_ = 1;
-  for (const auto& d : stage_dims)
-    if (d == "dp") dp_rank_ = mesh_->coordinate("dp"), dp_size_ = mesh_->size("dp");
+  const auto shard = data_shard(p->stage_mesh);
+  dp_rank_ = shard.rank, dp_size_ = shard.size;
   p->pp_group = mesh_->group(spec.dim);
   p->dim = spec.dim;
   p->me = me;

@@ -29,7 +29,7 @@ at::Tensor counting_tokens(uint64_t seed, int64_t rows, int64_t seq_len, int64_t
 at::Tensor model_input(const at::Tensor& full, const mesh::DeviceMesh& mesh) {
   dtensor::Placements pl(mesh.ndim(), dtensor::Replicate());
   for (int64_t d = 0; d < mesh.ndim(); ++d)
-    if (mesh.dim_names()[d] == "dp") pl[d] = dtensor::Shard(0);
+    if (mesh.dim_names()[d] == "dp" || mesh.dim_names()[d] == "ep") pl[d] = dtensor::Shard(0);
   return dtensor::distribute_tensor(full, mesh, pl);
 }
 

@@ -24,7 +24,7 @@ std::map<std::string, at::Tensor> full_params(torch::nn::Module& m);
 // [rows, seq_len + 1] tokens, the same on every rank for the same seed: each row counts up by a
 // per-row stride from a random start, so there is something to learn.
 at::Tensor counting_tokens(uint64_t seed, int64_t rows, int64_t seq_len, int64_t vocab);
-// This rank's part of a batch every rank holds: rows split over the "dp" mesh dim, if any.
+// This rank's part of a batch every rank holds: rows split over the data dims ("dp", "ep").
 at::Tensor model_input(const at::Tensor& full, const mesh::DeviceMesh& mesh);
 // A plan that replicates every parameter over these mesh dims.
 plan::Plan replicate_all(const std::vector<std::string>& dims);

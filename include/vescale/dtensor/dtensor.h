@@ -45,6 +45,9 @@ void become_local(const at::Tensor& t);
 
 // This rank's shard as a plain tensor. Differentiable.
 at::Tensor to_local(const at::Tensor& dtensor);
+// The same, with the placements its gradient has (PyTorch's grad_placements): local code that
+// uses a Replicate tensor with other ranks' data yields a gradient Partial on those dims.
+at::Tensor to_local(const at::Tensor& dtensor, Placements grad_placements);
 
 // The whole tensor on every rank (redistributed to Replicate). Differentiable.
 at::Tensor full_tensor(const at::Tensor& dtensor);

@@ -23,6 +23,9 @@ class RoutedExperts {
   virtual double capacity_factor() const = 0;
   // The module's stacked expert weights, each [E, ...] with the expert index first.
   virtual std::vector<at::Tensor> expert_weights() const = 0;
+  // Per weight, the dim that tensor parallelism may split, each rank then computing a partial
+  // sum of the output (SwiGLU: w1's and w3's hidden rows, w2's hidden columns).
+  virtual std::vector<int64_t> hidden_dims() const = 0;
   // The experts on rows grouped by expert: x [M, dim], counts[e] rows for the e-th expert of
   // `weights` (the tensors of expert_weights(), or slices of them along the expert dim).
   virtual at::Tensor run_experts(const at::Tensor& x, const std::vector<int64_t>& counts,

@@ -38,6 +38,14 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
                                                        const mesh::DeviceMesh& mesh,
                                                        const ParallelizeOptions& options = {});
 
+// Module boundaries implemented by layers above plan/ (parallel/expert: the mixture-of-experts
+// dispatch of the plan's "moe" entries). Each registered installer runs at the end of every
+// parallelize on a mesh of more than one rank, once the parameters are DTensors and the plan's
+// forward hooks are in place. Register at load time (a static initializer).
+using BoundaryInstaller =
+    std::function<void(torch::nn::Module& model, const Plan& plan, const mesh::DeviceMesh& mesh)>;
+void register_boundary_installer(BoundaryInstaller installer);
+
 // Removes the forward hooks parallelize installed (the parameters stay DTensors).
 void remove_forward_hooks(torch::nn::Module& model);
 

@@ -51,6 +51,14 @@ struct PipelineSpec {
   std::string split = "even";  // balance layers (the embedding and the head count as one each)
 };
 
+// A "moe" entry (docs/moe.md): a mixture-of-experts boundary, the experts module (one that
+// implements nn::RoutedExperts) whose tokens the framework dispatches. With `ep` set, that mesh
+// dim holds the experts (their weights Shard(0) on it) and tokens move over it by all-to-all;
+// empty, each rank runs all its (replicated or tensor-sharded) experts on its own tokens.
+struct MoESpec {
+  std::string ep;
+};
+
 class Plan {
  public:
   Plan() = default;
@@ -69,6 +77,7 @@ class Plan {
   // other pattern that matches no parameter or module is an error (a typo would otherwise leave
   // layers replicated).
   Plan& optional(const std::string& pattern);
+  Plan& moe(const std::string& module_pattern, MoESpec spec);
 
   const std::vector<std::string>& mesh_dims() const { return mesh_dims_; }
   const std::vector<std::pair<std::string, dtensor::Placements>>& params() const { return params_; }
@@ -76,6 +85,9 @@ class Plan {
   const GradReduce& grad_reduce() const { return grad_reduce_; }
   int zero() const { return zero_; }
   const std::optional<PipelineSpec>& pipeline() const { return pipeline_; }
+  const std::vector<std::pair<std::string, MoESpec>>& moes() const { return moes_; }
+  // The moe entry of a module, if any pattern matches.
+  const MoESpec* moe_for(const std::string& module_fqn) const;
   Plan& pipeline(PipelineSpec spec);
 
   // The placements of one parameter: the first matching pattern wins; none is an error.
@@ -107,6 +119,7 @@ class Plan {
   GradReduce grad_reduce_;
   int zero_ = 0;
   std::optional<PipelineSpec> pipeline_;
+  std::vector<std::pair<std::string, MoESpec>> moes_;
 };
 
 }  // namespace vescale::plan

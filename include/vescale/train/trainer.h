@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "vescale/checkpoint/distributed_checkpoint.h"
@@ -34,6 +35,9 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0;
   double step_ms = 0, tokens_per_s = 0, mfu = 0;  // mfu 0 when train.peak_flops is 0
   std::optional<double> val_loss;
+  // Mixture of experts: per MoE layer, the (token, choice) assignments each expert got in this
+  // step, over the whole global batch; empty for dense models.
+  std::vector<std::vector<double>> expert_loads;
 };
 
 class Trainer {
@@ -96,6 +100,11 @@ class Trainer {
   void stage_checkpoint(int64_t steps_done);
   void open_metrics();
   void log_step(const StepMetrics& m);
+  // After the optimizer step: the step's global expert loads into m, and the aux-loss-free
+  // expert bias update with them (trainer_moe.cpp).
+  void balance_experts(StepMetrics& m);
+  // The model's state buffers (Model::state_buffers) by name, saved and loaded with the weights.
+  std::vector<std::pair<std::string, at::Tensor>> state_buffers() const;
   // Under a pipeline plan (trainer_pipeline.cpp).
   void setup_pipeline(const plan::Plan& plan);
   void start_pipeline_runner();
