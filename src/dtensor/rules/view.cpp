@@ -140,13 +140,14 @@ Strategy view(const OpCall& call) {
     int64_t fi = i, fo = o;
     while (fi < i1 && in.shape[fi] == 1) ++fi;
     while (fo < o1 && global[fo] == 1) ++fo;
-    for (int64_t m = 0; m < in.mesh.ndim() && fi < i1 && fo < o1; ++m) {
-      const auto& p = in.placements[m];
-      if (!p.is_shard(fi)) continue;
-      const int64_t k = in.mesh.shape().sizes()[m];
+    // Several mesh dims may shard the dim (dp and ep both split the batch): torch.chunk nests
+    // them, so even pieces over their product line up on both sides too.
+    if (fi < i1 && fo < o1 && !in.mesh_dims_sharding(fi).empty()) {
+      int64_t k = 1;
+      for (int64_t m : in.mesh_dims_sharding(fi)) k *= in.mesh.shape().sizes()[m];
       const bool same = i1 - i == 1 && o1 - o == 1;
       const bool even = in.shape[fi] % k == 0 && global[fo] % k == 0;
-      if ((same || even) && in.mesh_dims_sharding(fi).size() == 1) map[fi] = fo;
+      if (same || even) map[fi] = fo;
     }
     i = i1;
     o = o1;
