@@ -44,6 +44,7 @@ struct PipelineAux {
 struct MoEBalance {
   std::vector<std::string> layers;  // the MoE layers, model order ("layers.0", ...)
   int64_t n_experts = 0;
+  std::string expert_params;  // FQN pattern of the experts' weights ("layers.*.experts.*")
   // Per layer, the assignments per expert ([E] fp32) of the training forwards since the last
   // call, then reset; undefined for a layer this rank did not run (another pipeline stage). On
   // DTensors they are Partial where ranks saw different tokens: the caller makes them global.

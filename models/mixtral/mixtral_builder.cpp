@@ -55,6 +55,7 @@ Model build(const ModelOptions& options) {
   }
   for (size_t i = 0; i < l->layers->size(); ++i) m.moe.layers.push_back("layers." + std::to_string(i));
   m.moe.n_experts = o.n_experts;
+  m.moe.expert_params = "layers.*.feed_forward.experts.*";
   m.moe.take_loads = [l] {
     std::vector<at::Tensor> loads;
     for (size_t i = 0; i < l->layers->size(); ++i) {

@@ -103,6 +103,7 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
   m.zero = zero;
   m.parameters = parameter_count(shapes);
   m.sequence_parallel = plan && sequence_parallel(*plan);
+  m.experts = !model.moe.expert_params.empty();
   // One block's activations per micro-batch, and with checkpointing its input alone.
   const auto& t = config.train;
   const double sbh = static_cast<double>(t.seq_len) * static_cast<double>(t.batch_size) *
@@ -136,6 +137,7 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
       if (!held.count(name)) continue;
       const auto b = param_bytes(name, shape);
       s.param_bytes += b[0], s.grad_bytes += b[1], s.optimizer_bytes += b[2];
+      if (m.experts && plan::fqn_match(model.moe.expert_params, name)) s.expert_bytes += b[0] + b[1] + b[2];
     }
   };
   // `flight` micro-batch-stages of `blocks_per_stage` blocks each; one block recomputed at a time.
@@ -215,16 +217,22 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
          std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) + " tokens per micro-batch in " +
          t.dtype + ", estimated):\n";
   char line[512];
-  std::snprintf(line, sizeof(line), "  %-7s %-30s %6s %9s %9s %9s %11s %11s\n", "pp rank",
-                "layers", "flight", "params", "grads", "optimizer", "activations", "act. (ckpt)");
+  std::snprintf(line, sizeof(line), "  %-7s %-30s %6s %9s %9s %9s %11s %11s%s\n", "pp rank",
+                "layers", "flight", "params", "grads", "optimizer", "activations", "act. (ckpt)",
+                m.experts ? "   experts (of params+grads+optimizer)" : "");
   out += line;
   for (const auto& s : m.stages) {
-    std::snprintf(line, sizeof(line), "  %-7d %-30s %6lld %9s %9s %9s %11s %11s\n", s.pp_rank,
+    std::snprintf(line, sizeof(line), "  %-7d %-30s %6lld %9s %9s %9s %11s %11s", s.pp_rank,
                   s.layers.empty() ? "all" : s.layers.c_str(), static_cast<long long>(s.in_flight),
                   gib(s.param_bytes).c_str(), gib(s.grad_bytes).c_str(),
                   gib(s.optimizer_bytes).c_str(), gib(s.activation_bytes).c_str(),
                   gib(s.activation_bytes_checkpointed).c_str());
     out += line;
+    if (m.experts) {
+      std::snprintf(line, sizeof(line), " %9s", gib(s.expert_bytes).c_str());
+      out += line;
+    }
+    out += "\n";
   }
   const double peak = m.total();
   const double device = 80e9;

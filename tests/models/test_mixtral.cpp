@@ -206,3 +206,60 @@ TEST_CASE("a tiny Mixtral overfits a fixed batch with the aux loss added", "[mod
         Approx(std::log(64.0) + 0.5).margin(0.4));  // head init gives logits of std ~1: +1/2
   CHECK(last < 0.5);
 }
+
+TEST_CASE("the router z-loss is the mean of logsumexp^2 per layer, summed over layers", "[models]") {
+  torch::manual_seed(5);
+  auto o = tiny();
+  o.router_z_loss_coef = 0.001, o.aux_loss_coef = 0.02;
+  Mixtral model(o);
+  model->forward(at::randint(64, {2, 6}, at::kLong));
+  double want = 0;
+  for (auto& l : *model->layers) {
+    auto logits = l->as<models::MixtralBlockImpl>()->feed_forward->router_logits.to(at::kDouble);
+    double layer = 0;
+    for (int64_t n = 0; n < logits.size(0); ++n) {
+      double s = 0;
+      for (int64_t e = 0; e < logits.size(1); ++e) s += std::exp(logits[n][e].item<double>());
+      layer += std::log(s) * std::log(s);
+    }
+    want += layer / static_cast<double>(logits.size(0));
+  }
+  CHECK(model->z_loss().item<double>() == Approx(want).epsilon(1e-6));
+  // The trainer's term: both losses with their coefficients.
+  CHECK(model->routing_loss().item<double>() ==
+        Approx(0.02 * model->aux_loss().item<double>() + 0.001 * want).epsilon(1e-6));
+}
+
+TEST_CASE("the expert bias steers the choice of experts, not the gates", "[models]") {
+  torch::manual_seed(6);
+  auto o = tiny();
+  o.expert_bias_rate = 0.5;
+  models::MoE moe(o);
+  REQUIRE(moe->expert_bias.defined());
+  auto x = at::randn({2, 5, 32});
+  auto plain = moe->forward(x);
+  auto probs = at::softmax(moe->router_logits, -1);
+  // A bias of 1 on expert 3 (more than any probability gap) puts it in every token's top 2.
+  {
+    torch::NoGradGuard no_grad;
+    moe->expert_bias[3] = 1.0;
+  }
+  auto biased = moe->forward(x);
+  // The reference: top-2 of probs + bias, gates from the probabilities alone, renormalized.
+  auto chosen = std::get<1>((probs + moe->expert_bias).topk(2, -1));
+  CHECK((chosen == 3).any(-1).all().item<bool>());
+  auto p = probs.gather(-1, chosen);
+  auto gates = p / p.sum(-1, true);
+  auto flat = x.reshape({-1, 32});
+  auto want = at::zeros_like(flat);
+  for (int64_t n = 0; n < flat.size(0); ++n)
+    for (int64_t j = 0; j < 2; ++j) {
+      const int64_t e = chosen[n][j].item<int64_t>();
+      auto h = flat[n];
+      auto y = at::matmul(moe->experts->w2[e],
+                          at::silu(at::matmul(moe->experts->w1[e], h)) * at::matmul(moe->experts->w3[e], h));
+      want[n] += gates[n][j] * y;
+    }
+  CHECK(at::allclose(biased.reshape({-1, 32}), want, 1e-5, 1e-6));
+  CHECK(!at::allclose(biased, plain, 1e-3, 1e-3));
+}

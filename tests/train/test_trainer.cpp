@@ -382,6 +382,69 @@ TEST_CASE(
   vescale::nn::clear_all_forward_hooks();
 }
 
+TEST_CASE("expert loads count each training forward once, also under activation checkpointing",
+          "[trainer]") {
+  // The checkpoint reruns each block in backward; the rerun must not count its tokens again,
+  // and evaluation counts none (the aux-loss-free bias moves on training loads only).
+  const auto cfg = tiny_mixtral();
+  const auto& o = cfg.model.as<models::MixtralOptions>();
+  Model ckpt = build_model(cfg.model);
+  REQUIRE(enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern,
+                                          ckpt.block_side_outputs) == 2);
+  const auto tokens = at::randint(256, {4, 17}, at::kLong);
+  ckpt.module->train();
+  ckpt.forward(tokens.slice(1, 0, 16)).sum().backward();
+  ckpt.forward(tokens.slice(1, 0, 16)).sum().backward();
+  auto loads = ckpt.moe.take_loads();
+  REQUIRE(loads.size() == 2);
+  for (const auto& l : loads) {
+    REQUIRE(l.defined());
+    CHECK(l.sum().item<double>() == 2.0 * 4 * 16 * o.top_k);  // 2 forwards x 64 tokens x k
+  }
+  ckpt.module->eval();
+  {
+    torch::NoGradGuard no_grad;
+    ckpt.forward(tokens.slice(1, 0, 16));
+  }
+  for (const auto& l : ckpt.moe.take_loads()) CHECK(!l.defined());  // reset, and eval not counted
+  vescale::nn::clear_all_forward_hooks();
+}
+
+TEST_CASE("the aux-loss-free expert bias moves once per step towards balance and is checkpointed",
+          "[trainer]") {
+  const auto dir = std::filesystem::temp_directory_path() / "vescale_expert_bias_ckpt";
+  std::filesystem::remove_all(dir);
+  auto cfg = tiny_mixtral({"model.expert_bias_rate=0.01", "checkpoint.dir=\"" + dir.string() + "\"",
+                           "checkpoint.every=2"});
+  Trainer t(cfg);
+  auto m = t.step(0);
+  REQUIRE(m.expert_loads.size() == 2);
+  // bias_e = rate * sign(mean - load_e) after one step, from the loads the step reported.
+  auto* impl = dynamic_cast<models::MixtralImpl*>(t.model().module.get());
+  REQUIRE(impl != nullptr);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& load = m.expert_loads[i];
+    const double mean = std::accumulate(load.begin(), load.end(), 0.0) / load.size();
+    auto bias = impl->layers->ptr<models::MixtralBlockImpl>(i)->feed_forward->expert_bias;
+    for (size_t e = 0; e < load.size(); ++e) {
+      const double want = load[e] < mean ? 0.01 : load[e] > mean ? -0.01 : 0.0;
+      CHECK(bias[static_cast<int64_t>(e)].item<double>() == Approx(want).margin(1e-9));
+    }
+  }
+  t.step(1);
+  t.save_checkpoint(2);
+  t.finish_checkpoint();
+  const auto saved = impl->layers->ptr<models::MixtralBlockImpl>(1)->feed_forward->expert_bias.clone();
+  CHECK(saved.abs().sum().item<double>() > 0);
+  // A resumed trainer starts from the saved bias, not zeros.
+  auto cfg2 = cfg;
+  cfg2.checkpoint.resume = true;
+  Trainer r(cfg2);
+  auto* impl2 = dynamic_cast<models::MixtralImpl*>(r.model().module.get());
+  CHECK(at::equal(impl2->layers->ptr<models::MixtralBlockImpl>(1)->feed_forward->expert_bias, saved));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("Mixtral with its aux loss trains the same with and without activation checkpointing",
           "[trainer]") {
   Trainer a(tiny_mixtral());

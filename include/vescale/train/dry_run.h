@@ -31,6 +31,8 @@ struct StageMemory {
   int64_t blocks = 0, in_flight = 1;
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   double activation_bytes = 0, activation_bytes_checkpointed = 0;
+  // Of the three above: the experts' weights, gradients and optimizer state (MoE models).
+  double expert_bytes = 0;
   double total(bool checkpointing) const {
     return param_bytes + grad_bytes + optimizer_bytes +
            (checkpointing ? activation_bytes_checkpointed : activation_bytes);
@@ -42,6 +44,7 @@ struct MemoryEstimate {
   double activation_bytes = 0;  // as configured (train.activation_checkpointing)
   int64_t zero = 0;  // the ZeRO stage they assume (the config's, else the plan's)
   bool sequence_parallel = false;
+  bool experts = false;  // a mixture-of-experts model: the stages' expert_bytes are filled
   std::vector<StageMemory> stages;  // one per pipeline rank; one entry without a pipeline
   double total() const { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes; }
 };
