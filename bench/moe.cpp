@@ -7,6 +7,7 @@
 //   build/apps/vescale-run --nproc-per-node 4 -- build/bench/moe_bench [--rounds 5]
 // Prints one JSON line per figure on rank 0 (bench/moe.sh turns them into bench/results/moe.md).
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <chrono>
 #include <cstdio>
