@@ -74,6 +74,7 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   at::set_num_threads(1);
+  dist::init({.device = "cpu"});
   auto rep_mesh = mesh::DeviceMesh::init({{"dp", 4}});
   auto ep_mesh = mesh::DeviceMesh::init({{"ep", 4}});
   train::Trainer replicated(config(a, "", {{"dp", 4}}), rep_mesh);

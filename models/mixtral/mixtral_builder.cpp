@@ -91,7 +91,10 @@ const bool registered =
              },
          .to_hf = [](const StateDict& ours,
                      const ModelOptions& o) { return mixtral_to_hf(ours, o.as<MixtralOptions>()); },
-         .plans = {{"tp", "configs/plans/mixtral_tp.json"}},
+         .plans = {{"tp", "configs/plans/mixtral_tp.json"},
+                   {"ep", "configs/plans/mixtral_ep.json"},
+                   {"ep_dp", "configs/plans/mixtral_ep_dp.json"},
+                   {"ep_tp", "configs/plans/mixtral_ep_tp.json"}},
      }),
      true);
 
