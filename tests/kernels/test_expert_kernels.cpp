@@ -75,7 +75,7 @@ TEST_CASE("assignments are grouped by expert in token order, and capacity keeps 
   CHECK(at::equal(behind.order, at::tensor({0, 1, 2, 5}, at::kLong)));
 }
 
-TEST_CASE("the combine sums each token's choices by gate; a dropped choice adds nothing",
+TEST_CASE("the combine sums each token's choices by gate, and a dropped choice adds nothing",
           "[kernels][moe]") {
   // 2 tokens, k = 2: assignments 0..3; the grouped rows come in the order 2, 0, 3 (1 dropped).
   auto order = at::tensor({2, 0, 3}, at::kLong);

@@ -9,6 +9,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <utility>
 
 #include "common/train_util.h"
 #include "mixtral/mixtral.h"
@@ -118,6 +120,24 @@ plan::Plan ep_plan() {
   return plan::Plan::from_json_file(testing::repo_file("configs/plans/mixtral_ep.json"));
 }
 
+void check_grads_equal(const Grads& got, const Grads& want);
+
+// The model at EP=2 (mixtral_ep.json) against one device, same weights and tokens: loss and
+// gathered gradients; returns the reference's and the boundary's dispatch stats.
+std::pair<Grads, parallel::expert::DispatchStats> check_ep2_grads(
+    const models::MixtralOptions& o, const at::Tensor& tokens,
+    const std::function<void(models::MixtralImpl&)>& weights, uint64_t seed) {
+  auto world = mesh::DeviceMesh::init({{"ep", 2}});
+  at::manual_seed(seed);
+  auto want = grads_of(o, tokens, weights, nullptr, nullptr);
+  parallel::expert::reset_dispatch_stats();
+  at::manual_seed(seed);
+  const auto plan = ep_plan();
+  const auto got = grads_of(o, tokens, weights, &plan, &world);
+  check_grads_equal(got, want);
+  return {std::move(want), parallel::expert::dispatch_stats()};
+}
+
 void check_grads_equal(const Grads& got, const Grads& want) {
   CHECK(std::abs(got.loss - want.loss) <= 1e-6 * std::abs(want.loss));
   for (auto& [name, g] : want.grads) {
@@ -135,21 +155,14 @@ TEST_CASE("EP=2: dropless all-to-all dispatch trains like one device", "[moe][wo
 
 TEST_CASE("EP=2: expert-weight and router gradients equal one device's after gathering",
           "[moe][world2]") {
-  auto world = mesh::DeviceMesh::init({{"ep", 2}});
   const auto o = layer_options();
   auto tokens = testing::counting_tokens(5, 4, 12, o.vocab_size);
-  auto weights = [](models::MixtralImpl&) {};  // the model's own init (same seed on every rank)
-  at::manual_seed(7);
-  const auto want = grads_of(o, tokens, weights, nullptr, nullptr);
-  at::manual_seed(7);
-  const auto plan = ep_plan();
-  const auto got = grads_of(o, tokens, weights, &plan, &world);
-  check_grads_equal(got, want);
+  // The model's own init (same seed on every rank).
+  check_ep2_grads(o, tokens, [](models::MixtralImpl&) {}, 7);
 }
 
 TEST_CASE("EP=2: every token routed to one expert, so one rank receives none: same results, no hang",
           "[moe][world2]") {
-  auto world = mesh::DeviceMesh::init({{"ep", 2}});
   const auto o = layer_options();
   auto tokens = testing::counting_tokens(6, 4, 12, o.vocab_size);
   // Router rows favour experts 0 and 1 for every token: both live on ep rank 0; rank 1 holds
@@ -163,16 +176,9 @@ TEST_CASE("EP=2: every token routed to one expert, so one rank receives none: sa
     }
     m.tok_embeddings->weight.abs_();  // positive activations: expert 0 first, then 1
   };
-  at::manual_seed(8);
-  const auto want = grads_of(o, tokens, skew, nullptr, nullptr);
-  parallel::expert::reset_dispatch_stats();
-  at::manual_seed(8);
-  const auto plan = ep_plan();
-  const auto got = grads_of(o, tokens, skew, &plan, &world);
-  check_grads_equal(got, want);
+  const auto [want, stats] = check_ep2_grads(o, tokens, skew, 8);
   // The experts rank 1 holds got no token: zero gradients, exactly.
   CHECK(want.grads.at("layers.0.feed_forward.experts.w1").narrow(0, 2, 2).abs().max().item<double>() == 0);
-  const auto stats = parallel::expert::dispatch_stats();
   if (dist::rank() == 1) CHECK(stats.rows_sent > 0);  // rank 1 sends all its tokens away
 }
 
@@ -190,19 +196,11 @@ TEST_CASE("EP=2 with a capacity factor drops the tokens the single-device rule d
           "[moe][world2]") {
   // Capacity over the global batch, first come first served in token order: rank 1's tokens
   // queue behind rank 0's (one all-gather of the counts), so EP drops what one device drops.
-  auto world = mesh::DeviceMesh::init({{"ep", 2}});
   auto o = layer_options();
   o.capacity_factor = 0.5;
   auto tokens = testing::counting_tokens(9, 4, 12, o.vocab_size);
-  auto weights = [](models::MixtralImpl&) {};
-  at::manual_seed(9);
-  const auto want = grads_of(o, tokens, weights, nullptr, nullptr);
-  parallel::expert::reset_dispatch_stats();
-  at::manual_seed(9);
-  const auto plan = ep_plan();
-  const auto got = grads_of(o, tokens, weights, &plan, &world);
-  check_grads_equal(got, want);
-  CHECK(parallel::expert::dispatch_stats().dropped > 0);  // forward of 2 layers dropped some
+  const auto stats = check_ep2_grads(o, tokens, [](models::MixtralImpl&) {}, 9).second;
+  CHECK(stats.dropped > 0);  // forward of 2 layers dropped some
 }
 
 TEST_CASE("EP=4: one expert per rank trains like one device", "[moe][world4]") {
