@@ -1,5 +1,6 @@
 // vescale-train: the training entry point.
 //   vescale-train --config configs/X.json [--set a.b=v ...] [--nproc-per-node N] [--dry-run]
+//                 [--timeline trace.json]
 //                 [--print-schedule]
 // With --nproc-per-node (or --nnodes) it starts its own ranks through the built-in launcher.
 // --dry-run prints the parameter count and per-rank memory under the plan without building
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   CLI::App app{"vescale-train: SPMD training of the model in a config"};
   vescale::dist::LauncherOptions launch;
   vescale::apps::add_launch_flags(app, launch);
-  std::string config, log_level;
+  std::string config, log_level, timeline;
   std::vector<std::string> overrides;
   bool dry_run = false, print_schedule = false;
   app.add_option("--config", config, "train config (JSON)")->required();
@@ -31,6 +32,9 @@ int main(int argc, char** argv) {
                "print the mesh, parameter count and per-rank memory, then stop");
   app.add_flag("--print-schedule", print_schedule,
                "print the pipeline schedule of the plan (one line per pipeline rank), then stop");
+  app.add_option("--timeline", timeline,
+                 "write the merged nD timeline of steps 2-4 (or log.timeline.steps) to this "
+                 "Chrome trace JSON, and print where the step time went");
   app.add_option("--log-level", log_level,
                  "trace|debug|info|warn|error|off (default: info on rank 0)");
   CLI11_PARSE(app, argc, argv);
@@ -42,6 +46,7 @@ int main(int argc, char** argv) {
       for (int i = 1; i < argc; ++i) cmd.emplace_back(argv[i]);
       return vescale::dist::launch(launch, cmd);
     }
+    if (!timeline.empty()) overrides.push_back("log.timeline.out=" + timeline);
     const auto cfg = vescale::train::Config::from_file(config, overrides);
     if (print_schedule) {
       std::printf("%s", vescale::train::schedule_report(cfg).c_str());

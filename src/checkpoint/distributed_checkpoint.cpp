@@ -5,6 +5,7 @@
 #include "vescale/dist/object_collectives.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
+#include "vescale/timeline/recorder.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -276,10 +277,22 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
   barrier();
 
   Job* j = job.get();
-  j->writer = std::thread([j, rank] {
+  j->writer = std::thread([j, rank, traced = timeline::enabled()] {
     try {
       const auto path = (j->tmp_dir / rank_file(rank)).string();
+      const int64_t begin = traced ? timeline::now_ns() : 0;
       const FileDigest d = save_safetensors(path, j->staged);
+      if (traced) {  // on the IO lane: the write overlaps the steps that follow
+        static const uint32_t kName = timeline::intern("write checkpoint");
+        timeline::Span s;
+        s.begin_ns = begin;
+        s.end_ns = timeline::now_ns();
+        s.bytes = static_cast<int64_t>(d.bytes);
+        s.name = kName;
+        s.kind = timeline::Kind::Checkpoint;
+        s.lane = timeline::Lane::IO;
+        timeline::record(s);
+      }
       j->staged.clear();
       j->crc = d.crc32;
       j->bytes = d.bytes;

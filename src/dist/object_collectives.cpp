@@ -46,6 +46,36 @@ std::vector<std::string> all_gather_text(const std::string& mine) {
   return out;
 }
 
+std::vector<std::string> gather_text(const std::string& mine, int root) {
+  const int w = size();
+  if (w == 1) return {mine};
+  constexpr int kLengthTag = 0x7200, kBytesTag = 0x7201;
+  const at::Device dev(device_string());
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(dev);
+  if (rank() != root) {
+    world().send(at::full({1}, static_cast<int64_t>(mine.size()), longs), root, kLengthTag).wait();
+    if (mine.empty()) return {};
+    auto bytes = at::empty({static_cast<int64_t>(mine.size())}, at::kByte);
+    std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
+    world().send(bytes.to(dev), root, kBytesTag).wait();
+    return {};
+  }
+  std::vector<std::string> out(w);
+  out[root] = mine;
+  for (int r = 0; r < w; ++r) {
+    if (r == root) continue;
+    auto length = at::empty({1}, longs);
+    world().recv(length, r, kLengthTag).wait();
+    const int64_t n = length.cpu().data_ptr<int64_t>()[0];
+    if (n == 0) continue;
+    auto bytes = at::empty({n}, at::TensorOptions().dtype(at::kByte).device(dev));
+    world().recv(bytes, r, kBytesTag).wait();
+    const auto host = bytes.cpu();
+    out[r].assign(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()), static_cast<size_t>(n));
+  }
+  return out;
+}
+
 int64_t all_max(int64_t mine) {
   const auto all = all_gather_int64({mine});
   return *std::max_element(all.begin(), all.end());

@@ -10,10 +10,12 @@
 #include <atomic>
 #include <cctype>
 #include <numeric>
+#include <optional>
 #include <string_view>
 
 #include "dist/process_group_impl.h"
 #include "vescale/common/check.h"
+#include "vescale/timeline/recorder.h"
 
 namespace vescale::dist {
 
@@ -27,6 +29,11 @@ struct Work::Impl {
   std::string what;              // "all_reduce on group 'world' (rank 1 of 4)"
   std::chrono::milliseconds timeout{0};
   bool done = false;
+  // Timeline: the op and group of the Wait span; a transfer (or an NCCL collective, whose
+  // completion the host does not see) is recorded when waited on.
+  const char* op = "";
+  uint32_t group = 0;
+  std::optional<timeline::Span> close_at_wait;
 };
 
 Work::Work() = default;
@@ -51,6 +58,7 @@ bool mentions_timeout(const std::string& s) {
 
 void Work::wait(std::chrono::milliseconds timeout) {
   if (!impl_ || impl_->done) return;
+  const int64_t wait_begin = timeline::enabled() ? timeline::now_ns() : -1;
   try {
     if (impl_->work) impl_->work->wait(timeout);
   } catch (const std::exception& e) {
@@ -66,6 +74,23 @@ void Work::wait(std::chrono::milliseconds timeout) {
   }
   impl_->done = true;
   if (impl_->finish) impl_->finish();
+  if (wait_begin >= 0 || impl_->close_at_wait) {
+    const int64_t now = timeline::now_ns();
+    if (impl_->close_at_wait) {
+      impl_->close_at_wait->end_ns = now;
+      timeline::record(*impl_->close_at_wait);
+      impl_->close_at_wait.reset();
+    }
+    if (wait_begin >= 0) {
+      timeline::Span s;
+      s.begin_ns = wait_begin;
+      s.end_ns = now;
+      s.name = timeline::intern(impl_->op);
+      s.group = impl_->group;
+      s.kind = timeline::Kind::Wait;
+      timeline::record(s);
+    }
+  }
 }
 
 // ---- ProcessGroup ----------------------------------------------------------------------
@@ -84,6 +109,19 @@ Backend ProcessGroup::backend() const { return impl().kind; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return impl().timeout; }
 
 namespace {
+
+// A c10d call's work, and the timeline span to record when it is waited on (if any).
+struct Issued {
+  c10::intrusive_ptr<c10d::Work> work;
+  std::optional<timeline::Span> close_at_wait;
+};
+
+// What the timeline records of one call: a transfer's peer (group rank) and tag.
+struct Traced {
+  int64_t bytes = 0;
+  int peer = -1;
+  int tag = 0;
+};
 
 c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
@@ -128,10 +166,13 @@ void check_rows(const ProcessGroup::Impl& g, const char* op, const at::Tensor& o
                 rows, " rows along dim 0 and the same trailing dims and dtype");
 }
 
-Work make_work(const ProcessGroup::Impl& g, const char* op, c10::intrusive_ptr<c10d::Work> w,
+Work make_work(const ProcessGroup::Impl& g, const char* op, Issued w,
                std::function<void()> finish = {}) {
   auto impl = std::make_shared<Work::Impl>();
-  impl->work = std::move(w);
+  impl->work = std::move(w.work);
+  impl->close_at_wait = std::move(w.close_at_wait);
+  impl->op = op;
+  impl->group = g.trace_name;
   impl->finish = std::move(finish);
   impl->what = describe(g, op);
   impl->timeout = g.timeout;
@@ -157,18 +198,61 @@ void count(const char* op) {
     ++g_send_recv;
 }
 
-// Runs a c10d call, turning its synchronous throws (bad args, a dead peer) into our errors.
+// Runs a c10d call, turning its synchronous throws (bad args, a dead peer) into our errors. Every
+// call takes the group's next sequence number; with the timeline on it becomes a span from here
+// to completion, recorded by Gloo's completion callback (on Gloo's thread) or when waited on.
 template <typename F>
-c10::intrusive_ptr<c10d::Work> call(const ProcessGroup::Impl& g, const char* op, F&& f) {
+Issued call(ProcessGroup::Impl& g, const char* op, const Traced& t, F&& f) {
   count(op);
+  const std::string_view o(op);
+  const bool transfer = o == "send" || o == "recv";
+  int64_t seq = 0;
+  if (transfer) {
+    std::lock_guard<std::mutex> lock(g.p2p_mu);
+    seq = g.p2p_seq[{o == "send" ? 0 : 1, t.peer, t.tag}]++;
+  } else {
+    seq = g.seq.fetch_add(1, std::memory_order_relaxed);
+  }
+  const bool tracing = timeline::enabled();
+  const int64_t begin = tracing ? timeline::now_ns() : 0;
+  Issued out;
   try {
-    return f();
+    out.work = f();
   } catch (const vescale::Error&) {
     throw;
   } catch (const std::exception& e) {
     if (mentions_timeout(e.what())) throw TimeoutError(describe(g, op) + " timed out: " + e.what());
     VESCALE_FAIL(describe(g, op), " failed: ", e.what());
   }
+  if (!tracing) return out;
+  timeline::Span s;
+  s.begin_ns = begin;
+  s.bytes = t.bytes;
+  s.seq = seq;
+  s.name = timeline::intern(op);
+  s.group = g.trace_name;
+  s.context = timeline::CommContext::current();
+  s.detail = timeline::CommContext::current_detail();
+  if (transfer) {
+    s.kind = o == "send" ? timeline::Kind::Send : timeline::Kind::Recv;
+    s.lane = timeline::Lane::P2P;
+    s.peer = g.global_ranks.at(t.peer);
+    s.tag = t.tag;
+  } else {
+    s.kind = timeline::Kind::Collective;
+    s.lane = timeline::Lane::Comm;
+  }
+  // Gloo's collectives complete a future on its thread; its transfers have none, and NCCL's
+  // future completes on the stream, not on the host: those end when waited on.
+  if (!transfer && g.kind == Backend::Gloo && out.work) {
+    out.work->getFuture()->addCallback([s](c10::ivalue::Future&) mutable {
+      s.end_ns = timeline::now_ns();
+      timeline::record(s);
+    });
+  } else {
+    out.close_at_wait = s;
+  }
+  return out;
 }
 
 std::function<void()> maybe_divide(ReduceOp op, at::Tensor t, int size) {
@@ -197,7 +281,7 @@ Work ProcessGroup::all_reduce(at::Tensor t, ReduceOp op) {
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);
   opts.timeout = g.timeout;
-  auto w = call(g, "all_reduce", [&] { return g.backend->allreduce(ts, opts); });
+  auto w = call(g, "all_reduce", {static_cast<int64_t>(t.nbytes())}, [&] { return g.backend->allreduce(ts, opts); });
   return make_work(g, "all_reduce", std::move(w), maybe_divide(op, t, g.size));
 }
 
@@ -212,7 +296,7 @@ Work ProcessGroup::all_gather(at::Tensor out, const at::Tensor& in) {
   std::vector<at::Tensor> ins{in};
   std::vector<std::vector<at::Tensor>> outs{out.chunk(g.size, 0)};
   if (in.size(0) == 0) outs = {std::vector<at::Tensor>(g.size, out)};
-  auto w = call(g, "all_gather", [&] {
+  auto w = call(g, "all_gather", {static_cast<int64_t>(in.nbytes())}, [&] {
     if (g.kind == Backend::Nccl) {
       at::Tensor i = in;
       return g.backend->_allgather_base(out, i, opts);
@@ -252,7 +336,7 @@ Work ProcessGroup::all_gather_uneven(at::Tensor out, const at::Tensor& in,
       row += dim0_sizes[r];
     }
   };
-  return make_work(g, "all_gather_uneven", nullptr, std::move(finish));  // the wait is in `finish`
+  return make_work(g, "all_gather_uneven", Issued{}, std::move(finish));  // the wait is in `finish`
 }
 
 Work ProcessGroup::reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp op) {
@@ -267,7 +351,7 @@ Work ProcessGroup::reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp
   if (g.kind == Backend::Nccl) {
     at::Tensor i = in;
     auto w =
-        call(g, "reduce_scatter", [&] { return g.backend->_reduce_scatter_base(out, i, opts); });
+        call(g, "reduce_scatter", {static_cast<int64_t>(in.nbytes())}, [&] { return g.backend->_reduce_scatter_base(out, i, opts); });
     return make_work(g, "reduce_scatter", std::move(w), maybe_divide(op, out, g.size));
   }
   // Gloo's reduce-scatter is an all-reduce and a slice anyway (docs/architecture.md, libtorch
@@ -277,7 +361,7 @@ Work ProcessGroup::reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp
   c10d::AllreduceOptions ar;
   ar.reduceOp = opts.reduceOp;
   ar.timeout = g.timeout;
-  auto w = call(g, "reduce_scatter", [&] { return g.backend->allreduce(ts, ar); });
+  auto w = call(g, "reduce_scatter", {static_cast<int64_t>(in.nbytes())}, [&] { return g.backend->allreduce(ts, ar); });
   const int64_t rows = out.size(0);
   const int rank = g.rank, size = g.size;
   const bool avg = op == ReduceOp::Avg;
@@ -320,7 +404,7 @@ Work ProcessGroup::all_to_all(at::Tensor out, const at::Tensor& in,
   opts.timeout = g.timeout;
   at::Tensor i = in;
   std::vector<int64_t> os = out_splits, is = in_splits;
-  auto w = call(g, "all_to_all", [&] { return g.backend->alltoall_base(out, i, os, is, opts); });
+  auto w = call(g, "all_to_all", {static_cast<int64_t>(in.nbytes())}, [&] { return g.backend->alltoall_base(out, i, os, is, opts); });
   return make_work(g, "all_to_all", std::move(w));
 }
 
@@ -333,7 +417,7 @@ Work ProcessGroup::broadcast(at::Tensor t, int root) {
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   opts.timeout = g.timeout;
-  auto w = call(g, "broadcast", [&] { return g.backend->broadcast(ts, opts); });
+  auto w = call(g, "broadcast", {static_cast<int64_t>(t.nbytes())}, [&] { return g.backend->broadcast(ts, opts); });
   return make_work(g, "broadcast", std::move(w));
 }
 
@@ -343,7 +427,7 @@ Work ProcessGroup::send(const at::Tensor& t, int peer, int tag) {
   VESCALE_CHECK(peer >= 0 && peer < g.size && peer != g.rank, describe(g, "send"), ": peer ", peer,
                 " must be another group rank");
   std::vector<at::Tensor> ts{t};
-  auto w = call(g, "send", [&] { return g.backend->send(ts, peer, tag); });
+  auto w = call(g, "send", {static_cast<int64_t>(t.nbytes()), peer, tag}, [&] { return g.backend->send(ts, peer, tag); });
   return make_work(g, "send", std::move(w));
 }
 
@@ -353,7 +437,7 @@ Work ProcessGroup::recv(at::Tensor t, int peer, int tag) {
   VESCALE_CHECK(peer >= 0 && peer < g.size && peer != g.rank, describe(g, "recv"), ": peer ", peer,
                 " must be another group rank");
   std::vector<at::Tensor> ts{t};
-  auto w = call(g, "recv", [&] { return g.backend->recv(ts, peer, tag); });
+  auto w = call(g, "recv", {static_cast<int64_t>(t.nbytes()), peer, tag}, [&] { return g.backend->recv(ts, peer, tag); });
   return make_work(g, "recv", std::move(w));
 }
 
@@ -361,7 +445,7 @@ Work ProcessGroup::barrier() {
   auto& g = impl();
   c10d::BarrierOptions opts;
   opts.timeout = g.timeout;
-  auto w = call(g, "barrier", [&] { return g.backend->barrier(opts); });
+  auto w = call(g, "barrier", {}, [&] { return g.backend->barrier(opts); });
   return make_work(g, "barrier", std::move(w));
 }
 
@@ -375,6 +459,7 @@ ProcessGroup make_process_group(const c10::intrusive_ptr<c10d::Store>& store, co
   impl->size = static_cast<int>(spec.global_ranks.size());
   impl->global_ranks = spec.global_ranks;
   impl->name = spec.name;
+  impl->trace_name = timeline::intern(spec.name);
   impl->kind = spec.kind;
   impl->timeout = spec.timeout;
   try {

@@ -3,6 +3,11 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include "vescale/dist/process_group.h"
 
 namespace vescale::dist {
@@ -15,6 +20,13 @@ struct ProcessGroup::Impl {
   std::string name;
   Backend kind = Backend::Gloo;
   std::chrono::milliseconds timeout{0};
+  // The timeline's view (docs/timeline.md): every collective on the group gets the next number,
+  // the same on every member, timeline on or off; transfers are numbered per (direction, peer,
+  // tag), which pairs each send with its receive.
+  uint32_t trace_name = 0;  // the name, interned
+  std::atomic<int64_t> seq{0};
+  std::mutex p2p_mu;
+  std::map<std::tuple<int, int, int>, int64_t> p2p_seq;
 };
 
 struct GroupSpec {

@@ -8,6 +8,7 @@
 
 #include "vescale/common/check.h"
 #include "vescale/dtensor/dtensor.h"
+#include "vescale/timeline/recorder.h"
 
 namespace vescale::dtensor {
 
@@ -113,6 +114,9 @@ at::Tensor all_to_all_dims(const at::Tensor& t, int64_t i, int64_t j, int64_t fu
 
 at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src,
                               const Placements& dst_in) {
+  static const uint32_t kName = timeline::intern("redistribute");
+  timeline::Scope span(timeline::Kind::Redistribute, kName);
+  timeline::CommContext context(kName);
   const int64_t nm = src.mesh.ndim(), nd = src.ndim();
   VESCALE_CHECK(static_cast<int64_t>(dst_in.size()) == nm, "redistribute: ", dst_in.size(),
                 " placements ", to_string(dst_in), " for a ", nm, "-D mesh");

@@ -14,6 +14,7 @@
 
 #include "vescale/common/check.h"
 #include "vescale/dtensor/dtensor.h"
+#include "vescale/timeline/recorder.h"
 #include "grad_reducer_state.h"
 
 namespace vescale::parallel {
@@ -137,6 +138,8 @@ void GradReducer::State::launch(Bucket& b, bool in_backward) {
     g = at::Tensor();  // the bucket holds it now; finish() hands back the reduced one
   }
   dist::ProcessGroup& group = first_group(b);
+  static const uint32_t kBucket = timeline::intern("grad bucket");
+  timeline::CommContext context(kBucket, static_cast<int32_t>(&b - buckets.data()));
   if (options.zero >= 2) {  // each rank receives only the slice it owns
     // A reduce-scatter holds a full-size buffer (Gloo: an all-reduce of a copy) until it is
     // waited on: at most two in flight, so the full gradients never all exist at once.

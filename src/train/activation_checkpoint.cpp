@@ -12,6 +12,7 @@
 #include "vescale/nn/module_hooks.h"
 #include "vescale/common/check.h"
 #include "vescale/random/random.h"
+#include "vescale/timeline/recorder.h"
 #include "vescale/train/model_factory.h"
 
 namespace vescale::train {
@@ -102,6 +103,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     {
       at::AutoGradMode grad(true);
       nn::RecomputeScope recompute;
+      static const uint32_t kName = timeline::intern("recompute");
+      timeline::Scope span(timeline::Kind::Recompute, kName);
       out = replay->forward(inputs);
     }
     ac_now.apply();

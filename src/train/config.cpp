@@ -93,9 +93,17 @@ void visit(V& v, CheckpointConfig& c) {
 }
 
 template <class V>
+void visit(V& v, TimelineConfig& c) {
+  v.field("steps", c.steps);
+  v.field("out", c.out);
+  v.field("per_rank", c.per_rank);
+}
+
+template <class V>
 void visit(V& v, LogConfig& c) {
   v.field("metrics_jsonl", c.metrics_jsonl);
   v.field("level", c.level);
+  v.object("timeline", [&](auto& s) { visit(s, c.timeline); });
 }
 
 template <class V>
@@ -184,6 +192,11 @@ void validate(const Config& c, const std::string& source) {
   check(c.checkpoint.every >= 0, "checkpoint.every", "must be >= 0");
   check(c.checkpoint.keep >= 0, "checkpoint.keep", "must be >= 0 (0 keeps every checkpoint)");
   check_one_of(check, "log.level", c.log.level, {"trace", "debug", "info", "warn", "error", "off"});
+  try {
+    timeline_window(c.log.timeline, t.steps);
+  } catch (const Error& e) {
+    check(false, "log.timeline.steps", e.what());
+  }
 }
 
 // Paths ------------------------------------------------------------------------------------
@@ -319,6 +332,25 @@ std::string Config::to_json() const {
   Config copy = *this;
   visit(w, copy);
   return w.node.dump(2);
+}
+
+std::pair<int64_t, int64_t> timeline_window(const TimelineConfig& tl, int64_t train_steps) {
+  if (!tl.on()) return {0, -1};
+  if (tl.steps.empty()) return {std::min<int64_t>(2, train_steps), std::min<int64_t>(4, train_steps)};
+  const std::string& s = tl.steps;
+  auto number = [&](const std::string& part) -> int64_t {
+    VESCALE_CHECK(!part.empty() && part.size() <= 12 &&
+                      part.find_first_not_of("0123456789") == std::string::npos,
+                  "'", s, "' is not a step window; write A-B (steps A to B, 1-based) or A");
+    return std::stoll(part);
+  };
+  const auto dash = s.find('-');
+  const int64_t a = number(s.substr(0, dash));
+  const int64_t b = dash == std::string::npos ? a : number(s.substr(dash + 1));
+  VESCALE_CHECK(a >= 1 && b >= a, "'", s, "' must have 1 <= A <= B (steps are 1-based)");
+  VESCALE_CHECK(a <= train_steps, "'", s, "' starts after the last step (train.steps = ",
+                train_steps, "); pick steps up to ", train_steps);
+  return {a, std::min(b, train_steps)};
 }
 
 }  // namespace vescale::train

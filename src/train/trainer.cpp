@@ -16,6 +16,7 @@
 #include "shared/meta_device.h"
 #include "train/trainer_internal.h"
 #include "train/trainer_pipeline.h"
+#include "train/trainer_timeline.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
 #include "vescale/parallel/grad_reduce.h"
@@ -32,6 +33,7 @@
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
 #include "vescale/kernels/host_memory.h"
+#include "vescale/timeline/recorder.h"
 #include "vescale/train/stop_signal.h"
 
 namespace vescale::train {
@@ -51,6 +53,22 @@ plan::Plan load_plan(const Config& config, const mesh::DeviceMesh& mesh) {
     plan = plan::Plan::from_json_file(config.parallel.plan);
   }
   return plan;
+}
+
+// The names of the step's timeline spans, interned once.
+struct SpanNames {
+  uint32_t step = timeline::intern("step"), data = timeline::intern("data"),
+           forward = timeline::intern("forward"), loss = timeline::intern("loss"),
+           backward = timeline::intern("backward"),
+           grad_sync = timeline::intern("reduce gradients"),
+           clip = timeline::intern("clip gradients"), optimizer = timeline::intern("optimizer step"),
+           commit = timeline::intern("commit checkpoint"),
+           experts = timeline::intern("balance experts"), eval = timeline::intern("evaluate"),
+           save = timeline::intern("stage checkpoint");
+};
+const SpanNames& span_names() {
+  static const SpanNames names;
+  return names;
 }
 
 // ===================================================================================
@@ -118,6 +136,10 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   if (t.activation_checkpointing && (!pipeline_ || has_block(*model_.module, model_.block_pattern)))
     enable_activation_checkpointing(*model_.module, model_.block_pattern,
                                     model_.block_side_outputs);
+  // Around the checkpointing hook, so a block's forward span is the forward it runs.
+  if (config_.log.timeline.on())
+    timeline_ = std::make_unique<TimelineWindow>(config_, mesh_ ? &*mesh_ : nullptr,
+                                                 *model_.module, model_.block_pattern);
 
   optim::NamedParams named;
   for (const auto& item : model_.module->named_parameters())
@@ -165,6 +187,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
 }
 
 Trainer::~Trainer() {
+  timeline_.reset();  // its hooks wrap the checkpointing ones
   if (pipeline_) pipeline_->runner.reset();
   optimizer_.reset();  // ZeRO before the reducer it steps
   reducer_.reset();
@@ -183,9 +206,11 @@ at::Tensor Trainer::loss_of(const DataLoader::Batch& batch) {
   at::Tensor targets = to_model_input(batch.targets.to(dev), m);
   at::Tensor logits;
   {
+    timeline::Scope span(timeline::Kind::Forward, span_names().forward);
     Bf16Autocast autocast(config_.train.dtype == "bf16", dev.type());
     logits = model_.forward(inputs);
   }
+  timeline::Scope span(timeline::Kind::Loss, span_names().loss);
   at::Tensor loss = lm_loss(logits, targets);
   if (model_.aux_loss) loss = loss + model_.aux_loss();
   return loss;
@@ -194,7 +219,10 @@ at::Tensor Trainer::loss_of(const DataLoader::Batch& batch) {
 StepMetrics Trainer::step(int64_t step) {
   const auto& t = config_.train;
   const auto start = std::chrono::steady_clock::now();
+  const SpanNames& names = span_names();
+  timeline::Scope step_span(timeline::Kind::Step, names.step, step + 1);
   doing_ = "starting the step";
+  if (step_hook_) step_hook_(step + 1);
   dtensor::static_eager_step();  // replay (when on) restarts at the step's first call
   const double lr = optim::lr_at({t.lr, t.min_lr, t.warmup_steps, t.steps, t.decay}, step);
   optimizer_->set_lr(lr);
@@ -206,7 +234,11 @@ StepMetrics Trainer::step(int64_t step) {
   if (pipeline_) {
     doing_ = "reading the batch";
     std::vector<DataLoader::Batch> batches;
-    for (int64_t micro = 0; micro < microbatches(); ++micro) batches.push_back(train_loader_->next());
+    {
+      timeline::Scope span(timeline::Kind::Data, names.data);
+      for (int64_t micro = 0; micro < microbatches(); ++micro)
+        batches.push_back(train_loader_->next());
+    }
     doing_ = "running the pipeline schedule";
     pipeline_loss = pipeline_forward_backward(batches, /*training=*/true);
   }
@@ -214,17 +246,26 @@ StepMetrics Trainer::step(int64_t step) {
     // Only the last micro-batch's backward reduces; the others accumulate Partial grads.
     if (reducer_) reducer_->set_sync(micro + 1 == t.grad_accum);
     doing_ = "reading the batch";
-    const auto batch = train_loader_->next();
+    const auto batch = [&] {
+      timeline::Scope span(timeline::Kind::Data, names.data);
+      return train_loader_->next();
+    }();
     doing_ = "forward";
     at::Tensor loss = loss_of(batch);
     doing_ = "backward";
-    (loss / static_cast<double>(t.grad_accum)).backward();
+    {
+      timeline::Scope span(timeline::Kind::Backward, names.backward);
+      (loss / static_cast<double>(t.grad_accum)).backward();
+      timeline::discard_open();  // a block whose input needed no gradient left its span open
+    }
     loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
   }
   // Gradients with other placements than their parameters (Partial over dp, or over tp for
   // replicated weights fed sequence shards) are reduced: by the buckets (most of them already
   // launched during backward), or one collective per parameter.
   doing_ = "reducing gradients";
+  std::optional<timeline::Scope> phase;
+  phase.emplace(timeline::Kind::GradSync, names.grad_sync);
   if (reducer_) {
     reducer_->finish();
     if (!optimizer_resume_.empty()) load_optimizer_state(optimizer_resume_);
@@ -234,6 +275,8 @@ StepMetrics Trainer::step(int64_t step) {
   if (pipeline_) reduce_shared_weights();
   // The norm of the whole gradient, however it is sharded (ZeRO holds slices of it).
   doing_ = "clipping gradients";
+  phase.reset();
+  phase.emplace(timeline::Kind::Optimizer, names.clip);
   at::Tensor norm = optimizer_->clip_grad_norm_(t.grad_clip);
   // The one host read per step: the loss and the norm, for the log and the guard.
   StepMetrics m;
@@ -244,13 +287,24 @@ StepMetrics Trainer::step(int64_t step) {
   // Every rank holds the same loss and norm, so all pass or all stop here.
   guard_->check(m.step, m.loss, m.grad_norm);
   // The parameters of the save in flight gave this loss: that checkpoint may become latest.
+  phase.reset();
   doing_ = "committing a checkpoint";
-  finish_checkpoint();
+  {
+    std::optional<timeline::Scope> span;
+    if (saver_ && saver_->pending()) span.emplace(timeline::Kind::Checkpoint, names.commit);
+    finish_checkpoint();
+  }
   doing_ = "optimizer step";
+  phase.emplace(timeline::Kind::Optimizer, names.optimizer);
   optimizer_->step();
   optimizer_->zero_grad();
+  phase.reset();
   doing_ = "balancing experts";
-  balance_experts(m);
+  {
+    std::optional<timeline::Scope> span;
+    if (!model_.moe.layers.empty()) span.emplace(timeline::Kind::Other, names.experts);
+    balance_experts(m);
+  }
   m.step_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / (m.step_ms / 1000.0);
@@ -319,6 +373,10 @@ std::vector<StepMetrics> Trainer::run() {
   for (int64_t s = resumed_step_; s < t.steps; ++s) {
     StepMetrics m;
     int stop = 0;
+    if (timeline_) guarded(s, [&] {
+      doing_ = "aligning the timeline's clocks";
+      timeline_->before_step(s + 1);
+    });
     guarded(s, [&] {
       // The previous step's save writes in the background; this step commits it once its loss
       // passed the guard. A step that fails throws before that, and the save is dropped.
@@ -331,6 +389,7 @@ std::vector<StepMetrics> Trainer::run() {
     if (val_loader_ && ((t.eval_every > 0 && m.step % t.eval_every == 0) || s + 1 == t.steps)) {
       guarded(s, [&] {
         doing_ = "evaluating";
+        timeline::Scope span(timeline::Kind::Eval, span_names().eval);
         m.val_loss = evaluate();
       });
     }
@@ -369,10 +428,15 @@ std::vector<StepMetrics> Trainer::run() {
       log::info(line);
       window_ms = 0, window = 0;
     }
+    if (timeline_) guarded(s, [&] {
+      doing_ = "writing the timeline";
+      if (auto summary = timeline_->after_step(m.step)) log_timeline(m.step, summary->to_json());
+    });
     const auto& ck = config_.checkpoint;
     if (saver_ && ((ck.every > 0 && m.step % ck.every == 0) || last)) {
       guarded(s, [&] {
         doing_ = "saving a checkpoint";
+        timeline::Scope span(timeline::Kind::Checkpoint, span_names().save);
         stage_checkpoint(m.step);
         if (last) finish_checkpoint();  // no next step to wait for
       });

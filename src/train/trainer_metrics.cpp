@@ -64,4 +64,12 @@ void Trainer::log_step(const StepMetrics& m) {
   }
 }
 
+// {"step": N, "timeline": {...}}: a line without "loss", after the window's last step.
+void Trainer::log_timeline(int64_t step, const std::string& summary_json) {
+  if (!metrics_) return;
+  nlohmann::ordered_json j{{"step", step}, {"timeline", nlohmann::json::parse(summary_json)}};
+  *metrics_ << j.dump() << '\n';
+  metrics_->flush();
+}
+
 }  // namespace vescale::train

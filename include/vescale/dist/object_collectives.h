@@ -12,6 +12,9 @@ namespace vescale::dist {
 std::vector<int64_t> all_gather_int64(const std::vector<int64_t>& mine);
 // Every rank's text, in rank order. Collective.
 std::vector<std::string> all_gather_text(const std::string& mine);
+// Every rank's text on `root` (in rank order; the others get an empty list): point-to-point,
+// so only the root holds them all, e.g. the timeline's spans. Collective.
+std::vector<std::string> gather_text(const std::string& mine, int root = 0);
 // The largest of every rank's value. Collective.
 int64_t all_max(int64_t mine);
 // Collective: returns once every rank has called it.

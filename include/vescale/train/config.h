@@ -102,10 +102,23 @@ struct CheckpointConfig {
   bool overwrite = false;
 };
 
+// The nD timeline (docs/timeline.md): spans of a window of steps, merged into one trace.
+struct TimelineConfig {
+  std::string steps;  // "5-7" or "5" (1-based, inclusive); empty with `out` set: "2-4"
+  std::string out;    // the merged Chrome trace; empty with `steps` set: "timeline.json"
+  bool per_rank = false;  // also one file per rank (OUT.rank-N.json) for HolisticTraceAnalysis
+  bool on() const { return !steps.empty() || !out.empty(); }
+};
+
 struct LogConfig {
   std::string metrics_jsonl;   // one JSON object per step, written by rank 0; empty: none
   std::string level = "info";  // trace | debug | info | warn | error | off
+  TimelineConfig timeline;
 };
+
+// The timeline's window as [first, last] steps (1-based), clamped to train.steps; {0, -1} when
+// the timeline is off. Throws naming log.timeline.steps when it is not "A-B" or "A".
+std::pair<int64_t, int64_t> timeline_window(const TimelineConfig& timeline, int64_t train_steps);
 
 struct Config {
   ModelConfig model;

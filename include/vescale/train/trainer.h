@@ -28,6 +28,7 @@
 namespace vescale::train {
 
 struct PipelineTraining;  // trainer_pipeline.h
+class TimelineWindow;     // trainer_timeline.h
 
 // One optimizer step, as logged (and written to the metrics JSONL).
 struct StepMetrics {
@@ -87,6 +88,9 @@ class Trainer {
   const parallel::pipeline::RunnerStats* pipeline_stats() const;
   // The bucketed gradient reducer; null without a mesh or with parallel.grad_reduce=per_param.
   const parallel::GradReducer* grad_reducer() const { return reducer_.get(); }
+  // Runs at the start of every step (1-based number), inside the step's timeline span: for
+  // embedders, and for tests (a synthetic straggler sleeps in it).
+  void set_step_hook(std::function<void(int64_t step)> hook) { step_hook_ = std::move(hook); }
 
  private:
   at::Tensor loss_of(const DataLoader::Batch& batch);
@@ -100,6 +104,8 @@ class Trainer {
   void stage_checkpoint(int64_t steps_done);
   void open_metrics();
   void log_step(const StepMetrics& m);
+  // The timeline window's summary as a line of the metrics JSONL (rank 0).
+  void log_timeline(int64_t step, const std::string& summary_json);
   // After the optimizer step: the step's global expert loads into m, and the aux-loss-free
   // expert bias update with them (trainer_moe.cpp).
   void balance_experts(StepMetrics& m);
@@ -134,6 +140,8 @@ class Trainer {
   const char* doing_ = "";        // the part of the step running, for error messages
   std::string optimizer_resume_;  // a checkpoint whose optimizer state loads once the optimizer can
   std::unique_ptr<PipelineTraining> pipeline_;
+  std::unique_ptr<TimelineWindow> timeline_;  // with log.timeline set
+  std::function<void(int64_t)> step_hook_;
 };
 
 // The .bin files a config's data section names (globs expanded, sorted), or the built-in

@@ -16,6 +16,7 @@
 #include "vescale/nn/module_hooks.h"
 #include "vescale/nn/routed_experts.h"
 #include "vescale/plan/parallelize.h"
+#include "vescale/timeline/recorder.h"
 
 namespace vescale::parallel::expert {
 namespace {
@@ -63,6 +64,8 @@ struct AllToAll : torch::autograd::Function<AllToAll> {
                          in_splits[static_cast<size_t>(group.rank())];
     c.rows_sent += sent;
     c.bytes_sent += sent * x.size(1) * static_cast<int64_t>(x.element_size());
+    static const uint32_t kContext = timeline::intern("expert all-to-all");
+    timeline::CommContext context(kContext);
     group.all_to_all(out, x.contiguous(), out_splits, in_splits).wait();
     return out;
   }

@@ -16,6 +16,7 @@
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/kernels/linear.h"
+#include "vescale/timeline/recorder.h"
 
 namespace vescale::parallel::pipeline {
 namespace {
@@ -163,6 +164,7 @@ struct PipelineRunner::Impl {
   bool training = true;
   const Action* doing = nullptr;  // for error messages
   double waited_s = 0;            // receive waits inside the current action
+  std::vector<uint32_t> action_names;  // the timeline's span names, per action of this rank
   void reset();  // drops a failed step's state
 
   int tag(Channel c, int stage, int mb, int tensor = 0) const {
@@ -466,9 +468,19 @@ at::Tensor PipelineRunner::train_step(const Input& input, const Loss& loss) {
   using Clock = std::chrono::steady_clock;
   const auto step_start = Clock::now();
   try {
-    for (const Action& a : r.schedule.actions.at(r.me)) {
+    const auto& actions = r.schedule.actions.at(r.me);
+    if (timeline::enabled() && r.action_names.empty()) {  // once: no lock per action
+      for (const Action& a : actions)
+        r.action_names.push_back(timeline::intern(to_string(a)));  // "F3@s1"
+    }
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const Action& a = actions[i];
       r.doing = &a;
       const auto start = Clock::now();
+      std::optional<timeline::Scope> span;
+      if (a.op == Op::Forward || a.op == Op::Backward || a.op == Op::BackwardInput ||
+          a.op == Op::BackwardWeight)
+        span.emplace(timeline::Kind::Pipeline, r.action_names.empty() ? 0 : r.action_names[i]);
       switch (a.op) {
         case Op::Forward: r.forward(a.stage, a.microbatch, input, loss); break;
         case Op::Backward: r.backward(a.stage, a.microbatch, false); break;
