@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "timeline/device_events.h"
+
 namespace vescale::timeline {
 
 const char* to_string(Kind kind) {
@@ -38,6 +40,10 @@ namespace {
 
 std::atomic<bool> g_enabled{false};
 std::atomic<int64_t> g_skew{0};
+std::atomic<bool> g_device{false};
+int32_t device_event() {
+  return g_device.load(std::memory_order_relaxed) ? detail::device_event() : -1;
+}
 
 // One thread's spans: a single writer (its thread) and a reader (drain) that only reads what
 // `head` says is written. When full, the oldest spans are overwritten and counted as dropped.
@@ -92,6 +98,7 @@ struct Open {
   int64_t begin;
   uint32_t name;
   Kind kind;
+  int32_t device_begin;
 };
 thread_local std::vector<Open> t_open;
 thread_local uint32_t t_context = 0;
@@ -108,6 +115,13 @@ int64_t now_ns() {
          g_skew.load(std::memory_order_relaxed);
 }
 void set_clock_skew_for_test(int64_t ns) { g_skew.store(ns); }
+
+bool set_device_timing(bool on) {
+  if (on && !detail::device_timing_available()) on = false;
+  if (on) detail::device_window_begin();
+  g_device.store(on);
+  return on;
+}
 
 uint32_t intern(std::string_view name) {
   auto& reg = registry();
@@ -126,7 +140,7 @@ void record(Span span) {
 }
 
 Scope::Scope(Kind kind, uint32_t name, int64_t seq) : seq_(seq), name_(name), kind_(kind) {
-  if (enabled()) begin_ = now_ns();
+  if (enabled()) begin_ = now_ns(), device_begin_ = device_event();
 }
 Scope::~Scope() {
   if (begin_ < 0) return;
@@ -136,6 +150,8 @@ Scope::~Scope() {
   s.seq = seq_;
   s.name = name_;
   s.kind = kind_;
+  s.device_begin = device_begin_;
+  s.device_end = device_begin_ >= 0 ? device_event() : -1;
   record(s);
 }
 
@@ -148,7 +164,7 @@ uint32_t CommContext::current() { return t_context; }
 int32_t CommContext::current_detail() { return t_detail; }
 
 void begin(Kind kind, uint32_t name) {
-  if (enabled()) t_open.push_back({now_ns(), name, kind});
+  if (enabled()) t_open.push_back({now_ns(), name, kind, device_event()});
 }
 
 void end(Kind kind, uint32_t name) {
@@ -159,6 +175,8 @@ void end(Kind kind, uint32_t name) {
     s.end_ns = now_ns();
     s.name = name;
     s.kind = kind;
+    s.device_begin = t_open[i].device_begin;
+    s.device_end = s.device_begin >= 0 ? device_event() : -1;
     t_open.resize(i);  // what was opened inside it and never closed goes too
     record(s);
     return;
@@ -179,6 +197,15 @@ RankSpans drain() {
     r->tail = head;
   }
   out.names = reg.names;
+  // GPU work: the events' times replace the launch times.
+  const std::vector<int64_t> times = detail::device_event_times();
+  for (auto& s : out.spans) {
+    if (s.device_begin >= 0 && s.device_begin < static_cast<int32_t>(times.size()) &&
+        s.device_end >= 0 && s.device_end < static_cast<int32_t>(times.size())) {
+      s.begin_ns = times[s.device_begin];
+      s.end_ns = times[s.device_end];
+    }
+  }
   return out;
 }
 

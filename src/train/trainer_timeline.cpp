@@ -112,6 +112,9 @@ void TimelineWindow::before_step(int64_t step) {
   const auto c = dist::estimate_clock_offset();
   clock_ = {{c.at_ns, c.offset_ns, c.error_ns}};
   begin_ns_ = timeline::now_ns();
+  // On a GPU, compute spans are timed by CUDA events on the stream that runs them.
+  if (mesh_ ? mesh_->device_type() == "cuda" : dist::is_initialized() && dist::device_type() == "cuda")
+    timeline::set_device_timing(true);
   timeline::set_enabled(true);
 }
 
@@ -123,6 +126,7 @@ std::optional<timeline::Summary> TimelineWindow::after_step(int64_t step) {
   mine.window_begin_ns = begin_ns_;
   mine.window_end_ns = timeline::now_ns();
   mine.spans = timeline::drain();
+  timeline::set_device_timing(false);
   const auto c = dist::estimate_clock_offset();  // again: offsets interpolate across the window
   clock_.push_back({c.at_ns, c.offset_ns, c.error_ns});
   mine.clock = clock_;

@@ -19,6 +19,12 @@ int64_t now_ns();
 // clock alignment (dist/clock_sync.h) has an offset to find on one machine.
 void set_clock_skew_for_test(int64_t ns);
 
+// On CUDA: compute spans also record a CUDA event on the thread's current stream at each end,
+// and drain() gives them the GPU's times (on the host clock, through an anchor event timed
+// when this is switched on), so a span covers the GPU work rather than its launch. Returns
+// whether device timing is on (false without CUDA or a visible GPU).
+bool set_device_timing(bool on);
+
 // The id of `name` in this process's name table (0 for ""). Takes a lock: call it when a
 // module or a bucket is set up and keep the id, not once per span.
 uint32_t intern(std::string_view name);
@@ -38,6 +44,7 @@ class Scope {
  private:
   int64_t begin_ = -1;
   int64_t seq_;
+  int32_t device_begin_ = -1;
   uint32_t name_;
   Kind kind_;
 };

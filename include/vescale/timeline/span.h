@@ -48,6 +48,8 @@ struct Span {
   Kind kind = Kind::Other;
   Lane lane = Lane::Compute;
   uint8_t pad[4] = {};  // explicit, so the bytes of a record are all defined
+  // With device timing (CUDA): the ends' events, replaced by their times when drained; -1: none.
+  int32_t device_begin = -1, device_end = -1;
 };
 
 // A rank's spans with the table their name ids refer to (ids index `names`; 0 is "").
