@@ -188,6 +188,23 @@ TEST_CASE("timeline of DP x TP: valid, nested, numbered, aligned, adding up, str
     CHECK(steps == std::set<int64_t>{2, 3});
     CHECK(block_fwd == 2 * 2);  // two layers, two steps
     CHECK(block_bwd == 2 * 2);
+    // The step's phases, DTensor redistributions with their collectives, the gradient bucket.
+    std::map<std::string, int> cats;
+    int bucket = 0, redistributing = 0;
+    for (const auto& x : xs) {
+      if (x.pid != r || !in_step(x)) continue;
+      ++cats[x.cat];
+      if (x.cat != "collective") continue;
+      bucket += x.name.rfind("grad bucket 0: all_reduce", 0) == 0 && x.args["dims"] == "dp";
+      redistributing += x.args.value("context", "") == "redistribute" && x.args["dims"] == "tp";
+    }
+    for (const char* c : {"data", "forward", "loss", "backward", "grad_sync", "optimizer", "wait",
+                          "redistribute"}) {
+      INFO("rank " << r << " has no '" << c << "' span in its steps");
+      CHECK(cats[c] > 0);
+    }
+    CHECK(bucket == 2);  // one bucket per step
+    CHECK(redistributing > 0);
   }
 
   // Every collective once on each member of its group, under the same number.
