@@ -48,6 +48,20 @@ void Work::wait() {
 }
 
 namespace {
+// The timeline's name id of an op, interned once per op (no lock per traced call).
+uint32_t op_id(std::string_view op) {
+  static const std::vector<std::pair<std::string_view, uint32_t>> ids = [] {
+    std::vector<std::pair<std::string_view, uint32_t>> v;
+    for (std::string_view o : {"all_reduce", "all_gather", "all_gather_uneven", "reduce_scatter",
+                               "all_to_all", "broadcast", "send", "recv", "barrier"})
+      v.emplace_back(o, timeline::intern(o));
+    return v;
+  }();
+  for (const auto& [name, id] : ids)
+    if (name == op) return id;
+  return timeline::intern(op);
+}
+
 bool mentions_timeout(const std::string& s) {
   std::string low(s);
   std::transform(low.begin(), low.end(), low.begin(),
@@ -85,7 +99,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
       timeline::Span s;
       s.begin_ns = wait_begin;
       s.end_ns = now;
-      s.name = timeline::intern(impl_->op);
+      s.name = op_id(impl_->op);
       s.group = impl_->group;
       s.kind = timeline::Kind::Wait;
       timeline::record(s);
@@ -229,7 +243,7 @@ Issued call(ProcessGroup::Impl& g, const char* op, const Traced& t, F&& f) {
   s.begin_ns = begin;
   s.bytes = t.bytes;
   s.seq = seq;
-  s.name = timeline::intern(op);
+  s.name = op_id(op);
   s.group = g.trace_name;
   s.context = timeline::CommContext::current();
   s.detail = timeline::CommContext::current_detail();

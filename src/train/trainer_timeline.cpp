@@ -1,6 +1,7 @@
 #include "train/trainer_timeline.h"
 
 #include <ATen/ATen.h>
+#include <torch/autograd.h>
 #include <torch/nn/module.h>
 
 #include <cstdio>
@@ -20,9 +21,31 @@ namespace vescale::train {
 
 namespace {
 
-// Forward and backward spans for one block: forward around the call; backward from the
-// gradient reaching the block's output to the gradient of its first input, through hooks on
-// views of both (so the previous block's output hook runs after this block's input hook).
+// Marks in the autograd graph: identity functions whose backward opens (on a block's output)
+// or closes (on its input) the block's backward span. The graph orders them: block i's input
+// mark runs before block i-1's output mark, so the spans nest. The backward passes the gradient
+// through untouched (no op on it, DTensor or not).
+template <bool kOpens>
+struct BackwardMark : torch::autograd::Function<BackwardMark<kOpens>> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            int64_t name) {
+    ctx->saved_data["name"] = name;
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto name = static_cast<uint32_t>(ctx->saved_data["name"].toInt());
+    if (kOpens) {
+      timeline::begin(timeline::Kind::Backward, name);
+    } else {
+      timeline::end(timeline::Kind::Backward, name);
+    }
+    return {grads[0], at::Tensor()};
+  }
+};
+
+// Forward and backward spans for one block: forward around the call, backward between the
+// marks on its first input and its output.
 nn::ForwardHooks timed(nn::ForwardHooks hooks, uint32_t name) {
   auto inner = hooks.around;
   hooks.around = [inner, name](const std::vector<at::Tensor>& xs,
@@ -30,26 +53,16 @@ nn::ForwardHooks timed(nn::ForwardHooks hooks, uint32_t name) {
     if (!timeline::enabled()) return inner ? inner(xs, f) : f(xs);
     const bool backward = at::GradMode::is_enabled() && !nn::recomputing();
     std::vector<at::Tensor> in = xs;
-    if (backward && !in.empty() && in[0].defined() && in[0].requires_grad()) {
-      in[0] = in[0].view_as(in[0]);
-      in[0].register_hook([name](const at::Tensor& g) {
-        timeline::end(timeline::Kind::Backward, name);
-        return g;
-      });
-    }
+    if (backward && !in.empty() && in[0].defined() && in[0].requires_grad())
+      in[0] = BackwardMark<false>::apply(in[0], static_cast<int64_t>(name));
     at::Tensor out;
     {
       timeline::Scope span(nn::recomputing() ? timeline::Kind::Recompute : timeline::Kind::Forward,
                            name);
       out = inner ? inner(in, f) : f(in);
     }
-    if (backward && out.defined() && out.requires_grad()) {
-      out = out.view_as(out);
-      out.register_hook([name](const at::Tensor& g) {
-        timeline::begin(timeline::Kind::Backward, name);
-        return g;
-      });
-    }
+    if (backward && out.defined() && out.requires_grad())
+      out = BackwardMark<true>::apply(out, static_cast<int64_t>(name));
     return out;
   };
   return hooks;

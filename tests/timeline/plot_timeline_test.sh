@@ -17,6 +17,13 @@ grep -q '"timeline"' "$dir/m.jsonl"
 "$root/scripts/plot-timeline" "$dir/t.json" -o "$dir/t.svg" --steps 3-3 >/dev/null
 grep -q "<svg" "$dir/t.svg"
 "$root/scripts/plot-metrics" "$dir/m.jsonl" -o "$dir/m.png" | grep -q "3 steps"
+# With activation checkpointing, each block's backward holds its recompute.
+"$train" --config "$root/configs/llama_tiny.json" --set train.steps=2 --set model.n_layers=2 \
+  --set train.batch_size=2 --set train.seq_len=32 --set log.metrics_jsonl=\"\" \
+  --set train.activation_checkpointing=true --set log.timeline.steps=\"2\" \
+  --set log.timeline.out=\"$dir/ac.json\" > "$dir/log_ac" 2>&1
+[ "$(grep -o '"cat":"recompute"' "$dir/ac.json" | wc -l)" = 2 ]
+[ "$(grep -o '"name":"layers\.[01]","cat":"backward"' "$dir/ac.json" | wc -l)" = 2 ]
 echo '{"traceEvents": []}' > "$dir/empty.json"
 if "$root/scripts/plot-timeline" "$dir/empty.json" 2> "$dir/err"; then
   echo "expected a failure on a trace without spans" >&2
