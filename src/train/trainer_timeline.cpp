@@ -120,6 +120,19 @@ TimelineWindow::~TimelineWindow() {
 }
 
 void TimelineWindow::before_step(int64_t step) {
+  if (step > first_ && step <= last_) {
+    // A long window measures the offsets again every few minutes (clocks drift apart); rank 0
+    // decides, so every rank joins the same exchange. Not recorded.
+    timeline::set_enabled(false);
+    const bool due = dist::all_max(mesh_ && mesh_->rank() == 0 &&
+                                   timeline::now_ns() - clock_.back().at_ns > kResyncNs) != 0;
+    if (due) {
+      const auto c = dist::estimate_clock_offset();
+      clock_.push_back({c.at_ns, c.offset_ns, c.error_ns});
+    }
+    timeline::set_enabled(true);
+    return;
+  }
   if (step != first_) return;
   timeline::drain();  // what earlier windows' stragglers left
   const auto c = dist::estimate_clock_offset();

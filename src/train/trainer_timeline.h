@@ -36,6 +36,7 @@ class TimelineWindow {
   std::optional<timeline::Summary> after_step(int64_t step);
 
  private:
+  static constexpr int64_t kResyncNs = 5LL * 60 * 1000 * 1000 * 1000;  // 5 minutes
   const Config& config_;
   const mesh::DeviceMesh* mesh_;
   int64_t first_ = 0, last_ = -1;
