@@ -3,13 +3,9 @@
 # per rank): EP=4 vs replicated experts (paired rounds), the token all-to-alls' calls and bytes
 # per step, and grouped_mm vs a per-expert loop. Prints each run's JSON line and the medians.
 # Knobs: RUNS (3), MOE_ARGS (passed to moe_bench, e.g. "--rounds 5 --dim 256").
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build}
-VENV=${VESCALE_VENV:-/opt/vescale/venv}
-RUNS=${RUNS:-3}
+source "$(dirname "$0")/bench_env.sh"
 MOE_ARGS=${MOE_ARGS:-"--rounds 5"}
-ninja -C "$BUILD_DIR" moe_bench >/dev/null
+bench_build moe_bench
 out=$(mktemp)
 for run in $(seq 1 "$RUNS"); do
   # shellcheck disable=SC2086

@@ -5,14 +5,10 @@
 # (p-1)/(m+p-1). Writes bench/results/pipeline.md: the median over the runs of every figure, and
 # each run's own table.
 # Knobs: RUNS (3), NPROC (4), PIPELINE_ARGS (passed to pipeline_bench, e.g. "--steps 8 --dim 256").
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build}
-VENV=${VESCALE_VENV:-/opt/vescale/venv}
-RUNS=${RUNS:-3}
+source "$(dirname "$0")/bench_env.sh"
 NPROC=${NPROC:-4}
 PIPELINE_ARGS=${PIPELINE_ARGS:-"--rounds 5 --steps 4 --warmup 2 --microbatches 8 --dim 192 --layers 8 --seq 64 --batch 2"}
-ninja -C "$BUILD_DIR" pipeline_bench >/dev/null
+bench_build pipeline_bench
 out=$(mktemp -d)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date +%s)

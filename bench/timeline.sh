@@ -4,13 +4,9 @@
 # recording vs not (paired blocks in one run), the spans and merged-trace bytes per step, and
 # the end-of-window cost. Prints each run's JSON line and the medians.
 # Knobs: RUNS (3), TIMELINE_ARGS (passed to timeline_bench, e.g. "--rounds 8 --steps 4").
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build}
-VENV=${VESCALE_VENV:-/opt/vescale/venv}
-RUNS=${RUNS:-3}
+source "$(dirname "$0")/bench_env.sh"
 TIMELINE_ARGS=${TIMELINE_ARGS:-"--rounds 6 --steps 3"}
-ninja -C "$BUILD_DIR" timeline_bench >/dev/null
+bench_build timeline_bench
 out=$(mktemp)
 for mesh in dp tp; do
   for run in $(seq 1 "$RUNS"); do
