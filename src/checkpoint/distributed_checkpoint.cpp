@@ -1,5 +1,6 @@
 #include "vescale/checkpoint/distributed_checkpoint.h"
 
+#include "checkpoint/io.h"
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/common/check.h"
 #include "vescale/dist/object_collectives.h"
@@ -18,6 +19,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -118,10 +120,12 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
     out.flush();
     VESCALE_CHECK(out, "checkpoint: writing ", tmp.string(), " failed (disk full?)");
   }
+  detail::fsync_path(tmp.string());
   std::error_code ec;
   fs::rename(tmp, path, ec);
   VESCALE_CHECK(!ec, "checkpoint: cannot rename ", tmp.string(), " to ", path.string(), ": ",
                 ec.message());
+  detail::fsync_parent(path.string());
 }
 
 json read_index(const std::string& folder);
@@ -141,6 +145,7 @@ struct AsyncSave::Job {
   std::string error;  // set by the writer on failure
   uint32_t crc = 0;
   uint64_t bytes = 0;
+  std::map<std::string, uint32_t> chunk_crc32;  // this rank's chunks, by key
 };
 
 AsyncSave::AsyncSave() = default;
@@ -262,6 +267,7 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
   }
   job->index = {{"format", kFormat},
                 {"version", kVersion},
+                {"written_by", {{"vescale", VESCALE_VERSION}, {"git", VESCALE_GIT_REVISION}}},
                 {"world_size", world_size()},
                 {"metadata", std::move(meta)},
                 {"tensors", std::move(tensors)}};
@@ -296,6 +302,7 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
       j->staged.clear();
       j->crc = d.crc32;
       j->bytes = d.bytes;
+      j->chunk_crc32 = d.tensor_crc32;
     } catch (const std::exception& e) {
       j->error = e.what();
     }
@@ -338,7 +345,19 @@ std::string AsyncSave::commit(int64_t keep, const std::string& run_id) {
         job->error.empty() ? "" : " (here: " + job->error + ")",
         "; the previous checkpoint is intact. Check free space and permissions of checkpoint.dir");
   }
+  // Every rank's chunk CRCs, to rank 0 only: the index checks each chunk a lazy load reads.
+  const auto crcs = dist::gather_text(json(job->chunk_crc32).dump(), 0);
   if (world_rank() == 0) {
+    std::map<std::string, json> crc_of_file;
+    for (size_t r = 0; r < crcs.size(); ++r)
+      crc_of_file[rank_file(static_cast<int>(r))] = json::parse(crcs[r]);
+    for (auto& [name, e] : job->index["tensors"].items()) {
+      for (auto& c : e["chunks"]) {
+        const json& in_file = crc_of_file.at(c.at("file").get<std::string>());
+        const std::string key = c.value("key", name);
+        if (in_file.contains(key)) c["crc32"] = in_file[key];
+      }
+    }
     json files = json::object();  // every rank wrote a file, if only an empty one
     for (int r = 0; r < w; ++r)
       files[rank_file(r)] = {{"bytes", status[3 * r + 2]}, {"crc32", status[3 * r + 1]}};
@@ -355,9 +374,11 @@ std::string AsyncSave::commit(int64_t keep, const std::string& run_id) {
       VESCALE_CHECK(!ec, "checkpoint: cannot move the old ", job->final_dir.string(),
                     " aside: ", ec.message());
     }
+    detail::fsync_path(job->tmp_dir.string());  // the folder's entries: every rank's file
     fs::rename(job->tmp_dir, job->final_dir, ec);
     VESCALE_CHECK(!ec, "checkpoint: cannot rename ", job->tmp_dir.string(), " to ",
                   job->final_dir.string(), ": ", ec.message());
+    detail::fsync_path(job->root.string());
     write_text_atomically(job->root / "latest", job->final_dir.filename().string() + "\n");
     fs::remove_all(old, ec);
     if (keep > 0) {
@@ -441,9 +462,11 @@ json read_index(const std::string& folder) {
   std::ifstream in(path);
   VESCALE_CHECK(in, "checkpoint: ", folder,
                 " has no index.json; not a checkpoint folder (or an unfinished save)");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  detail::count_bytes_read(text.size());
   json index;
   try {
-    index = json::parse(in);
+    index = json::parse(text);
   } catch (const json::exception& e) {
     VESCALE_FAIL("checkpoint: ", path, " is not valid JSON: ", e.what());
   }
@@ -477,31 +500,69 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
   const json index = read_index(folder);
   const auto& tensors = index["tensors"];
   const auto& files = index["files"];
-  std::map<std::string, std::map<std::string, at::Tensor>> opened;  // file -> its chunks
-  auto file_tensors = [&](const std::string& file) -> const std::map<std::string, at::Tensor>& {
-    auto it = opened.find(file);
-    if (it != opened.end()) return it->second;
-    const auto path = (fs::path(folder) / file).string();
+  // Each chunk a box needs is read alone (pread) and checked against its CRC-32 in the index.
+  // An index without chunk CRCs (written before they existed) reads and checks whole files.
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> opened;
+  std::map<std::string, std::map<std::string, at::Tensor>> whole;  // file -> its chunks (old)
+  std::map<std::pair<std::string, std::string>, at::Tensor> read_chunks;
+  auto path_of = [&](const std::string& file) {
     VESCALE_CHECK(files.contains(file), "checkpoint: ", folder, "/index.json lists no file ", file);
+    return (fs::path(folder) / file).string();
+  };
+  auto check_whole = [&](const std::string& file, const FileDigest& d) {
     const auto& f = files[file];
-    auto check = [&](const FileDigest& d) {
-      VESCALE_CHECK(
-          d.bytes == f.at("bytes").get<uint64_t>() && d.crc32 == f.at("crc32").get<uint32_t>(),
-          "checkpoint: ", path, " is corrupt: ", d.bytes, " bytes with CRC-32 ", d.crc32,
-          ", the index says ", f.at("bytes").get<uint64_t>(), " bytes with CRC-32 ",
-          f.at("crc32").get<uint32_t>());
-    };
-    FileDigest d;
-    std::map<std::string, at::Tensor> chunks;
-    try {
-      chunks = read_safetensors(path, &d).tensors;  // one pass: the digest comes with the bytes
-    } catch (const std::exception&) {
-      if (fs::exists(path))
-        check(file_digest(path));  // a damaged file: say so, not just "bad header"
-      throw;
+    VESCALE_CHECK(
+        d.bytes == f.at("bytes").get<uint64_t>() && d.crc32 == f.at("crc32").get<uint32_t>(),
+        "checkpoint: ", path_of(file), " is corrupt: ", d.bytes, " bytes with CRC-32 ", d.crc32,
+        ", the index says ", f.at("bytes").get<uint64_t>(), " bytes with CRC-32 ",
+        f.at("crc32").get<uint32_t>());
+  };
+  auto chunk_tensor = [&](const json& c, const std::string& key) -> const at::Tensor& {
+    const std::string file = c.at("file").get<std::string>(), chunk_key = c.value("key", key);
+    auto cached = read_chunks.find({file, chunk_key});
+    if (cached != read_chunks.end()) return cached->second;
+    const std::string path = path_of(file);
+    at::Tensor t;
+    if (c.contains("crc32")) {
+      auto& f = opened[file];
+      if (!f) {
+        try {
+          f = std::make_unique<SafetensorsFile>(path);
+        } catch (const std::exception&) {
+          if (fs::exists(path)) check_whole(file, file_digest(path));  // say "corrupt" if it is
+          throw;
+        }
+        const uint64_t want = files[file].at("bytes").get<uint64_t>();
+        VESCALE_CHECK(f->file_size() == want, "checkpoint: ", path, " is corrupt: ",
+                      f->file_size(), " bytes, the index says ", want);
+      }
+      VESCALE_CHECK(f->contains(chunk_key), "checkpoint: ", file, " in ", folder,
+                    " lacks the chunk of '", key, "' its index lists");
+      uint32_t crc = 0;
+      t = f->tensor(chunk_key, &crc);
+      VESCALE_CHECK(crc == c.at("crc32").get<uint32_t>(), "checkpoint: ", path,
+                    " is corrupt: the chunk of '", key, "' at offsets ", c.at("offsets").dump(),
+                    " has CRC-32 ", crc, ", the index says ", c.at("crc32").get<uint32_t>());
+    } else {
+      auto it = whole.find(file);
+      if (it == whole.end()) {
+        FileDigest d;
+        std::map<std::string, at::Tensor> chunks;
+        try {
+          chunks = read_safetensors(path, &d).tensors;  // one pass: the digest comes with it
+        } catch (const std::exception&) {
+          if (fs::exists(path)) check_whole(file, file_digest(path));
+          throw;
+        }
+        check_whole(file, d);
+        it = whole.emplace(file, std::move(chunks)).first;
+      }
+      auto found = it->second.find(chunk_key);
+      VESCALE_CHECK(found != it->second.end(), "checkpoint: ", file, " in ", folder,
+                    " lacks the chunk of '", key, "' its index lists");
+      t = found->second;
     }
-    check(d);
-    return opened.emplace(file, std::move(chunks)).first->second;
+    return read_chunks.emplace(std::make_pair(file, chunk_key), std::move(t)).first->second;
   };
 
   // Fills dst, the box of tensor `key` at `want_offsets`, from the chunks that overlap it.
@@ -535,12 +596,11 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
         cut.push_back({lo - off[d], lo - want_offsets[d], hi - lo});
       }
       if (empty) continue;
-      const std::string file = c.at("file").get<std::string>(), chunk_key = c.value("key", key);
-      const auto& chunks = file_tensors(file);
-      auto it = chunks.find(chunk_key);
-      VESCALE_CHECK(it != chunks.end() && it->second.sizes().vec() == shp, "checkpoint: ", file,
-                    " in ", folder, " lacks the chunk of '", key, "' its index lists");
-      at::Tensor src_view = it->second, dst_view = dst;
+      const at::Tensor& chunk = chunk_tensor(c, key);
+      VESCALE_CHECK(chunk.sizes().vec() == shp, "checkpoint: the chunk of '", key, "' in ",
+                    c.at("file").get<std::string>(), " in ", folder, " has shape ", chunk.sizes(),
+                    ", its index says ", at::IntArrayRef(shp));
+      at::Tensor src_view = chunk, dst_view = dst;
       int64_t n = 1;
       for (size_t d = 0; d < cut.size(); ++d) {
         src_view = src_view.narrow(static_cast<int64_t>(d), cut[d][0], cut[d][2]);

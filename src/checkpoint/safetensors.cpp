@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +15,14 @@
 #include <fstream>
 #include <tuple>
 #include <vector>
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint/io.h"
 
 namespace vescale::checkpoint {
 namespace {
@@ -121,35 +130,58 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
   return ~crc;
 }
 
-Safetensors read_safetensors(const std::string& path, FileDigest* digest) {
-  std::ifstream in(path, std::ios::binary);
-  VESCALE_CHECK(in, "safetensors: cannot open ", path, ": no such file or not readable");
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
-  VESCALE_CHECK(file_size >= 8, "safetensors: ", path, " is truncated: ", file_size,
+// ---- reading ---------------------------------------------------------------------------
+
+struct SafetensorsFile::Impl {
+  std::string path;
+  int fd = -1;
+  uint64_t file_size = 0, header_length = 0;
+  std::string header_text;
+  std::vector<Entry> entries;  // in file order
+  std::map<std::string, size_t> by_name;
+  std::map<std::string, std::string> metadata;
+
+  void pread_all(void* dst, uint64_t bytes, uint64_t at, const std::string& what) const {
+    auto* p = static_cast<char*>(dst);
+    while (bytes > 0) {
+      const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(at));
+      VESCALE_CHECK(n > 0, "safetensors: ", path, ": reading ", what, " failed",
+                    n < 0 ? std::string(": ") + std::strerror(errno) : std::string(" (truncated?)"));
+      p += n, at += static_cast<uint64_t>(n), bytes -= static_cast<uint64_t>(n);
+      detail::count_bytes_read(static_cast<uint64_t>(n));
+    }
+  }
+};
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  Impl& f = *impl_;
+  f.path = path;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  VESCALE_CHECK(f.fd >= 0, "safetensors: cannot open ", path, ": no such file or not readable");
+  struct stat st {};
+  VESCALE_CHECK(::fstat(f.fd, &st) == 0, "safetensors: cannot stat ", path);
+  f.file_size = static_cast<uint64_t>(st.st_size);
+  VESCALE_CHECK(f.file_size >= 8, "safetensors: ", path, " is truncated: ", f.file_size,
                 " bytes, shorter than the 8-byte header length");
   uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), 8);
+  f.pread_all(&n, 8, 0, "the header length");
   VESCALE_CHECK(n <= kMaxHeader, "safetensors: ", path, ": header length ", n, " exceeds ",
                 kMaxHeader, " bytes; not a safetensors file?");
-  VESCALE_CHECK(n <= file_size - 8, "safetensors: ", path, " is truncated: the header needs ", n,
-                " bytes, only ", file_size - 8, " follow");
-  std::string text(n, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(n));
-  VESCALE_CHECK(!text.empty() && text[0] == '{', "safetensors: ", path,
+  VESCALE_CHECK(n <= f.file_size - 8, "safetensors: ", path, " is truncated: the header needs ", n,
+                " bytes, only ", f.file_size - 8, " follow");
+  f.header_length = n;
+  f.header_text.assign(n, '\0');
+  if (n > 0) f.pread_all(f.header_text.data(), n, 8, "the header");
+  VESCALE_CHECK(!f.header_text.empty() && f.header_text[0] == '{', "safetensors: ", path,
                 ": bad header: it must be a JSON object");
   json header;
   try {
-    header = json::parse(text);
+    header = json::parse(f.header_text);
   } catch (const json::exception& e) {
     VESCALE_FAIL("safetensors: ", path, ": bad header JSON: ", e.what());
   }
   VESCALE_CHECK(header.is_object(), "safetensors: ", path,
                 ": bad header: it must be a JSON object");
-
-  Safetensors out;
-  std::vector<Entry> entries;
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
       VESCALE_CHECK(v.is_object(), "safetensors: ", path,
@@ -157,48 +189,82 @@ Safetensors read_safetensors(const std::string& path, FileDigest* digest) {
       for (const auto& [k, s] : v.items()) {
         VESCALE_CHECK(s.is_string(), "safetensors: ", path, ": __metadata__ value of '", k,
                       "' must be a string");
-        out.metadata[k] = s.get<std::string>();
+        f.metadata[k] = s.get<std::string>();
       }
       continue;
     }
-    entries.push_back(parse_entry(path, name, v));
+    f.entries.push_back(parse_entry(path, name, v));
   }
-
   // The data buffer is exactly covered: tensors sorted by offset touch end to begin.
-  const uint64_t data_size = file_size - 8 - n;
-  std::vector<const Entry*> sorted;
-  for (const auto& e : entries) sorted.push_back(&e);
-  std::sort(sorted.begin(), sorted.end(), [](const Entry* a, const Entry* b) {
-    return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
+  const uint64_t data_size = f.file_size - 8 - n;
+  std::sort(f.entries.begin(), f.entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
   });
   uint64_t pos = 0;
   const Entry* prev = nullptr;
-  for (const Entry* e : sorted) {
-    VESCALE_CHECK(e->end <= data_size, "safetensors: ", path, " is truncated or tensor '", e->name,
-                  "' is out of range: its data_offsets end at ", e->end, " but the data holds ",
+  for (const Entry& e : f.entries) {
+    VESCALE_CHECK(e.end <= data_size, "safetensors: ", path, " is truncated or tensor '", e.name,
+                  "' is out of range: its data_offsets end at ", e.end, " but the data holds ",
                   data_size, " bytes");
-    VESCALE_CHECK(e->begin >= pos, "safetensors: ", path, ": tensors '", prev ? prev->name : "",
-                  "' and '", e->name, "' overlap (", e->name, " begins at ", e->begin, ", before ",
+    VESCALE_CHECK(e.begin >= pos, "safetensors: ", path, ": tensors '", prev ? prev->name : "",
+                  "' and '", e.name, "' overlap (", e.name, " begins at ", e.begin, ", before ",
                   pos, ")");
-    VESCALE_CHECK(e->begin == pos, "safetensors: ", path, ": a hole of ", e->begin - pos,
-                  " bytes before tensor '", e->name, "' (offset ", pos, " to ", e->begin,
+    VESCALE_CHECK(e.begin == pos, "safetensors: ", path, ": a hole of ", e.begin - pos,
+                  " bytes before tensor '", e.name, "' (offset ", pos, " to ", e.begin,
                   "); the format allows none");
-    pos = e->end;
-    prev = e;
+    pos = e.end;
+    prev = &e;
   }
   VESCALE_CHECK(pos == data_size, "safetensors: ", path, ": ", data_size - pos,
                 " bytes after the last tensor belong to no tensor; the file is corrupt");
+  for (size_t i = 0; i < f.entries.size(); ++i) f.by_name[f.entries[i].name] = i;
+}
 
-  // In file order, which covers the data exactly (checked above): the digest sees every byte once.
-  FileDigest d{8 + n, crc32_update(crc32_update(0, &n, 8), text.data(), text.size())};
-  for (const Entry* e : sorted) {
-    auto t = at::empty(e->shape, at::TensorOptions().dtype(e->type));
-    in.seekg(static_cast<std::streamoff>(8 + n + e->begin));
-    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e->end - e->begin));
-    VESCALE_CHECK(in, "safetensors: ", path, ": reading tensor '", e->name, "' failed");
-    if (digest) d.crc32 = crc32_update(d.crc32, t.data_ptr(), e->end - e->begin);
-    d.bytes += e->end - e->begin;
-    out.tensors.emplace(e->name, std::move(t));
+SafetensorsFile::~SafetensorsFile() {
+  if (impl_ && impl_->fd >= 0) ::close(impl_->fd);
+}
+
+const std::string& SafetensorsFile::path() const { return impl_->path; }
+uint64_t SafetensorsFile::file_size() const { return impl_->file_size; }
+const std::map<std::string, std::string>& SafetensorsFile::metadata() const {
+  return impl_->metadata;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  for (const auto& e : impl_->entries) out.push_back(e.name);
+  return out;
+}
+
+bool SafetensorsFile::contains(const std::string& name) const {
+  return impl_->by_name.count(name) > 0;
+}
+
+at::Tensor SafetensorsFile::tensor(const std::string& name, uint32_t* crc) const {
+  const Impl& f = *impl_;
+  auto it = f.by_name.find(name);
+  VESCALE_CHECK(it != f.by_name.end(), "safetensors: ", f.path, " has no tensor '", name, "'");
+  const Entry& e = f.entries[it->second];
+  auto t = at::empty(e.shape, at::TensorOptions().dtype(e.type));
+  f.pread_all(t.data_ptr(), e.end - e.begin, 8 + f.header_length + e.begin,
+              "tensor '" + name + "'");
+  if (crc) *crc = crc32_update(0, t.data_ptr(), e.end - e.begin);
+  return t;
+}
+
+Safetensors read_safetensors(const std::string& path, FileDigest* digest) {
+  SafetensorsFile file(path);
+  const auto& f = *file.impl_;
+  // In file order, which covers the data exactly: the digest sees every byte once.
+  const uint64_t n = f.header_length;
+  FileDigest d{8 + n, crc32_update(crc32_update(0, &n, 8), f.header_text.data(), n), {}};
+  Safetensors out;
+  out.metadata = f.metadata;
+  for (const Entry& e : f.entries) {
+    at::Tensor t = file.tensor(e.name);
+    if (digest) d.crc32 = crc32_update(d.crc32, t.data_ptr(), e.end - e.begin);
+    d.bytes += e.end - e.begin;
+    out.tensors.emplace(e.name, std::move(t));
   }
   if (digest) *digest = d;
   return out;
@@ -245,14 +311,53 @@ FileDigest save_safetensors(const std::string& path,
     };
     write(&n, 8);
     write(text.data(), n);
-    for (const auto& c : data) write(c.data_ptr(), c.numel() * c.element_size());
+    auto name = tensors.begin();
+    for (const auto& c : data) {
+      const uint64_t bytes = c.numel() * c.element_size();
+      write(c.data_ptr(), bytes);
+      digest.tensor_crc32[(name++)->first] = crc32_update(0, c.data_ptr(), bytes);
+    }
     out.flush();
     VESCALE_CHECK(out, "safetensors: writing ", tmp, " failed (disk full?)");
   }
+  // On disk before the name points at it: a power loss leaves the old file or the whole new one.
+  detail::fsync_path(tmp);
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   VESCALE_CHECK(!ec, "safetensors: cannot rename ", tmp, " to ", path, ": ", ec.message());
+  detail::fsync_parent(path);
   return digest;
 }
 
+}  // namespace vescale::checkpoint
+
+namespace vescale::checkpoint {
+
+namespace {
+std::atomic<uint64_t> g_bytes_read{0}, g_fsyncs{0};
+}
+
+IoCounters io_counters() { return {g_bytes_read.load(), g_fsyncs.load()}; }
+
+namespace detail {
+
+void count_bytes_read(uint64_t bytes) { g_bytes_read += bytes; }
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  VESCALE_CHECK(fd >= 0, "checkpoint: cannot open ", path, " to sync it: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  VESCALE_CHECK(rc == 0, "checkpoint: fsync of ", path, " failed: ", std::strerror(err),
+                "; the disk may be full or failing");
+  ++g_fsyncs;
+}
+
+void fsync_parent(const std::string& path) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  fsync_path(parent.empty() ? "." : parent.string());
+}
+
+}  // namespace detail
 }  // namespace vescale::checkpoint

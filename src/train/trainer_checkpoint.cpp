@@ -142,7 +142,8 @@ void Trainer::stage_checkpoint(int64_t steps_done) {
                             {"model", config_.model.type},
                             {"train_loader", {{"epoch", pos.epoch}, {"step", pos.step}}},
                             {"global_batch", config_.train.batch_size * dp_size_},
-                            {"philox", {{"seed", rng.seed}, {"offset", rng.offset}}}};
+                            {"philox", {{"seed", rng.seed}, {"offset", rng.offset}}},
+                            {"config", nlohmann::json::parse(config_.to_json())}};
   std::vector<checkpoint::Piece> pieces;
   const auto state = checkpoint_state(pieces);
   saver_->begin(config_.checkpoint.dir, name, state, meta.dump(), pieces);

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "common/train_util.h"
 #include "llama/llama.h"
@@ -149,4 +150,106 @@ TEST_CASE("checkpoint: a LLaMA saved under a TP plan loads replicated and into a
     if (k.find("norm") == std::string::npos)
       CHECK_FALSE(fresh.at(k).equal(v));  // the load did something
   }
+}
+
+namespace {
+
+// The 8-byte header length and the data offsets of `name` in a safetensors file.
+std::pair<uint64_t, uint64_t> data_begin_of(const std::string& path, const std::string& name) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(n));
+  const auto h = nlohmann::json::parse(header);
+  return {n, 8 + n + h.at(name).at("data_offsets").at(0).get<uint64_t>()};
+}
+
+void flip_byte(const std::string& path, uint64_t at) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(&c, 1);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: a resharding load reads only the chunks it needs, each checked by its CRC",
+          "[checkpoint][world4]") {
+  const auto root = shared_root("lazy");
+  at::manual_seed(11);
+  const auto a = at::randn({16, 8}), big = at::randn({64, 64}), c = at::randn({4});
+  auto flat = mesh::DeviceMesh::init({{"x", 4}});
+  const auto before_save = checkpoint::io_counters();
+  const auto folder = checkpoint::save(
+      root, "step-00000001",
+      {{"a", dtensor::distribute_tensor(a, flat, {Shard(0)})},
+       {"big", dtensor::distribute_tensor(big, flat, {Shard(0)})},
+       {"c", c}});
+  // Durable: this rank's file and its folder synced; rank 0 also the index, the folder's
+  // rename, the root and `latest`.
+  const auto synced = checkpoint::io_counters().fsyncs - before_save.fsyncs;
+  CHECK(synced >= (dist::rank() == 0 ? 7u : 2u));
+  const auto index = nlohmann::json::parse(std::ifstream(fs::path(folder) / "index.json"));
+  CHECK(index.at("written_by").at("vescale").get<std::string>() == "0.1.0");
+  CHECK_FALSE(index.at("written_by").at("git").get<std::string>().empty());
+  for (const auto& [name, e] : index.at("tensors").items())
+    for (const auto& chunk : e.at("chunks")) CHECK(chunk.contains("crc32"));
+
+  // Loaded at TP=2 on a dp x tp mesh: each rank needs half of 'a' (two of the four chunks) and
+  // 'c', not 'big', which the same files hold.
+  auto grid = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
+  const int64_t tp = grid.coordinate("tp");
+  auto load_a = [&] {
+    checkpoint::StateDict target{
+        {"a", dtensor::distribute_tensor(at::zeros({16, 8}), grid, {Replicate(), Shard(0)})},
+        {"c", at::zeros({4})}};
+    checkpoint::load(folder, target);
+    return target;
+  };
+  const int64_t index_bytes = static_cast<int64_t>(fs::file_size(fs::path(folder) / "index.json"));
+  // The files this rank reads: its two chunks' owners, and rank 0's for 'c'.
+  std::set<int> owners{0, static_cast<int>(2 * tp), static_cast<int>(2 * tp + 1)};
+  int64_t headers = 0;
+  for (int r : owners) {
+    char file[32];
+    std::snprintf(file, sizeof(file), "rank-%05d.safetensors", r);
+    headers += 8 + static_cast<int64_t>(data_begin_of((fs::path(folder) / file).string(), "a").first);
+  }
+  dist::world().barrier().wait();
+  const auto before = checkpoint::io_counters();
+  const auto got = load_a();
+  const int64_t read = static_cast<int64_t>(checkpoint::io_counters().bytes_read - before.bytes_read);
+  CHECK(dtensor::full_tensor(got.at("a")).equal(a));
+  CHECK(got.at("c").equal(c));
+  const int64_t shards = 8 * 8 * 4 /* half of a */ + 4 * 4 /* c */;
+  INFO("rank " << dist::rank() << " read " << read << " bytes; its shards " << shards
+               << ", the index " << index_bytes << ", headers " << headers);
+  // Reading the files whole would add a quarter of 'big' (4 KiB) per file.
+  CHECK(read <= shards + index_bytes + headers);
+  CHECK(read >= shards + index_bytes);
+
+  SECTION("a flipped byte in a needed chunk is caught by that chunk's CRC") {
+    const std::string file = (fs::path(folder) / "rank-00001.safetensors").string();
+    dist::world().barrier().wait();
+    if (dist::rank() == 0) flip_byte(file, data_begin_of(file, "a").second + 5);
+    dist::world().barrier().wait();
+    if (tp == 0) {  // rows 0-7: rank 1's chunk among them
+      CHECK_THROWS_WITH(load_a(), Catch::Matchers::Contains("rank-00001.safetensors is corrupt") &&
+                                      Catch::Matchers::Contains("the chunk of 'a'"));
+    } else {
+      CHECK(dtensor::to_local(load_a().at("a")).equal(a.narrow(0, 8, 8)));
+    }
+  }
+  SECTION("a flipped byte in a chunk nobody needs is never read") {
+    const std::string file = (fs::path(folder) / "rank-00001.safetensors").string();
+    dist::world().barrier().wait();
+    if (dist::rank() == 0) flip_byte(file, data_begin_of(file, "big").second + 5);
+    dist::world().barrier().wait();
+    CHECK(dtensor::full_tensor(load_a().at("a")).equal(a));
+  }
+  dist::world().barrier().wait();
 }

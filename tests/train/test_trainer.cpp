@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/utils.h>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -539,6 +540,11 @@ TEST_CASE("a run resumed from its checkpoint continues bitwise", "[trainer][chec
   // run() saved at step 6; keep=1 dropped step 3; the metrics log has steps 4-6 once each.
   CHECK(std::filesystem::exists(dir / "step-00000006" / "index.json"));
   CHECK_FALSE(std::filesystem::exists(dir / "step-00000003"));
+  // The index records the config that trained it.
+  const auto meta =
+      nlohmann::json::parse(vescale::checkpoint::read_info((dir / "step-00000006").string()).metadata);
+  CHECK(meta.at("config").at("train").at("steps") == 6);
+  CHECK(meta.at("config").at("model").at("type") == "gpt");
   std::ifstream metrics(dir / "metrics.jsonl");
   int lines = 0;
   for (std::string line; std::getline(metrics, line);) ++lines;

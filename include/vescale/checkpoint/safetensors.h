@@ -8,8 +8,11 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace vescale::checkpoint {
 
@@ -23,9 +26,42 @@ struct Safetensors {
 struct FileDigest {
   uint64_t bytes = 0;
   uint32_t crc32 = 0;
+  std::map<std::string, uint32_t> tensor_crc32;  // save_safetensors: each tensor's data bytes
 };
 // CRC-32 of `n` more bytes after a run whose CRC-32 is `crc` (0 to start).
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);
+
+// A file opened for reading some of its tensors: the header is read and checked at once
+// (everything read_safetensors checks), then tensor() reads one tensor's bytes alone (pread),
+// so a reader that needs a few tensors of a large file reads just those.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const;
+  uint64_t file_size() const;
+  std::vector<std::string> names() const;  // in file order
+  bool contains(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const;
+  // One tensor (CPU, contiguous, owning its memory); with `crc`, the CRC-32 of its bytes.
+  at::Tensor tensor(const std::string& name, uint32_t* crc = nullptr) const;
+
+ private:
+  friend Safetensors read_safetensors(const std::string& path, FileDigest* digest);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// What this process read from and made durable in checkpoint files: for tests and benchmarks
+// (a rank's bytes read during a resharding load, the fsyncs of a save).
+struct IoCounters {
+  uint64_t bytes_read = 0;  // safetensors headers and data, and checkpoint indexes
+  uint64_t fsyncs = 0;      // files and folders
+};
+IoCounters io_counters();
 
 // Reads every tensor of a file; with `digest`, also the whole file's size and CRC-32.
 Safetensors read_safetensors(const std::string& path, FileDigest* digest = nullptr);
@@ -34,8 +70,9 @@ std::map<std::string, at::Tensor> load_safetensors(const std::string& path);
 
 // Writes tensors (any device, any strides; copied to contiguous CPU) sorted by name, the header
 // padded with spaces to a multiple of 8 bytes as the reference writer does. Written to
-// path + ".tmp" and renamed, so a crash never leaves a half-written file under `path`.
-// Returns the written file's size and CRC-32.
+// path + ".tmp", fsynced, renamed, and the folder fsynced, so neither a crash nor a power loss
+// leaves a half-written file under `path`. Returns the file's size and CRC-32, and each
+// tensor's CRC-32.
 FileDigest save_safetensors(const std::string& path,
                             const std::map<std::string, at::Tensor>& tensors,
                             const std::map<std::string, std::string>& metadata = {});
