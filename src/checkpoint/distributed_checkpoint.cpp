@@ -566,8 +566,12 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
   };
 
   // Fills dst, the box of tensor `key` at `want_offsets`, from the chunks that overlap it.
+  std::string last_key;
   auto fill = [&](const std::string& key, at::Tensor dst, const std::vector<int64_t>& want_offsets,
                   const std::vector<int64_t>& global) {
+    // Chunks read for one tensor serve its other boxes (ZeRO's pieces) only: drop the last
+    // tensor's, so a load holds at most one tensor's chunks besides its targets.
+    if (key != last_key) read_chunks.clear(), last_key = key;
     VESCALE_CHECK(tensors.contains(key), "checkpoint: ", folder, " has no tensor '", key,
                   "' (it holds ", tensors.size(), " tensors; saved from another model or config?)");
     const auto& e = tensors[key];
