@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "vescale/common/check.h"
@@ -58,6 +59,11 @@ class ModelOptions {
 struct ModelFamily {
   std::string type;
   std::function<std::unique_ptr<ModelOptions>()> defaults;  // the family's default options
+  // A Hugging Face config.json (its text, its path) as model.* fields, (field, JSON value):
+  // shared/hf_config.h. Empty for a family without a Hugging Face counterpart.
+  std::function<std::vector<std::pair<std::string, std::string>>(const std::string&,
+                                                                 const std::string&)>
+      from_hf_config;
 };
 
 // Called by each family's options file at load time.

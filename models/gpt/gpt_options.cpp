@@ -3,6 +3,8 @@
 
 #include <memory>
 
+#include "shared/hf_config.h"
+
 #include "shared/options_impl.h"
 
 namespace models {
@@ -49,7 +51,8 @@ struct GptModelOptions final : OptionsImpl<GPTOptions> {
 };
 
 const bool registered =
-    (register_family({"gpt", [] { return std::make_unique<GptModelOptions>(); }}), true);
+    (register_family({"gpt", [] { return std::make_unique<GptModelOptions>(); }, gpt2_fields_from_hf}),
+     true);
 
 }  // namespace
 }  // namespace models

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "shared/attention_options.h"
+#include "shared/hf_config.h"
 
 namespace models {
 namespace {
@@ -45,7 +46,9 @@ struct LlamaModelOptions final : OptionsImpl<LlamaOptions> {
 };
 
 const bool registered =
-    (register_family({"llama", [] { return std::make_unique<LlamaModelOptions>(); }}), true);
+    (register_family({"llama", [] { return std::make_unique<LlamaModelOptions>(); },
+                      llama_fields_from_hf}),
+     true);
 
 }  // namespace
 }  // namespace models

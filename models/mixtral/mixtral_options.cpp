@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "shared/attention_options.h"
+#include "shared/hf_config.h"
 
 namespace models {
 namespace {
@@ -49,7 +50,9 @@ struct MixtralModelOptions final : OptionsImpl<MixtralOptions> {
 };
 
 const bool registered =
-    (register_family({"mixtral", [] { return std::make_unique<MixtralModelOptions>(); }}), true);
+    (register_family({"mixtral", [] { return std::make_unique<MixtralModelOptions>(); },
+                      mixtral_fields_from_hf}),
+     true);
 
 }  // namespace
 }  // namespace models

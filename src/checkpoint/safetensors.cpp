@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -250,6 +251,23 @@ at::Tensor SafetensorsFile::tensor(const std::string& name, uint32_t* crc) const
               "tensor '" + name + "'");
   if (crc) *crc = crc32_update(0, t.data_ptr(), e.end - e.begin);
   return t;
+}
+
+std::map<std::string, at::Tensor> map_safetensors(const std::string& path) {
+  SafetensorsFile file(path);
+  const auto& f = *file.impl_;
+  std::map<std::string, at::Tensor> out;
+  if (f.file_size == 0) return out;
+  void* base = ::mmap(nullptr, f.file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, f.fd, 0);
+  VESCALE_CHECK(base != MAP_FAILED, "safetensors: cannot map ", path, ": ", std::strerror(errno));
+  const uint64_t size = f.file_size;
+  auto mapping = std::shared_ptr<void>(base, [size](void* p) { ::munmap(p, size); });
+  for (const Entry& e : f.entries) {
+    char* data = static_cast<char*>(base) + 8 + f.header_length + e.begin;
+    out.emplace(e.name, at::from_blob(data, e.shape, [mapping](void*) {},
+                                      at::TensorOptions().dtype(e.type)));
+  }
+  return out;
 }
 
 Safetensors read_safetensors(const std::string& path, FileDigest* digest) {

@@ -5,6 +5,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -13,6 +14,7 @@
 #include "vescale/common/check.h"
 #include "vescale/common/json_schema.h"
 #include "vescale/common/suggest.h"
+#include "shared/hf_config.h"
 
 namespace vescale::train {
 namespace {
@@ -29,6 +31,8 @@ using json_schema::Writer;
 // model.type picks the family; its options read and write the other model.* fields.
 void visit(Reader& v, ModelConfig& c) {
   v.field("type", c.type);
+  v.field("init_from", c.init_from);
+  v.field("from_hf_config", c.from_hf_config);
   v.set_context(" for model.type '" + c.type + "'");
   const models::ModelFamily* family = models::find_family(c.type);
   if (!family) v.fail("type", models::unknown_type_message(c.type));
@@ -38,6 +42,8 @@ void visit(Reader& v, ModelConfig& c) {
 
 void visit(Writer& v, ModelConfig& c) {
   v.field("type", c.type);
+  if (!c.init_from.empty()) v.field("init_from", c.init_from);
+  if (c.from_hf_config) v.field("from_hf_config", c.from_hf_config);
   c.options->write(v);
 }
 
@@ -301,12 +307,57 @@ Config Config::from_json(const std::string& text, const std::string& source,
                 "': the top level must be an object with sections model, parallel, ",
                 "train, data, checkpoint, log");
   for (auto& kv : overrides) apply_override(j, source, kv);
+  // model.init_from: the Hugging Face config fills model.* (from_hf_config) or must agree.
+  models::HfConfigFields hf_fields;
+  std::string hf_config;
+  if (j.contains("model") && j["model"].is_object() && j["model"].contains("init_from") &&
+      j["model"]["init_from"].is_string() && !j["model"]["init_from"].get<std::string>().empty()) {
+    const auto& m = j["model"];
+    const std::string dir = resolve_path(m["init_from"].get<std::string>(), base_dir);
+    j["model"]["init_from"] = dir;
+    hf_config = (std::filesystem::path(dir) / "config.json").string();
+    std::ifstream in(hf_config);
+    VESCALE_CHECK(in.good(), "config '", source, "': model.init_from: no ", hf_config,
+                  "; point it at a Hugging Face model folder (config.json and model.safetensors)");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string type = m.value("type", std::string("gpt"));
+    const models::ModelFamily* family = models::find_family(type);
+    VESCALE_CHECK(family, "config '", source, "': model.type: ", models::unknown_type_message(type));
+    VESCALE_CHECK(family->from_hf_config, "config '", source, "': model.init_from: model.type '",
+                  type, "' has no Hugging Face counterpart");
+    hf_fields = family->from_hf_config(text.str(), hf_config);
+    if (m.value("from_hf_config", false)) {
+      for (const auto& [field, value] : hf_fields) apply_override(j, source, "model." + field + "=" + value);
+      hf_fields.clear();  // taken, nothing to compare
+    }
+  }
   Config c;
   c.source = source;
   Reader r(j, "", source);
   visit(r, c);
   r.finish();
   validate(c, source);
+  if (!hf_fields.empty()) {
+    const json mine = json::parse(c.to_json())["model"];
+    for (const auto& [field, value] : hf_fields) {
+      const json want = json::parse(value);
+      json got = mine;
+      for (size_t b = 0, e; b <= field.size(); b = e + 1) {
+        e = field.find('.', b);
+        if (e == std::string::npos) e = field.size();
+        got = got.value(field.substr(b, e - b), json());
+      }
+      const bool same = want.is_number() && got.is_number()
+                            ? std::abs(want.get<double>() - got.get<double>()) <=
+                                  1e-9 * std::max(1.0, std::abs(want.get<double>()))
+                            : want == got;
+      VESCALE_CHECK(same, "config '", source, "': model.", field, " is ", got.dump(), " but ",
+                    hf_config, " says ", want.dump(),
+                    "; set model.from_hf_config=true to take the Hugging Face config, or fix model.",
+                    field);
+    }
+  }
   c.parallel.plan = resolve_path(c.parallel.plan, base_dir);
   VESCALE_CHECK(c.parallel.plan.empty() || std::filesystem::is_regular_file(c.parallel.plan),
                 "config '", source, "': parallel.plan: no file '", c.parallel.plan,

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "shared/meta_device.h"
+#include "train/hf_weights.h"
 #include "train/trainer_internal.h"
 #include "train/trainer_pipeline.h"
 #include "train/trainer_timeline.h"
@@ -103,6 +104,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     if (device_ != "cpu") model_.module->to(at::Device(device_));
   }
   int64_t zero = 0;
+  if (!mesh_ && !config_.model.init_from.empty())
+    load_hf_weights(config_.model.init_from, model_, config_.model);
   if (mesh_) {
     const plan::Plan& plan = *plan_in;
     if (plan.pipeline()) {
@@ -111,6 +114,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
       plan::parallelize(*model_.module, plan, *mesh_,
                         {.init = model_.init, .plain_on_one_device = true});
     }
+    // Before the reducer and the optimizer see them (ZeRO-3 reshapes the parameters' storage).
+    if (!config_.model.init_from.empty()) load_hf_weights(config_.model.init_from, model_, config_.model);
     // Bucketed reduction (docs/parallel.md); "per_param" keeps parallel::reduce_gradients.
     zero = zero_stage(config_.parallel, &plan);
     VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != "per_param", "ZeRO stage ", zero,

@@ -51,6 +51,7 @@ class SafetensorsFile {
 
  private:
   friend Safetensors read_safetensors(const std::string& path, FileDigest* digest);
+  friend std::map<std::string, at::Tensor> map_safetensors(const std::string& path);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -65,6 +66,11 @@ IoCounters io_counters();
 
 // Reads every tensor of a file; with `digest`, also the whole file's size and CRC-32.
 Safetensors read_safetensors(const std::string& path, FileDigest* digest = nullptr);
+// Every tensor of a file as a view of one private, copy-on-write memory map of it: nothing is
+// read until used, and then only the pages used (a rank copying its shard out of a row-split
+// weight reads those rows). The tensors keep the mapping alive; writing to one changes this
+// process's copy, never the file. The header is checked as read_safetensors checks it.
+std::map<std::string, at::Tensor> map_safetensors(const std::string& path);
 // Just the tensors.
 std::map<std::string, at::Tensor> load_safetensors(const std::string& path);
 

@@ -20,6 +20,12 @@ namespace vescale::train {
 struct ModelConfig {
   std::string type = "gpt";
   std::shared_ptr<models::ModelOptions> options;  // never null; the family's defaults at first
+  // A Hugging Face folder (config.json, model.safetensors or a sharded index) whose weights the
+  // model starts from, under any plan and mesh; its config must agree with model.* unless
+  // from_hf_config, which takes model.* from it. Relative: next to the config, then the working
+  // directory.
+  std::string init_from;
+  bool from_hf_config = false;
 
   ModelConfig();
   ModelConfig(const ModelConfig& other);  // copies the options, not the pointer

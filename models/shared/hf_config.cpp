@@ -1,0 +1,95 @@
+#include "shared/hf_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "vescale/common/check.h"
+
+namespace models {
+
+namespace {
+
+using json = nlohmann::json;
+
+json parse(const std::string& text, const std::string& where, const std::vector<std::string>& types) {
+  json c;
+  try {
+    c = json::parse(text);
+  } catch (const json::exception& e) {
+    VESCALE_FAIL("model.init_from: ", where, " is not valid JSON: ", e.what());
+  }
+  VESCALE_CHECK(c.is_object(), "model.init_from: ", where, " is not a JSON object");
+  const std::string type = c.value("model_type", "");
+  bool ok = false;
+  std::string list;
+  for (const auto& t : types) ok |= type == t, list += (list.empty() ? "" : " or ") + t;
+  VESCALE_CHECK(ok, "model.init_from: ", where, " has model_type '", type, "', not ", list,
+                "; set model.type to the family of the weights");
+  return c;
+}
+
+const json& need(const json& c, const char* key, const std::string& where) {
+  VESCALE_CHECK(c.contains(key) && !c[key].is_null(), "model.init_from: ", where, " lacks '", key,
+                "'");
+  return c[key];
+}
+
+// The fields LLaMA and Mixtral share (shared/attention_options.h), and LLaMA 3.1's RoPE scaling
+// (transformers' rope_scaling, or rope_parameters in newer versions).
+void attention_fields(const json& c, const std::string& where, HfConfigFields& out, bool scaling) {
+  auto put = [&](const char* ours, const char* theirs) { out.emplace_back(ours, need(c, theirs, where).dump()); };
+  put("vocab_size", "vocab_size");
+  put("dim", "hidden_size");
+  put("n_layers", "num_hidden_layers");
+  put("n_heads", "num_attention_heads");
+  out.emplace_back("n_kv_heads", c.value("num_key_value_heads", need(c, "num_attention_heads", where)).dump());
+  put("ffn_dim", "intermediate_size");
+  put("norm_eps", "rms_norm_eps");
+  put("max_seq_len", "max_position_embeddings");
+  out.emplace_back("tie_embeddings", json(c.value("tie_word_embeddings", false)).dump());
+  const json rope = c.contains("rope_parameters") && c["rope_parameters"].is_object()
+                        ? c["rope_parameters"]
+                        : (c.contains("rope_scaling") && c["rope_scaling"].is_object() ? c["rope_scaling"]
+                                                                                     : json::object());
+  const json theta = c.contains("rope_theta") ? c["rope_theta"] : rope.value("rope_theta", json(10000.0));
+  out.emplace_back("rope_theta", theta.dump());
+  if (!scaling) return;
+  const std::string kind = rope.value("rope_type", rope.value("type", std::string("default")));
+  if (kind == "llama3") {
+    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+      out.emplace_back(std::string("rope_scaling.") + k, need(rope, k, where + " (rope scaling)").dump());
+  } else {
+    VESCALE_CHECK(kind == "default", "model.init_from: ", where, ": rope type '", kind,
+                  "' is not supported (default and llama3 are)");
+    out.emplace_back("rope_scaling.factor", "0");
+  }
+}
+
+}  // namespace
+
+HfConfigFields llama_fields_from_hf(const std::string& text, const std::string& where) {
+  const json c = parse(text, where, {"llama"});
+  HfConfigFields out;
+  attention_fields(c, where, out, /*scaling=*/true);
+  return out;
+}
+
+HfConfigFields mixtral_fields_from_hf(const std::string& text, const std::string& where) {
+  const json c = parse(text, where, {"mixtral"});
+  HfConfigFields out;
+  attention_fields(c, where, out, /*scaling=*/false);
+  out.emplace_back("n_experts", need(c, "num_local_experts", where).dump());
+  out.emplace_back("top_k", need(c, "num_experts_per_tok", where).dump());
+  return out;
+}
+
+HfConfigFields gpt2_fields_from_hf(const std::string& text, const std::string& where) {
+  const json c = parse(text, where, {"gpt2"});
+  HfConfigFields out;
+  for (auto [ours, theirs] : {std::pair{"vocab_size", "vocab_size"}, {"n_positions", "n_positions"},
+                              {"n_embd", "n_embd"}, {"n_layer", "n_layer"}, {"n_head", "n_head"},
+                              {"layer_norm_eps", "layer_norm_epsilon"}})
+    out.emplace_back(ours, need(c, theirs, where).dump());
+  return out;
+}
+
+}  // namespace models
