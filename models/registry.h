@@ -64,6 +64,9 @@ struct ModelFamily {
   std::function<std::vector<std::pair<std::string, std::string>>(const std::string&,
                                                                  const std::string&)>
       from_hf_config;
+  // The other way: a config.json for transformers from these options, the weights stored as
+  // the given torch dtype ("float32", "bfloat16").
+  std::function<std::string(const ModelOptions&, const std::string&)> to_hf_config;
 };
 
 // Called by each family's options file at load time.

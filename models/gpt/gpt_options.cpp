@@ -51,7 +51,10 @@ struct GptModelOptions final : OptionsImpl<GPTOptions> {
 };
 
 const bool registered =
-    (register_family({"gpt", [] { return std::make_unique<GptModelOptions>(); }, gpt2_fields_from_hf}),
+    (register_family({"gpt", [] { return std::make_unique<GptModelOptions>(); }, gpt2_fields_from_hf,
+                      [](const ModelOptions& o, const std::string& dtype) {
+                        return gpt2_config_to_hf(o.as<GPTOptions>(), dtype);
+                      }}),
      true);
 
 }  // namespace

@@ -47,7 +47,10 @@ struct LlamaModelOptions final : OptionsImpl<LlamaOptions> {
 
 const bool registered =
     (register_family({"llama", [] { return std::make_unique<LlamaModelOptions>(); },
-                      llama_fields_from_hf}),
+                      llama_fields_from_hf,
+                      [](const ModelOptions& o, const std::string& dtype) {
+                        return llama_config_to_hf(o.as<LlamaOptions>(), dtype);
+                      }}),
      true);
 
 }  // namespace

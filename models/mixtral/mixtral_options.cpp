@@ -51,7 +51,10 @@ struct MixtralModelOptions final : OptionsImpl<MixtralOptions> {
 
 const bool registered =
     (register_family({"mixtral", [] { return std::make_unique<MixtralModelOptions>(); },
-                      mixtral_fields_from_hf}),
+                      mixtral_fields_from_hf,
+                      [](const ModelOptions& o, const std::string& dtype) {
+                        return mixtral_config_to_hf(o.as<MixtralOptions>(), dtype);
+                      }}),
      true);
 
 }  // namespace

@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpt/gpt_options.h"
+#include "llama/llama_options.h"
+#include "mixtral/mixtral_options.h"
 #include "vescale/common/check.h"
 
 namespace models {
@@ -90,6 +93,82 @@ HfConfigFields gpt2_fields_from_hf(const std::string& text, const std::string& w
                               {"layer_norm_eps", "layer_norm_epsilon"}})
     out.emplace_back(ours, need(c, theirs, where).dump());
   return out;
+}
+
+namespace {
+
+template <class O>
+json attention_to_hf(const O& o, const char* arch, const char* type, const std::string& dtype) {
+  json rope = nullptr;
+  if (o.rope_scaling.factor > 0)
+    rope = {{"rope_type", "llama3"},
+            {"factor", o.rope_scaling.factor},
+            {"low_freq_factor", o.rope_scaling.low_freq_factor},
+            {"high_freq_factor", o.rope_scaling.high_freq_factor},
+            {"original_max_position_embeddings", o.rope_scaling.original_max_position_embeddings}};
+  return {{"architectures", {arch}},
+          {"model_type", type},
+          {"vocab_size", o.vocab_size},
+          {"hidden_size", o.dim},
+          {"intermediate_size", o.ffn_dim},
+          {"num_hidden_layers", o.n_layers},
+          {"num_attention_heads", o.n_heads},
+          {"num_key_value_heads", o.n_kv_heads},
+          {"head_dim", o.dim / o.n_heads},
+          {"hidden_act", "silu"},
+          {"rms_norm_eps", o.norm_eps},
+          {"max_position_embeddings", o.max_seq_len},
+          {"rope_theta", o.rope_theta},
+          {"rope_scaling", rope},
+          {"tie_word_embeddings", o.tie_embeddings},
+          {"attention_bias", false},
+          {"attention_dropout", 0.0},
+          {"torch_dtype", dtype},
+          {"use_cache", true}};
+}
+
+}  // namespace
+
+std::string llama_config_to_hf(const LlamaOptions& o, const std::string& dtype) {
+  json j = attention_to_hf(o, "LlamaForCausalLM", "llama", dtype);
+  j["mlp_bias"] = false;
+  return j.dump(2);
+}
+
+std::string mixtral_config_to_hf(const MixtralOptions& o, const std::string& dtype) {
+  VESCALE_CHECK(o.rope_scaling.factor == 0, "vescale-convert: Mixtral with rope_scaling has no ",
+                "transformers counterpart; set model.rope_scaling.factor=0");
+  json j = attention_to_hf(o, "MixtralForCausalLM", "mixtral", dtype);
+  j.erase("rope_scaling");
+  j["num_local_experts"] = o.n_experts;
+  j["num_experts_per_tok"] = o.top_k;
+  j["router_aux_loss_coef"] = o.aux_loss_coef;
+  j["output_router_logits"] = false;
+  j["sliding_window"] = nullptr;
+  return j.dump(2);
+}
+
+std::string gpt2_config_to_hf(const GPTOptions& o, const std::string& dtype) {
+  VESCALE_CHECK(o.bias, "vescale-convert: a GPT without biases (model.bias=false, nanoGPT's "
+                "bias=False) has no GPT-2 counterpart in transformers");
+  const json j{{"architectures", {"GPT2LMHeadModel"}},
+               {"model_type", "gpt2"},
+               {"vocab_size", o.vocab_size},
+               {"n_positions", o.n_positions},
+               {"n_ctx", o.n_positions},
+               {"n_embd", o.n_embd},
+               {"n_layer", o.n_layer},
+               {"n_head", o.n_head},
+               {"n_inner", nullptr},
+               {"activation_function", "gelu_new"},
+               {"layer_norm_epsilon", o.layer_norm_eps},
+               {"resid_pdrop", o.dropout},
+               {"embd_pdrop", o.dropout},
+               {"attn_pdrop", o.dropout},
+               {"tie_word_embeddings", true},
+               {"torch_dtype", dtype},
+               {"use_cache", true}};
+  return j.dump(2);
 }
 
 }  // namespace models

@@ -17,4 +17,15 @@ HfConfigFields llama_fields_from_hf(const std::string& text, const std::string& 
 HfConfigFields mixtral_fields_from_hf(const std::string& text, const std::string& where);
 HfConfigFields gpt2_fields_from_hf(const std::string& text, const std::string& where);
 
+struct LlamaOptions;
+struct MixtralOptions;
+struct GPTOptions;
+
+// The other way: a config.json for transformers (and vLLM) describing a model with these options,
+// its weights stored as `torch_dtype` ("float32", "bfloat16"). GPT without biases (nanoGPT's
+// bias=False) has no GPT-2 counterpart: an error.
+std::string llama_config_to_hf(const LlamaOptions& o, const std::string& torch_dtype);
+std::string mixtral_config_to_hf(const MixtralOptions& o, const std::string& torch_dtype);
+std::string gpt2_config_to_hf(const GPTOptions& o, const std::string& torch_dtype);
+
 }  // namespace models

@@ -1,4 +1,4 @@
-#include "train/hf_weights.h"
+#include "vescale/train/hf_weights.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -16,12 +16,9 @@
 
 namespace vescale::train {
 
-namespace {
-
 namespace fs = std::filesystem;
 
-// Every weight of the folder, as views of mapped files.
-models::StateDict map_folder(const std::string& dir) {
+std::map<std::string, at::Tensor> map_hf_weights(const std::string& dir) {
   const fs::path single = fs::path(dir) / "model.safetensors";
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   std::vector<std::string> files;
@@ -53,13 +50,11 @@ models::StateDict map_folder(const std::string& dir) {
   return all;
 }
 
-}  // namespace
-
 void load_hf_weights(const std::string& dir, const Model& model, const ModelConfig& config) {
   const auto& builder = models::builder(config.type);
   VESCALE_CHECK(builder.from_hf, "model.init_from: model.type '", config.type,
                 "' has no Hugging Face adapter");
-  const models::StateDict ours = builder.from_hf(map_folder(dir), *config.options);
+  const models::StateDict ours = builder.from_hf(map_hf_weights(dir), *config.options);
   c10::NoGradGuard no_grad;
   std::vector<std::string> missing;
   for (const auto& item : model.module->named_parameters()) {

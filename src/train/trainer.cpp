@@ -14,7 +14,6 @@
 #include <fstream>
 
 #include "shared/meta_device.h"
-#include "train/hf_weights.h"
 #include "train/trainer_internal.h"
 #include "train/trainer_pipeline.h"
 #include "train/trainer_timeline.h"
@@ -33,6 +32,7 @@
 #include "vescale/plan/plan.h"
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
+#include "vescale/train/hf_weights.h"
 #include "vescale/kernels/host_memory.h"
 #include "vescale/timeline/recorder.h"
 #include "vescale/train/stop_signal.h"

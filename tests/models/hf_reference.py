@@ -130,13 +130,54 @@ def check_cpp(path):
     return 0
 
 
+def check_export(root, reference):
+    """vescale-convert's folders under root load in transformers: each trained export gives the
+    logits our model gave (ours.safetensors) within 1e-5; each round trip (HF -> ours -> HF) holds
+    the original tensors bit for bit and gives the original reference logits."""
+    import glob
+    import json
+    from transformers import AutoModelForCausalLM
+    failed = 0
+    for d in sorted(glob.glob(os.path.join(root, "*"))):
+        name = os.path.basename(d)
+        model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
+        if name.startswith("roundtrip_"):
+            orig = os.path.join(reference, name[len("roundtrip_"):])
+            want = load_file(os.path.join(orig, "model.safetensors"))
+            got = {}
+            index = os.path.join(d, "model.safetensors.index.json")
+            files = set(json.load(open(index))["weight_map"].values()) if os.path.exists(index) else {"model.safetensors"}
+            for f in files:
+                got.update(load_file(os.path.join(d, f)))
+            bitwise = set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
+            ref = load_file(os.path.join(orig, "reference.safetensors"))
+        else:
+            bitwise = True
+            ref = load_file(os.path.join(d, "ours.safetensors"))
+        with torch.no_grad():
+            logits = model(ref["tokens"]).logits
+        diff = (logits - ref["logits"]).abs().max().item()
+        ok = bitwise and diff <= 1e-5
+        failed += not ok
+        print(f"{name}: transformers {type(model).__name__}, max |logits diff| {diff:.3g}"
+              + ("" if bitwise else ", tensors DIFFER from the original") + ("" if ok else "  FAILED"))
+    if not glob.glob(os.path.join(root, "*")):
+        print(f"{root}: no exported folders", file=sys.stderr)
+        return 1
+    return 1 if failed else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--check-cpp")
+    ap.add_argument("--check-export", help="folder of vescale-convert outputs")
+    ap.add_argument("--reference", help="with --check-export: the --out folder of this script")
     a = ap.parse_args()
     if a.check_cpp:
         return check_cpp(a.check_cpp)
+    if a.check_export:
+        return check_export(a.check_export, a.reference)
     torch.set_default_dtype(torch.float32)
     for name, make in (("llama", make_llama), ("mixtral", make_mixtral), ("gpt2", make_gpt2)):
         d = os.path.join(a.out, name)

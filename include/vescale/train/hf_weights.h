@@ -1,12 +1,19 @@
-// Internal: model.init_from, a Hugging Face folder's weights into the trainer's model under any
-// plan and mesh (docs/models.md).
+// Hugging Face folders in: model.init_from (the trainer), vescale-convert (docs/models.md).
 #pragma once
+#include <ATen/core/Tensor.h>
+
+#include <map>
 #include <string>
 
 #include "vescale/train/config.h"
 #include "vescale/train/model_factory.h"
 
 namespace vescale::train {
+
+// Every weight of a Hugging Face folder (model.safetensors, or the files of
+// model.safetensors.index.json) under its Hugging Face name, as views of private memory maps:
+// nothing is read until used.
+std::map<std::string, at::Tensor> map_hf_weights(const std::string& dir);
 
 // The folder's model.safetensors, or every file of model.safetensors.index.json, mapped (not
 // read: each rank touches only the pages of what it copies), turned into our names and layouts

@@ -1,0 +1,27 @@
+// Checkpoints to Hugging Face folders and back (vescale-convert; docs/models.md).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vescale::train {
+
+struct HfExportOptions {
+  std::string dtype = "fp32";               // the weights as stored: fp32 or bf16
+  int64_t max_shard_bytes = 5LL << 30;      // split into files of at most this (one tensor may exceed it)
+};
+
+// One of our checkpoints (a folder, or a root holding `latest`), saved at any world size with
+// or without ZeRO, to a Hugging Face folder `out`: config.json (from the config the checkpoint
+// recorded), model.safetensors or model-0000i-of-0000n.safetensors with
+// model.safetensors.index.json. Not collective: one process reads what it needs. Returns the
+// files written.
+std::vector<std::string> export_hf(const std::string& checkpoint, const std::string& out,
+                                   const HfExportOptions& options = {});
+
+// A Hugging Face folder to one of our checkpoints, root/step-00000000 (the weights under
+// "model/<name>", the config taken from config.json in its metadata): for checkpoint::load and
+// export_hf. Training from Hugging Face weights is model.init_from. Returns the folder.
+std::string import_hf(const std::string& hf_dir, const std::string& root);
+
+}  // namespace vescale::train

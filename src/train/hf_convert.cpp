@@ -1,0 +1,140 @@
+#include "vescale/train/hf_convert.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "model.h"
+#include "registry.h"
+#include "vescale/checkpoint/distributed_checkpoint.h"
+#include "vescale/checkpoint/safetensors.h"
+#include "vescale/common/check.h"
+#include "vescale/train/config.h"
+#include "vescale/train/hf_weights.h"
+
+namespace vescale::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// The config a checkpoint recorded, without what conversion does not need (and may not find).
+Config config_of(const checkpoint::CheckpointInfo& info) {
+  const json meta = json::parse(info.metadata);
+  VESCALE_CHECK(meta.contains("config"), "vescale-convert: ", info.folder,
+                " records no config (written before checkpoints did); re-save it with this build");
+  json c = meta["config"];
+  if (c.contains("parallel")) c["parallel"].erase("plan");
+  if (c.contains("model")) c["model"].erase("init_from"), c["model"].erase("from_hf_config");
+  return Config::from_json(c.dump(), info.folder + "/index.json");
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text << "\n";
+  VESCALE_CHECK(out.good(), "vescale-convert: cannot write ", path.string());
+}
+
+}  // namespace
+
+std::vector<std::string> export_hf(const std::string& checkpoint, const std::string& out,
+                                   const HfExportOptions& opts) {
+  VESCALE_CHECK(opts.dtype == "fp32" || opts.dtype == "bf16", "vescale-convert: --dtype '",
+                opts.dtype, "' is not fp32 or bf16");
+  VESCALE_CHECK(opts.max_shard_bytes > 0, "vescale-convert: --max-shard-size must be > 0");
+  std::string folder = checkpoint;
+  if (!fs::exists(fs::path(folder) / "index.json")) {
+    auto l = checkpoint::latest(checkpoint);
+    VESCALE_CHECK(l, "vescale-convert: ", checkpoint,
+                  " is neither a checkpoint folder (index.json) nor a root with `latest`");
+    folder = *l;
+  }
+  const auto info = checkpoint::read_info(folder);
+  const Config cfg = config_of(info);
+  // The model's tensors, whole, in one process.
+  checkpoint::StateDict state;
+  for (const auto& [name, e] : info.tensors)
+    if (name.rfind("model/", 0) == 0) state[name] = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+  VESCALE_CHECK(!state.empty(), "vescale-convert: ", folder, " holds no model/ tensors");
+  checkpoint::load(folder, state);
+  models::StateDict ours;
+  for (auto& [name, t] : state) ours[name.substr(6)] = t;
+  const auto& builder = models::builder(cfg.model.type);
+  VESCALE_CHECK(builder.to_hf, "vescale-convert: model.type '", cfg.model.type,
+                "' has no Hugging Face adapter");
+  models::StateDict hf = builder.to_hf(ours, *cfg.model.options);
+  const at::ScalarType dtype = opts.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  for (auto& [k, t] : hf)
+    if (at::isFloatingType(t.scalar_type())) t = t.to(dtype).contiguous();
+
+  // Files of at most max_shard_bytes, in name order.
+  std::vector<std::map<std::string, at::Tensor>> shards(1);
+  int64_t in_shard = 0, total = 0;
+  for (const auto& [k, t] : hf) {
+    const int64_t bytes = static_cast<int64_t>(t.numel() * t.element_size());
+    if (in_shard > 0 && in_shard + bytes > opts.max_shard_bytes) shards.emplace_back(), in_shard = 0;
+    shards.back()[k] = t;
+    in_shard += bytes, total += bytes;
+  }
+  fs::create_directories(out);
+  std::vector<std::string> written;
+  const std::map<std::string, std::string> meta{{"format", "pt"}};
+  if (shards.size() == 1) {
+    checkpoint::save_safetensors((fs::path(out) / "model.safetensors").string(), shards[0], meta);
+    written.push_back("model.safetensors");
+  } else {
+    json weight_map = json::object();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      checkpoint::save_safetensors((fs::path(out) / name).string(), shards[i], meta);
+      for (const auto& [k, t] : shards[i]) weight_map[k] = name;
+      written.push_back(name);
+    }
+    write_text(fs::path(out) / "model.safetensors.index.json",
+               json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2));
+    written.push_back("model.safetensors.index.json");
+  }
+  const models::ModelFamily* family = models::find_family(cfg.model.type);
+  VESCALE_CHECK(family && family->to_hf_config, "vescale-convert: model.type '", cfg.model.type,
+                "' has no Hugging Face config");
+  write_text(fs::path(out) / "config.json",
+             family->to_hf_config(*cfg.model.options, dtype == at::kBFloat16 ? "bfloat16" : "float32"));
+  written.push_back("config.json");
+  return written;
+}
+
+std::string import_hf(const std::string& hf_dir, const std::string& root) {
+  std::ifstream in(fs::path(hf_dir) / "config.json");
+  VESCALE_CHECK(in.good(), "vescale-convert: no ", (fs::path(hf_dir) / "config.json").string(),
+                "; --from-hf takes a Hugging Face model folder");
+  json hf;
+  try {
+    hf = json::parse(in);
+  } catch (const json::exception& e) {
+    VESCALE_FAIL("vescale-convert: ", hf_dir, "/config.json is not valid JSON: ", e.what());
+  }
+  const std::string hf_type = hf.value("model_type", "");
+  const std::string type = hf_type == "gpt2" ? "gpt" : hf_type;
+  VESCALE_CHECK(type == "llama" || type == "mixtral" || type == "gpt", "vescale-convert: ", hf_dir,
+                " holds a '", hf_type, "' model; llama, mixtral and gpt2 convert");
+  // model.* from config.json: the same path as model.init_from with from_hf_config.
+  const Config cfg = Config::from_json(
+      // (train.* is a placeholder: a converted checkpoint records the model, not a run)
+      json{{"model", {{"type", type}, {"init_from", fs::absolute(hf_dir).string()}, {"from_hf_config", true}}},
+           {"train", {{"seq_len", 1}}}}
+          .dump(),
+      hf_dir + "/config.json");
+  const auto ours = models::builder(type).from_hf(map_hf_weights(hf_dir), *cfg.model.options);
+  checkpoint::StateDict state;
+  for (const auto& [k, t] : ours) state["model/" + k] = t.contiguous();
+  json c = json::parse(cfg.to_json());
+  c["model"].erase("init_from"), c["model"].erase("from_hf_config");
+  const json meta{{"step", 0}, {"model", type}, {"config", c}, {"converted_from", hf_dir}};
+  return checkpoint::save(root, "step-00000000", state, meta.dump());
+}
+
+}  // namespace vescale::train
