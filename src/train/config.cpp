@@ -288,10 +288,16 @@ void apply_override(json& cfg, const std::string& source, const std::string& kv)
 ModelConfig::ModelConfig() : options(models::default_options(type)) {}
 
 ModelConfig::ModelConfig(const ModelConfig& other)
-    : type(other.type), options(other.options->clone()) {}
+    : type(other.type),
+      options(other.options->clone()),
+      init_from(other.init_from),
+      from_hf_config(other.from_hf_config) {}
 
 ModelConfig& ModelConfig::operator=(const ModelConfig& other) {
-  if (this != &other) type = other.type, options = other.options->clone();
+  if (this != &other) {
+    type = other.type, options = other.options->clone();
+    init_from = other.init_from, from_hf_config = other.from_hf_config;
+  }
   return *this;
 }
 

@@ -12,6 +12,7 @@
 #include "model.h"
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/common/check.h"
+#include "vescale/common/logging.h"
 #include "vescale/dtensor/dtensor.h"
 
 namespace vescale::train {
@@ -57,6 +58,7 @@ void load_hf_weights(const std::string& dir, const Model& model, const ModelConf
   const models::StateDict ours = builder.from_hf(map_hf_weights(dir), *config.options);
   c10::NoGradGuard no_grad;
   std::vector<std::string> missing;
+  int64_t copied = 0;
   for (const auto& item : model.module->named_parameters()) {
     const at::Tensor& p = item.value();
     const bool dt = dtensor::is_dtensor(p);
@@ -77,9 +79,11 @@ void load_hf_weights(const std::string& dir, const Model& model, const ModelConf
       for (int64_t d = 0; d < src.dim(); ++d) src = src.narrow(d, offsets[d], local.size(d));
     }
     local.copy_(src);
+    ++copied;
   }
   VESCALE_CHECK(missing.empty(), "model.init_from: ", dir, " has no weight for ", missing.size(),
                 " parameters, e.g. '", missing.empty() ? "" : missing.front(), "'");
+  log::info("model.init_from: " + std::to_string(copied) + " weights from " + dir);
 }
 
 }  // namespace vescale::train

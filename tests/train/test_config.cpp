@@ -220,3 +220,16 @@ TEST_CASE("an override (--set) with bytes that are not UTF-8 is a clear error", 
   CHECK(c.log.metrics_jsonl == "m\xc3\xa9tricas.jsonl");
   CHECK(Config::from_json(c.to_json()).to_json() == c.to_json());
 }
+
+TEST_CASE("a copied config keeps model.init_from and from_hf_config", "[config]") {
+  vescale::train::Config c;
+  c.model.init_from = "hf/llama";
+  c.model.from_hf_config = true;
+  const vescale::train::Config copy = c;
+  CHECK(copy.model.init_from == "hf/llama");
+  CHECK(copy.model.from_hf_config);
+  vescale::train::Config assigned;
+  assigned = c;
+  CHECK(assigned.model.init_from == "hf/llama");
+  CHECK(assigned.model.from_hf_config);
+}
