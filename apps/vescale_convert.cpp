@@ -1,6 +1,6 @@
 // vescale-convert: our checkpoints to Hugging Face folders and back.
-//   vescale-convert --checkpoint ckpt/latest-or-folder --to-hf out_dir [--dtype bf16] [--max-shard-size 5GB]
-//   vescale-convert --from-hf hf_dir --to-checkpoint ckpt_root
+//   vescale-convert --checkpoint ckpt/latest-or-folder --to-hf out_dir [--dtype bf16]
+//   [--max-shard-size 5GB] vescale-convert --from-hf hf_dir --to-checkpoint ckpt_root
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -24,10 +24,15 @@ int64_t parse_size(const std::string& s) {
   }
   const std::string unit = s.substr(used);
   double scale = 1;
-  if (unit == "KB" || unit == "K") scale = 1e3;
-  else if (unit == "MB" || unit == "M") scale = 1e6;
-  else if (unit == "GB" || unit == "G") scale = 1e9;
-  else VESCALE_CHECK(unit.empty() || unit == "B", "--max-shard-size '", s, "': unknown unit '", unit, "' (B, KB, MB, GB)");
+  if (unit == "KB" || unit == "K")
+    scale = 1e3;
+  else if (unit == "MB" || unit == "M")
+    scale = 1e6;
+  else if (unit == "GB" || unit == "G")
+    scale = 1e9;
+  else
+    VESCALE_CHECK(unit.empty() || unit == "B", "--max-shard-size '", s, "': unknown unit '", unit,
+                  "' (B, KB, MB, GB)");
   return static_cast<int64_t>(v * scale);
 }
 
@@ -36,7 +41,8 @@ int64_t parse_size(const std::string& s) {
 int main(int argc, char** argv) {
   CLI::App app{"vescale-convert: checkpoints to Hugging Face folders and back"};
   std::string checkpoint, to_hf, from_hf, to_checkpoint, dtype = "fp32", max_shard = "5GB";
-  app.add_option("--checkpoint", checkpoint, "our checkpoint: a step folder or a root with `latest`");
+  app.add_option("--checkpoint", checkpoint,
+                 "our checkpoint: a step folder or a root with `latest`");
   app.add_option("--to-hf", to_hf, "write a Hugging Face folder here");
   app.add_option("--from-hf", from_hf, "a Hugging Face folder (config.json, model.safetensors)");
   app.add_option("--to-checkpoint", to_checkpoint, "write our checkpoint under this root");
@@ -45,9 +51,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (!checkpoint.empty() && !to_hf.empty()) {
-      const auto files = vescale::train::export_hf(checkpoint, to_hf, {dtype, parse_size(max_shard)});
+      const auto files =
+          vescale::train::export_hf(checkpoint, to_hf, {dtype, parse_size(max_shard)});
       std::printf("vescale-convert: wrote %s (%zu files: ", to_hf.c_str(), files.size());
-      for (size_t i = 0; i < files.size(); ++i) std::printf("%s%s", i ? ", " : "", files[i].c_str());
+      for (size_t i = 0; i < files.size(); ++i)
+        std::printf("%s%s", i ? ", " : "", files[i].c_str());
       std::printf(")\n");
       return 0;
     }
@@ -56,8 +64,9 @@ int main(int argc, char** argv) {
       std::printf("vescale-convert: wrote %s\n", folder.c_str());
       return 0;
     }
-    std::fprintf(stderr,
-                 "vescale-convert: give --checkpoint and --to-hf, or --from-hf and --to-checkpoint\n");
+    std::fprintf(
+        stderr,
+        "vescale-convert: give --checkpoint and --to-hf, or --from-hf and --to-checkpoint\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vescale-convert: %s\n", vescale::error_text(e).c_str());

@@ -4,7 +4,8 @@
 // the writer thread does the rest while training would go on); a resharding load onto a
 // dp=2 x tp=2 mesh (each rank reads half the rows: two of the four files' chunks); and each
 // phase's peak host memory per rank above what it held before (VmHWM, reset per phase).
-//   build/apps/vescale-run --nproc-per-node 4 -- build/bench/checkpoint_bench --dir /tmp/ck [--mb 512]
+//   build/apps/vescale-run --nproc-per-node 4 -- build/bench/checkpoint_bench --dir /tmp/ck [--mb
+//   512]
 // Prints one JSON line on rank 0 (bench/checkpoint.sh turns them into bench/results/checkpoint.md).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -120,7 +121,8 @@ int main(int argc, char** argv) {
     checkpoint::load(dir + "/sync-" + std::to_string(r), target);
     load_ms.push_back(max_over_ranks(ms_since(t0)));
     load_peak = std::max(load_peak, max_over_ranks(peak_mb() - base));
-    const double read_mb = static_cast<double>(checkpoint::io_counters().bytes_read - read0) / (1 << 20);
+    const double read_mb =
+        static_cast<double>(checkpoint::io_counters().bytes_read - read0) / (1 << 20);
     if (r == 0 && rank == 0) std::fprintf(stderr, "load: rank 0 read %.1f MB\n", read_mb);
     // Check the load: rank 0's rows 0..rows/2 are ranks 0 and 1's saved shards.
     if (r == 0) {

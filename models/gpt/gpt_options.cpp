@@ -50,12 +50,12 @@ struct GptModelOptions final : OptionsImpl<GPTOptions> {
   int64_t dim() const override { return value.n_embd; }
 };
 
-const bool registered =
-    (register_family({"gpt", [] { return std::make_unique<GptModelOptions>(); }, gpt2_fields_from_hf,
-                      [](const ModelOptions& o, const std::string& dtype) {
-                        return gpt2_config_to_hf(o.as<GPTOptions>(), dtype);
-                      }}),
-     true);
+const bool registered = (register_family({"gpt", [] { return std::make_unique<GptModelOptions>(); },
+                                          gpt2_fields_from_hf,
+                                          [](const ModelOptions& o, const std::string& dtype) {
+                                            return gpt2_config_to_hf(o.as<GPTOptions>(), dtype);
+                                          }}),
+                         true);
 
 }  // namespace
 }  // namespace models

@@ -13,7 +13,8 @@ namespace {
 
 using json = nlohmann::json;
 
-json parse(const std::string& text, const std::string& where, const std::vector<std::string>& types) {
+json parse(const std::string& text, const std::string& where,
+           const std::vector<std::string>& types) {
   json c;
   try {
     c = json::parse(text);
@@ -39,27 +40,34 @@ const json& need(const json& c, const char* key, const std::string& where) {
 // The fields LLaMA and Mixtral share (shared/attention_options.h), and LLaMA 3.1's RoPE scaling
 // (transformers' rope_scaling, or rope_parameters in newer versions).
 void attention_fields(const json& c, const std::string& where, HfConfigFields& out, bool scaling) {
-  auto put = [&](const char* ours, const char* theirs) { out.emplace_back(ours, need(c, theirs, where).dump()); };
+  auto put = [&](const char* ours, const char* theirs) {
+    out.emplace_back(ours, need(c, theirs, where).dump());
+  };
   put("vocab_size", "vocab_size");
   put("dim", "hidden_size");
   put("n_layers", "num_hidden_layers");
   put("n_heads", "num_attention_heads");
-  out.emplace_back("n_kv_heads", c.value("num_key_value_heads", need(c, "num_attention_heads", where)).dump());
+  out.emplace_back("n_kv_heads",
+                   c.value("num_key_value_heads", need(c, "num_attention_heads", where)).dump());
   put("ffn_dim", "intermediate_size");
   put("norm_eps", "rms_norm_eps");
   put("max_seq_len", "max_position_embeddings");
   out.emplace_back("tie_embeddings", json(c.value("tie_word_embeddings", false)).dump());
-  const json rope = c.contains("rope_parameters") && c["rope_parameters"].is_object()
-                        ? c["rope_parameters"]
-                        : (c.contains("rope_scaling") && c["rope_scaling"].is_object() ? c["rope_scaling"]
-                                                                                     : json::object());
-  const json theta = c.contains("rope_theta") ? c["rope_theta"] : rope.value("rope_theta", json(10000.0));
+  const json rope =
+      c.contains("rope_parameters") && c["rope_parameters"].is_object()
+          ? c["rope_parameters"]
+          : (c.contains("rope_scaling") && c["rope_scaling"].is_object() ? c["rope_scaling"]
+                                                                         : json::object());
+  const json theta =
+      c.contains("rope_theta") ? c["rope_theta"] : rope.value("rope_theta", json(10000.0));
   out.emplace_back("rope_theta", theta.dump());
   if (!scaling) return;
   const std::string kind = rope.value("rope_type", rope.value("type", std::string("default")));
   if (kind == "llama3") {
-    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
-      out.emplace_back(std::string("rope_scaling.") + k, need(rope, k, where + " (rope scaling)").dump());
+    for (const char* k :
+         {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+      out.emplace_back(std::string("rope_scaling.") + k,
+                       need(rope, k, where + " (rope scaling)").dump());
   } else {
     VESCALE_CHECK(kind == "default", "model.init_from: ", where, ": rope type '", kind,
                   "' is not supported (default and llama3 are)");
@@ -88,8 +96,11 @@ HfConfigFields mixtral_fields_from_hf(const std::string& text, const std::string
 HfConfigFields gpt2_fields_from_hf(const std::string& text, const std::string& where) {
   const json c = parse(text, where, {"gpt2"});
   HfConfigFields out;
-  for (auto [ours, theirs] : {std::pair{"vocab_size", "vocab_size"}, {"n_positions", "n_positions"},
-                              {"n_embd", "n_embd"}, {"n_layer", "n_layer"}, {"n_head", "n_head"},
+  for (auto [ours, theirs] : {std::pair{"vocab_size", "vocab_size"},
+                              {"n_positions", "n_positions"},
+                              {"n_embd", "n_embd"},
+                              {"n_layer", "n_layer"},
+                              {"n_head", "n_head"},
                               {"layer_norm_eps", "layer_norm_epsilon"}})
     out.emplace_back(ours, need(c, theirs, where).dump());
   return out;
@@ -149,7 +160,8 @@ std::string mixtral_config_to_hf(const MixtralOptions& o, const std::string& dty
 }
 
 std::string gpt2_config_to_hf(const GPTOptions& o, const std::string& dtype) {
-  VESCALE_CHECK(o.bias, "vescale-convert: a GPT without biases (model.bias=false, nanoGPT's "
+  VESCALE_CHECK(o.bias,
+                "vescale-convert: a GPT without biases (model.bias=false, nanoGPT's "
                 "bias=False) has no GPT-2 counterpart in transformers");
   const json j{{"architectures", {"GPT2LMHeadModel"}},
                {"model_type", "gpt2"},

@@ -110,24 +110,6 @@ std::vector<int64_t> global_shape(const at::Tensor& t) {
   return dtensor::is_dtensor(t) ? dtensor::spec_of(t).shape : t.sizes().vec();
 }
 
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    VESCALE_CHECK(out, "checkpoint: cannot create ", tmp.string(),
-                  ": check that the folder is writable");
-    out << text;
-    out.flush();
-    VESCALE_CHECK(out, "checkpoint: writing ", tmp.string(), " failed (disk full?)");
-  }
-  detail::fsync_path(tmp.string());
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  VESCALE_CHECK(!ec, "checkpoint: cannot rename ", tmp.string(), " to ", path.string(), ": ",
-                ec.message());
-  detail::fsync_parent(path.string());
-}
-
 json read_index(const std::string& folder);
 
 using dist::all_gather_int64;
@@ -363,7 +345,7 @@ std::string AsyncSave::commit(int64_t keep, const std::string& run_id) {
       files[rank_file(r)] = {{"bytes", status[3 * r + 2]}, {"crc32", status[3 * r + 1]}};
     job->index["files"] = std::move(files);
     if (!run_id.empty()) job->index["run_id"] = run_id;
-    write_text_atomically(job->tmp_dir / "index.json", job->index.dump(1));
+    write_text_durably((job->tmp_dir / "index.json").string(), job->index.dump(1), "checkpoint");
     std::error_code ec;
     // Replacing a checkpoint of the same name (a rerun): the old one goes only once the new is
     // whole.
@@ -379,7 +361,8 @@ std::string AsyncSave::commit(int64_t keep, const std::string& run_id) {
     VESCALE_CHECK(!ec, "checkpoint: cannot rename ", job->tmp_dir.string(), " to ",
                   job->final_dir.string(), ": ", ec.message());
     detail::fsync_path(job->root.string());
-    write_text_atomically(job->root / "latest", job->final_dir.filename().string() + "\n");
+    write_text_durably((job->root / "latest").string(), job->final_dir.filename().string() + "\n",
+                       "checkpoint");
     fs::remove_all(old, ec);
     if (keep > 0) {
       std::vector<fs::path>

@@ -146,8 +146,9 @@ struct SafetensorsFile::Impl {
     auto* p = static_cast<char*>(dst);
     while (bytes > 0) {
       const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(at));
-      VESCALE_CHECK(n > 0, "safetensors: ", path, ": reading ", what, " failed",
-                    n < 0 ? std::string(": ") + std::strerror(errno) : std::string(" (truncated?)"));
+      VESCALE_CHECK(
+          n > 0, "safetensors: ", path, ": reading ", what, " failed",
+          n < 0 ? std::string(": ") + std::strerror(errno) : std::string(" (truncated?)"));
       p += n, at += static_cast<uint64_t>(n), bytes -= static_cast<uint64_t>(n);
       detail::count_bytes_read(static_cast<uint64_t>(n));
     }
@@ -225,17 +226,7 @@ SafetensorsFile::~SafetensorsFile() {
   if (impl_ && impl_->fd >= 0) ::close(impl_->fd);
 }
 
-const std::string& SafetensorsFile::path() const { return impl_->path; }
 uint64_t SafetensorsFile::file_size() const { return impl_->file_size; }
-const std::map<std::string, std::string>& SafetensorsFile::metadata() const {
-  return impl_->metadata;
-}
-
-std::vector<std::string> SafetensorsFile::names() const {
-  std::vector<std::string> out;
-  for (const auto& e : impl_->entries) out.push_back(e.name);
-  return out;
-}
 
 bool SafetensorsFile::contains(const std::string& name) const {
   return impl_->by_name.count(name) > 0;
@@ -264,8 +255,8 @@ std::map<std::string, at::Tensor> map_safetensors(const std::string& path) {
   auto mapping = std::shared_ptr<void>(base, [size](void* p) { ::munmap(p, size); });
   for (const Entry& e : f.entries) {
     char* data = static_cast<char*>(base) + 8 + f.header_length + e.begin;
-    out.emplace(e.name, at::from_blob(data, e.shape, [mapping](void*) {},
-                                      at::TensorOptions().dtype(e.type)));
+    out.emplace(e.name, at::from_blob(
+                            data, e.shape, [mapping](void*) {}, at::TensorOptions().dtype(e.type)));
   }
   return out;
 }
@@ -356,6 +347,23 @@ std::atomic<uint64_t> g_bytes_read{0}, g_fsyncs{0};
 }
 
 IoCounters io_counters() { return {g_bytes_read.load(), g_fsyncs.load()}; }
+
+void write_text_durably(const std::string& path, const std::string& text, const std::string& what) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    VESCALE_CHECK(out, what, ": cannot create ", tmp,
+                  ": check that the folder exists and is writable");
+    out << text;
+    out.flush();
+    VESCALE_CHECK(out, what, ": writing ", tmp, " failed (disk full?)");
+  }
+  detail::fsync_path(tmp);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  VESCALE_CHECK(!ec, what, ": cannot rename ", tmp, " to ", path, ": ", ec.message());
+  detail::fsync_parent(path);
+}
 
 namespace detail {
 

@@ -295,7 +295,8 @@ Work ProcessGroup::all_reduce(at::Tensor t, ReduceOp op) {
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);
   opts.timeout = g.timeout;
-  auto w = call(g, "all_reduce", {static_cast<int64_t>(t.nbytes())}, [&] { return g.backend->allreduce(ts, opts); });
+  auto w = call(g, "all_reduce", {static_cast<int64_t>(t.nbytes())},
+                [&] { return g.backend->allreduce(ts, opts); });
   return make_work(g, "all_reduce", std::move(w), maybe_divide(op, t, g.size));
 }
 
@@ -364,8 +365,8 @@ Work ProcessGroup::reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp
   opts.timeout = g.timeout;
   if (g.kind == Backend::Nccl) {
     at::Tensor i = in;
-    auto w =
-        call(g, "reduce_scatter", {static_cast<int64_t>(in.nbytes())}, [&] { return g.backend->_reduce_scatter_base(out, i, opts); });
+    auto w = call(g, "reduce_scatter", {static_cast<int64_t>(in.nbytes())},
+                  [&] { return g.backend->_reduce_scatter_base(out, i, opts); });
     return make_work(g, "reduce_scatter", std::move(w), maybe_divide(op, out, g.size));
   }
   // Gloo's reduce-scatter is an all-reduce and a slice anyway (docs/architecture.md, libtorch
@@ -375,7 +376,8 @@ Work ProcessGroup::reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp
   c10d::AllreduceOptions ar;
   ar.reduceOp = opts.reduceOp;
   ar.timeout = g.timeout;
-  auto w = call(g, "reduce_scatter", {static_cast<int64_t>(in.nbytes())}, [&] { return g.backend->allreduce(ts, ar); });
+  auto w = call(g, "reduce_scatter", {static_cast<int64_t>(in.nbytes())},
+                [&] { return g.backend->allreduce(ts, ar); });
   const int64_t rows = out.size(0);
   const int rank = g.rank, size = g.size;
   const bool avg = op == ReduceOp::Avg;
@@ -418,7 +420,8 @@ Work ProcessGroup::all_to_all(at::Tensor out, const at::Tensor& in,
   opts.timeout = g.timeout;
   at::Tensor i = in;
   std::vector<int64_t> os = out_splits, is = in_splits;
-  auto w = call(g, "all_to_all", {static_cast<int64_t>(in.nbytes())}, [&] { return g.backend->alltoall_base(out, i, os, is, opts); });
+  auto w = call(g, "all_to_all", {static_cast<int64_t>(in.nbytes())},
+                [&] { return g.backend->alltoall_base(out, i, os, is, opts); });
   return make_work(g, "all_to_all", std::move(w));
 }
 
@@ -431,7 +434,8 @@ Work ProcessGroup::broadcast(at::Tensor t, int root) {
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   opts.timeout = g.timeout;
-  auto w = call(g, "broadcast", {static_cast<int64_t>(t.nbytes())}, [&] { return g.backend->broadcast(ts, opts); });
+  auto w = call(g, "broadcast", {static_cast<int64_t>(t.nbytes())},
+                [&] { return g.backend->broadcast(ts, opts); });
   return make_work(g, "broadcast", std::move(w));
 }
 
@@ -441,7 +445,8 @@ Work ProcessGroup::send(const at::Tensor& t, int peer, int tag) {
   VESCALE_CHECK(peer >= 0 && peer < g.size && peer != g.rank, describe(g, "send"), ": peer ", peer,
                 " must be another group rank");
   std::vector<at::Tensor> ts{t};
-  auto w = call(g, "send", {static_cast<int64_t>(t.nbytes()), peer, tag}, [&] { return g.backend->send(ts, peer, tag); });
+  auto w = call(g, "send", {static_cast<int64_t>(t.nbytes()), peer, tag},
+                [&] { return g.backend->send(ts, peer, tag); });
   return make_work(g, "send", std::move(w));
 }
 
@@ -451,7 +456,8 @@ Work ProcessGroup::recv(at::Tensor t, int peer, int tag) {
   VESCALE_CHECK(peer >= 0 && peer < g.size && peer != g.rank, describe(g, "recv"), ": peer ", peer,
                 " must be another group rank");
   std::vector<at::Tensor> ts{t};
-  auto w = call(g, "recv", {static_cast<int64_t>(t.nbytes()), peer, tag}, [&] { return g.backend->recv(ts, peer, tag); });
+  auto w = call(g, "recv", {static_cast<int64_t>(t.nbytes()), peer, tag},
+                [&] { return g.backend->recv(ts, peer, tag); });
   return make_work(g, "recv", std::move(w));
 }
 

@@ -15,23 +15,40 @@ namespace vescale::timeline {
 
 const char* to_string(Kind kind) {
   switch (kind) {
-    case Kind::Step: return "step";
-    case Kind::Forward: return "forward";
-    case Kind::Backward: return "backward";
-    case Kind::Recompute: return "recompute";
-    case Kind::Loss: return "loss";
-    case Kind::Optimizer: return "optimizer";
-    case Kind::GradSync: return "grad_sync";
-    case Kind::Data: return "data";
-    case Kind::Collective: return "collective";
-    case Kind::Wait: return "wait";
-    case Kind::Redistribute: return "redistribute";
-    case Kind::Send: return "send";
-    case Kind::Recv: return "recv";
-    case Kind::Checkpoint: return "checkpoint";
-    case Kind::Eval: return "eval";
-    case Kind::Pipeline: return "pipeline";
-    case Kind::Other: return "other";
+    case Kind::Step:
+      return "step";
+    case Kind::Forward:
+      return "forward";
+    case Kind::Backward:
+      return "backward";
+    case Kind::Recompute:
+      return "recompute";
+    case Kind::Loss:
+      return "loss";
+    case Kind::Optimizer:
+      return "optimizer";
+    case Kind::GradSync:
+      return "grad_sync";
+    case Kind::Data:
+      return "data";
+    case Kind::Collective:
+      return "collective";
+    case Kind::Wait:
+      return "wait";
+    case Kind::Redistribute:
+      return "redistribute";
+    case Kind::Send:
+      return "send";
+    case Kind::Recv:
+      return "recv";
+    case Kind::Checkpoint:
+      return "checkpoint";
+    case Kind::Eval:
+      return "eval";
+    case Kind::Pipeline:
+      return "pipeline";
+    case Kind::Other:
+      return "other";
   }
   return "other";
 }
@@ -53,7 +70,7 @@ struct Ring {
   std::atomic<int64_t> head{0};  // spans ever written
   int64_t tail = 0;              // spans drained (reader only)
   uint16_t index = 0;
-  bool in_use = true;            // a live thread owns it (guarded by the registry's lock)
+  bool in_use = true;  // a live thread owns it (guarded by the registry's lock)
 };
 
 struct Registry {
@@ -126,7 +143,8 @@ bool set_device_timing(bool on) {
 uint32_t intern(std::string_view name) {
   auto& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mu);
-  auto [it, fresh] = reg.ids.try_emplace(std::string(name), static_cast<uint32_t>(reg.names.size()));
+  auto [it, fresh] =
+      reg.ids.try_emplace(std::string(name), static_cast<uint32_t>(reg.names.size()));
   if (fresh) reg.names.emplace_back(name);
   return it->second;
 }

@@ -62,19 +62,18 @@ Summary summarize(const Merged& m) {
     for (const auto& s : r.spans)
       if (s.kind == Kind::Step) main = s.thread;
     Intervals steps, waits, comm;
-    std::map<std::string, Intervals> comm_by_dims;
-    std::map<std::string, DimsShare> shares;
+    std::map<std::string, std::pair<DimsShare, Intervals>> by_dims;  // the share, its spans
     for (const auto& s : r.spans) {
       if (s.kind == Kind::Step) steps.emplace_back(s.begin_ns, s.end_ns), ++rs.steps;
       if (s.kind == Kind::Wait && s.thread == main) waits.emplace_back(s.begin_ns, s.end_ns);
       if (is_comm(s.kind)) {
         comm.emplace_back(s.begin_ns, s.end_ns);
         const std::string dims = r.dims(s);
-        comm_by_dims[dims].emplace_back(s.begin_ns, s.end_ns);
-        auto& d = shares[dims];
+        auto& [d, spans] = by_dims[dims];
         d.dims = dims;
         ++d.collectives;
         d.bytes += s.bytes;
+        spans.emplace_back(s.begin_ns, s.end_ns);
       }
     }
     steps = unite(std::move(steps));
@@ -90,10 +89,10 @@ Summary summarize(const Merged& m) {
     const int64_t comm_ns = split(std::move(comm), rs.overlapped_ms, rs.exposed_ms);
     rs.step_ms = ms(step_ns);
     rs.compute_ms = ms(step_ns - comm_ns);
-    for (auto& [dims, iv] : comm_by_dims) {
-      auto& d = shares[dims];
+    for (auto& [dims, entry] : by_dims) {
+      auto& [d, spans] = entry;
       // Dim sets that talked only outside the steps (the stop agreement) are left out.
-      if (split(std::move(iv), d.overlapped_ms, d.exposed_ms) > 0) rs.dims.push_back(d);
+      if (split(std::move(spans), d.overlapped_ms, d.exposed_ms) > 0) rs.dims.push_back(d);
     }
     out.ranks.push_back(std::move(rs));
   }

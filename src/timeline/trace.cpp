@@ -76,9 +76,10 @@ std::string serialize(const RankTrace& t) {
 }
 
 RankTrace deserialize(const std::string& bytes) {
-  VESCALE_CHECK(bytes.size() >= sizeof(kMagic) && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0,
-                "timeline: a rank sent ", bytes.size(),
-                " bytes that are not its spans; every rank must run the same vescale build");
+  VESCALE_CHECK(
+      bytes.size() >= sizeof(kMagic) && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0,
+      "timeline: a rank sent ", bytes.size(),
+      " bytes that are not its spans; every rank must run the same vescale build");
   Reader r{bytes, sizeof(kMagic)};
   RankTrace t;
   t.rank = r.pod<int32_t>();
@@ -102,7 +103,8 @@ RankTrace deserialize(const std::string& bytes) {
 
 int64_t to_rank0_clock(const RankTrace& t, int64_t local) {
   if (t.clock.empty()) return local;
-  if (t.clock.size() == 1 || local <= t.clock.front().at_ns) return local + t.clock.front().offset_ns;
+  if (t.clock.size() == 1 || local <= t.clock.front().at_ns)
+    return local + t.clock.front().offset_ns;
   if (local >= t.clock.back().at_ns) return local + t.clock.back().offset_ns;
   size_t i = 1;
   while (t.clock[i].at_ns < local) ++i;
@@ -246,10 +248,14 @@ struct Lanes {
 // A lane's name for a span that is not the main thread's compute.
 std::string lane_base(const Merged::Rank& r, const Span& s) {
   switch (s.lane) {
-    case Lane::Comm: return "comm " + r.dims(s);
-    case Lane::P2P: return "p2p " + r.dims(s);
-    case Lane::IO: return "io";
-    case Lane::Compute: break;
+    case Lane::Comm:
+      return "comm " + r.dims(s);
+    case Lane::P2P:
+      return "p2p " + r.dims(s);
+    case Lane::IO:
+      return "io";
+    case Lane::Compute:
+      break;
   }
   return "compute (thread " + std::to_string(s.thread) + ")";
 }
@@ -379,8 +385,10 @@ std::string events_json(const Merged& m, long index, int64_t t0) {
     const auto& r = m.ranks[i];
     const Lanes lanes = assign_lanes(r);
     tids[i] = lanes.tid_of;
-    put_metadata(out, r.rank, -1, "process_name", "name", "\"" + json_escape(r.label) + "\"", comma);
-    put_metadata(out, r.rank, -1, "process_sort_index", "sort_index", std::to_string(r.rank), comma);
+    put_metadata(out, r.rank, -1, "process_name", "name", "\"" + json_escape(r.label) + "\"",
+                 comma);
+    put_metadata(out, r.rank, -1, "process_sort_index", "sort_index", std::to_string(r.rank),
+                 comma);
     for (const auto& [tid, name] : lanes.names) {
       put_metadata(out, r.rank, tid, "thread_name", "name", "\"" + json_escape(name) + "\"", comma);
       put_metadata(out, r.rank, tid, "thread_sort_index", "sort_index", std::to_string(tid), comma);

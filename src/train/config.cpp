@@ -329,12 +329,14 @@ Config Config::from_json(const std::string& text, const std::string& source,
     text << in.rdbuf();
     const std::string type = m.value("type", std::string("gpt"));
     const models::ModelFamily* family = models::find_family(type);
-    VESCALE_CHECK(family, "config '", source, "': model.type: ", models::unknown_type_message(type));
+    VESCALE_CHECK(family, "config '", source,
+                  "': model.type: ", models::unknown_type_message(type));
     VESCALE_CHECK(family->from_hf_config, "config '", source, "': model.init_from: model.type '",
                   type, "' has no Hugging Face counterpart");
     hf_fields = family->from_hf_config(text.str(), hf_config);
     if (m.value("from_hf_config", false)) {
-      for (const auto& [field, value] : hf_fields) apply_override(j, source, "model." + field + "=" + value);
+      for (const auto& [field, value] : hf_fields)
+        apply_override(j, source, "model." + field + "=" + value);
       hf_fields.clear();  // taken, nothing to compare
     }
   }
@@ -358,10 +360,10 @@ Config Config::from_json(const std::string& text, const std::string& source,
                             ? std::abs(want.get<double>() - got.get<double>()) <=
                                   1e-9 * std::max(1.0, std::abs(want.get<double>()))
                             : want == got;
-      VESCALE_CHECK(same, "config '", source, "': model.", field, " is ", got.dump(), " but ",
-                    hf_config, " says ", want.dump(),
-                    "; set model.from_hf_config=true to take the Hugging Face config, or fix model.",
-                    field);
+      VESCALE_CHECK(
+          same, "config '", source, "': model.", field, " is ", got.dump(), " but ", hf_config,
+          " says ", want.dump(),
+          "; set model.from_hf_config=true to take the Hugging Face config, or fix model.", field);
     }
   }
   c.parallel.plan = resolve_path(c.parallel.plan, base_dir);
@@ -393,7 +395,8 @@ std::string Config::to_json() const {
 
 std::pair<int64_t, int64_t> timeline_window(const TimelineConfig& tl, int64_t train_steps) {
   if (!tl.on()) return {0, -1};
-  if (tl.steps.empty()) return {std::min<int64_t>(2, train_steps), std::min<int64_t>(4, train_steps)};
+  if (tl.steps.empty())
+    return {std::min<int64_t>(2, train_steps), std::min<int64_t>(4, train_steps)};
   const std::string& s = tl.steps;
   auto number = [&](const std::string& part) -> int64_t {
     VESCALE_CHECK(!part.empty() && part.size() <= 12 &&
@@ -405,8 +408,9 @@ std::pair<int64_t, int64_t> timeline_window(const TimelineConfig& tl, int64_t tr
   const int64_t a = number(s.substr(0, dash));
   const int64_t b = dash == std::string::npos ? a : number(s.substr(dash + 1));
   VESCALE_CHECK(a >= 1 && b >= a, "'", s, "' must have 1 <= A <= B (steps are 1-based)");
-  VESCALE_CHECK(a <= train_steps, "'", s, "' starts after the last step (train.steps = ",
-                train_steps, "); pick steps up to ", train_steps);
+  VESCALE_CHECK(a <= train_steps, "'", s,
+                "' starts after the last step (train.steps = ", train_steps, "); pick steps up to ",
+                train_steps);
   return {a, std::min(b, train_steps)};
 }
 

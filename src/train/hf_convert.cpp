@@ -33,9 +33,7 @@ Config config_of(const checkpoint::CheckpointInfo& info) {
 }
 
 void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text << "\n";
-  VESCALE_CHECK(out.good(), "vescale-convert: cannot write ", path.string());
+  checkpoint::write_text_durably(path.string(), text + "\n", "vescale-convert");
 }
 
 }  // namespace
@@ -57,7 +55,8 @@ std::vector<std::string> export_hf(const std::string& checkpoint, const std::str
   // The model's tensors, whole, in one process.
   checkpoint::StateDict state;
   for (const auto& [name, e] : info.tensors)
-    if (name.rfind("model/", 0) == 0) state[name] = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+    if (name.rfind("model/", 0) == 0)
+      state[name] = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
   VESCALE_CHECK(!state.empty(), "vescale-convert: ", folder, " holds no model/ tensors");
   checkpoint::load(folder, state);
   models::StateDict ours;
@@ -75,7 +74,8 @@ std::vector<std::string> export_hf(const std::string& checkpoint, const std::str
   int64_t in_shard = 0, total = 0;
   for (const auto& [k, t] : hf) {
     const int64_t bytes = static_cast<int64_t>(t.numel() * t.element_size());
-    if (in_shard > 0 && in_shard + bytes > opts.max_shard_bytes) shards.emplace_back(), in_shard = 0;
+    if (in_shard > 0 && in_shard + bytes > opts.max_shard_bytes)
+      shards.emplace_back(), in_shard = 0;
     shards.back()[k] = t;
     in_shard += bytes, total += bytes;
   }
@@ -101,8 +101,9 @@ std::vector<std::string> export_hf(const std::string& checkpoint, const std::str
   const models::ModelFamily* family = models::find_family(cfg.model.type);
   VESCALE_CHECK(family && family->to_hf_config, "vescale-convert: model.type '", cfg.model.type,
                 "' has no Hugging Face config");
-  write_text(fs::path(out) / "config.json",
-             family->to_hf_config(*cfg.model.options, dtype == at::kBFloat16 ? "bfloat16" : "float32"));
+  write_text(
+      fs::path(out) / "config.json",
+      family->to_hf_config(*cfg.model.options, dtype == at::kBFloat16 ? "bfloat16" : "float32"));
   written.push_back("config.json");
   return written;
 }
@@ -124,7 +125,10 @@ std::string import_hf(const std::string& hf_dir, const std::string& root) {
   // model.* from config.json: the same path as model.init_from with from_hf_config.
   const Config cfg = Config::from_json(
       // (train.* is a placeholder: a converted checkpoint records the model, not a run)
-      json{{"model", {{"type", type}, {"init_from", fs::absolute(hf_dir).string()}, {"from_hf_config", true}}},
+      json{{"model",
+            {{"type", type},
+             {"init_from", fs::absolute(hf_dir).string()},
+             {"from_hf_config", true}}},
            {"train", {{"seq_len", 1}}}}
           .dump(),
       hf_dir + "/config.json");

@@ -30,8 +30,8 @@ std::map<std::string, at::Tensor> map_hf_weights(const std::string& dir) {
     } catch (const nlohmann::json::exception& e) {
       VESCALE_FAIL("model.init_from: ", index.string(), " is not valid JSON: ", e.what());
     }
-    VESCALE_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "model.init_from: ",
-                  index.string(), " has no weight_map object");
+    VESCALE_CHECK(j.contains("weight_map") && j["weight_map"].is_object(),
+                  "model.init_from: ", index.string(), " has no weight_map object");
     std::set<std::string> names;
     for (const auto& [k, v] : j["weight_map"].items()) names.insert(v.get<std::string>());
     for (const auto& n : names) files.push_back((fs::path(dir) / n).string());

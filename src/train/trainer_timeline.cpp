@@ -6,8 +6,8 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
+#include "vescale/checkpoint/safetensors.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
 #include "vescale/dist/clock_sync.h"
@@ -80,15 +80,7 @@ void write_file(const std::string& path, const std::string& text) {
   const auto parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    VESCALE_CHECK(out.good(), "log.timeline.out: cannot write '", tmp,
-                  "'; check the folder exists and is writable");
-  }
-  std::filesystem::rename(tmp, path, ec);
-  VESCALE_CHECK(!ec, "log.timeline.out: cannot rename '", tmp, "' to '", path, "': ", ec.message());
+  checkpoint::write_text_durably(path, text, "log.timeline.out");
 }
 
 std::string per_rank_path(const std::string& out, int rank) {
@@ -109,8 +101,8 @@ TimelineWindow::TimelineWindow(const Config& config, const mesh::DeviceMesh* mes
     const torch::nn::Module* m = item.value().get();
     const nn::ForwardHooks* existing = nn::forward_hooks(m);
     previous_.emplace_back(m, existing ? std::optional<nn::ForwardHooks>(*existing) : std::nullopt);
-    nn::set_forward_hooks(m, timed(existing ? *existing : nn::ForwardHooks{},
-                                   timeline::intern(item.key())));
+    nn::set_forward_hooks(
+        m, timed(existing ? *existing : nn::ForwardHooks{}, timeline::intern(item.key())));
   }
 }
 
@@ -139,7 +131,8 @@ void TimelineWindow::before_step(int64_t step) {
   clock_ = {{c.at_ns, c.offset_ns, c.error_ns}};
   begin_ns_ = timeline::now_ns();
   // On a GPU, compute spans are timed by CUDA events on the stream that runs them.
-  if (mesh_ ? mesh_->device_type() == "cuda" : dist::is_initialized() && dist::device_type() == "cuda")
+  if (mesh_ ? mesh_->device_type() == "cuda"
+            : dist::is_initialized() && dist::device_type() == "cuda")
     timeline::set_device_timing(true);
   timeline::set_enabled(true);
 }
@@ -159,7 +152,8 @@ std::optional<timeline::Summary> TimelineWindow::after_step(int64_t step) {
   mine.rank = mesh_ ? mesh_->rank() : 0;
   mine.label = rank_label(mesh_);
   if (mesh_ && mesh_->size() == dist::world_size()) {  // its full set's group is the world
-    for (const auto& d : mesh_->dim_names()) mine.world_dims += (mine.world_dims.empty() ? "" : "+") + d;
+    for (const auto& d : mesh_->dim_names())
+      mine.world_dims += (mine.world_dims.empty() ? "" : "+") + d;
   }
   const auto all = dist::gather_text(timeline::serialize(mine), 0);
   if (mine.rank != 0) return std::nullopt;
@@ -176,10 +170,10 @@ std::optional<timeline::Summary> TimelineWindow::after_step(int64_t step) {
   write_file(out, trace);
   if (tl.per_rank) {
     for (size_t i = 0; i < merged.ranks.size(); ++i)
-      write_file(per_rank_path(out, merged.ranks[i].rank),
-                 timeline::rank_trace_json(merged, i, dist::is_initialized()
-                                                          ? to_string(dist::world().backend())
-                                                          : "gloo"));
+      write_file(
+          per_rank_path(out, merged.ranks[i].rank),
+          timeline::rank_trace_json(
+              merged, i, dist::is_initialized() ? to_string(dist::world().backend()) : "gloo"));
   }
   size_t spans = 0;
   int64_t dropped = 0;

@@ -184,11 +184,10 @@ TEST_CASE("checkpoint: a resharding load reads only the chunks it needs, each ch
   const auto a = at::randn({16, 8}), big = at::randn({64, 64}), c = at::randn({4});
   auto flat = mesh::DeviceMesh::init({{"x", 4}});
   const auto before_save = checkpoint::io_counters();
-  const auto folder = checkpoint::save(
-      root, "step-00000001",
-      {{"a", dtensor::distribute_tensor(a, flat, {Shard(0)})},
-       {"big", dtensor::distribute_tensor(big, flat, {Shard(0)})},
-       {"c", c}});
+  const auto folder = checkpoint::save(root, "step-00000001",
+                                       {{"a", dtensor::distribute_tensor(a, flat, {Shard(0)})},
+                                        {"big", dtensor::distribute_tensor(big, flat, {Shard(0)})},
+                                        {"c", c}});
   // Durable: this rank's file and its folder synced; rank 0 also the index, the folder's
   // rename, the root and `latest`.
   const auto synced = checkpoint::io_counters().fsyncs - before_save.fsyncs;
@@ -217,12 +216,14 @@ TEST_CASE("checkpoint: a resharding load reads only the chunks it needs, each ch
   for (int r : owners) {
     char file[32];
     std::snprintf(file, sizeof(file), "rank-%05d.safetensors", r);
-    headers += 8 + static_cast<int64_t>(data_begin_of((fs::path(folder) / file).string(), "a").first);
+    headers +=
+        8 + static_cast<int64_t>(data_begin_of((fs::path(folder) / file).string(), "a").first);
   }
   dist::world().barrier().wait();
   const auto before = checkpoint::io_counters();
   const auto got = load_a();
-  const int64_t read = static_cast<int64_t>(checkpoint::io_counters().bytes_read - before.bytes_read);
+  const int64_t read =
+      static_cast<int64_t>(checkpoint::io_counters().bytes_read - before.bytes_read);
   CHECK(dtensor::full_tensor(got.at("a")).equal(a));
   CHECK(got.at("c").equal(c));
   const int64_t shards = 8 * 8 * 4 /* half of a */ + 4 * 4 /* c */;

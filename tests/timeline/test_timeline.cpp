@@ -107,9 +107,10 @@ TEST_CASE("a full ring keeps the newest spans and counts the dropped ones", "[ti
 TEST_CASE("JSON strings: control characters escaped, invalid UTF-8 replaced", "[timeline]") {
   CHECK(json_escape("a\"b\\c") == "a\\\"b\\\\c");
   CHECK(json_escape(std::string("\x01\n\t\x7f", 4)) == "\\u0001\\u000a\\u0009\\u007f");
-  CHECK(json_escape("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80") == "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80");
-  CHECK(json_escape("\xff") == "\xef\xbf\xbd");          // never a UTF-8 byte
-  CHECK(json_escape("\xc3") == "\xef\xbf\xbd");          // truncated sequence
+  CHECK(json_escape("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80") ==
+        "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80");
+  CHECK(json_escape("\xff") == "\xef\xbf\xbd");                  // never a UTF-8 byte
+  CHECK(json_escape("\xc3") == "\xef\xbf\xbd");                  // truncated sequence
   CHECK(json_escape("\xc0\xaf") == "\xef\xbf\xbd\xef\xbf\xbd");  // overlong
   CHECK(json_escape("\xed\xa0\x80") == "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // surrogate
   // Whatever the input, the output parses as a JSON string.
@@ -166,22 +167,23 @@ TEST_CASE("merge pairs each send with its receive and ends the send at the recei
 }
 
 TEST_CASE("spans outside a rank's window are left out", "[timeline]") {
-  auto t = rank_with(0, {span(Kind::Step, 1, 2), span(Kind::Step, 10, 20), span(Kind::Step, 40, 50)});
+  auto t =
+      rank_with(0, {span(Kind::Step, 1, 2), span(Kind::Step, 10, 20), span(Kind::Step, 40, 50)});
   t.window_begin_ns = 5000, t.window_end_ns = 30000;
   const Merged m = merge({t});
   REQUIRE(m.ranks[0].spans.size() == 1);
   CHECK(m.ranks[0].spans[0].begin_ns == 10000);
 }
 
-TEST_CASE("the Chrome trace: processes, overlapping collectives on two lanes, flows", "[timeline]") {
+TEST_CASE("the Chrome trace: processes, overlapping collectives on two lanes, flows",
+          "[timeline]") {
   Span send = span(Kind::Send, 10, 30, Lane::P2P);
   send.peer = 1;
   Span recv = span(Kind::Recv, 12, 31, Lane::P2P);
   recv.peer = 0;
-  const Merged m = merge({rank_with(0,
-                                    {span(Kind::Step, 0, 100), span(Kind::Forward, 5, 50),
-                                     span(Kind::Collective, 10, 40, Lane::Comm),
-                                     span(Kind::Collective, 20, 60, Lane::Comm), send}),
+  const Merged m = merge({rank_with(0, {span(Kind::Step, 0, 100), span(Kind::Forward, 5, 50),
+                                        span(Kind::Collective, 10, 40, Lane::Comm),
+                                        span(Kind::Collective, 20, 60, Lane::Comm), send}),
                           rank_with(1, {span(Kind::Step, 0, 100), recv})});
   const auto j = nlohmann::json::parse(chrome_trace_json(m, "{\"steps\":\"2-3\"}"));
   CHECK(j["otherData"]["steps"] == "2-3");
@@ -190,7 +192,8 @@ TEST_CASE("the Chrome trace: processes, overlapping collectives on two lanes, fl
   std::map<int, std::string> processes;
   int flows = 0, x = 0;
   for (const auto& e : j["traceEvents"]) {
-    if (e["ph"] == "M" && e["name"] == "thread_name") threads[{e["pid"], e["tid"]}] = e["args"]["name"];
+    if (e["ph"] == "M" && e["name"] == "thread_name")
+      threads[{e["pid"], e["tid"]}] = e["args"]["name"];
     if (e["ph"] == "M" && e["name"] == "process_name") processes[e["pid"]] = e["args"]["name"];
     if (e["ph"] == "s" || e["ph"] == "f") ++flows;
     if (e["ph"] == "X") ++x;
@@ -212,10 +215,11 @@ TEST_CASE("the summary splits each step into compute, overlapped and exposed", "
   // Step 0-100 us. Collectives in flight 10-40 and 30-70 (union 10-70); the step's thread
   // waits 50-80. Exposed = 50-70 (20), overlapped = 10-50 (40), compute = the rest (40).
   Span wait = span(Kind::Wait, 50, 80);
-  const Merged m = merge({rank_with(0, {span(Kind::Step, 0, 100), span(Kind::Collective, 10, 40, Lane::Comm),
-                                         span(Kind::Collective, 30, 70, Lane::Comm), wait}),
-                          // rank 1 computes 90 of 100 us: the straggler, by compute
-                          rank_with(1, {span(Kind::Step, 2, 101), span(Kind::Collective, 92, 100, Lane::Comm)})});
+  const Merged m = merge(
+      {rank_with(0, {span(Kind::Step, 0, 100), span(Kind::Collective, 10, 40, Lane::Comm),
+                     span(Kind::Collective, 30, 70, Lane::Comm), wait}),
+       // rank 1 computes 90 of 100 us: the straggler, by compute
+       rank_with(1, {span(Kind::Step, 2, 101), span(Kind::Collective, 92, 100, Lane::Comm)})});
   const Summary s = summarize(m);
   REQUIRE(s.ranks.size() == 2);
   const auto& r0 = s.ranks[0];
@@ -239,15 +243,18 @@ TEST_CASE("the summary splits each step into compute, overlapped and exposed", "
 }
 
 TEST_CASE("log.timeline.steps: windows, defaults and errors", "[timeline]") {
-  using vescale::train::TimelineConfig;
   using vescale::train::timeline_window;
+  using vescale::train::TimelineConfig;
   CHECK(timeline_window(TimelineConfig{}, 10) == std::pair<int64_t, int64_t>{0, -1});
   CHECK(timeline_window(TimelineConfig{"5-7", "", false}, 10) == std::pair<int64_t, int64_t>{5, 7});
   CHECK(timeline_window(TimelineConfig{"6", "", false}, 10) == std::pair<int64_t, int64_t>{6, 6});
-  CHECK(timeline_window(TimelineConfig{"8-20", "", false}, 10) == std::pair<int64_t, int64_t>{8, 10});
-  CHECK(timeline_window(TimelineConfig{"", "t.json", false}, 3) == std::pair<int64_t, int64_t>{2, 3});
+  CHECK(timeline_window(TimelineConfig{"8-20", "", false}, 10) ==
+        std::pair<int64_t, int64_t>{8, 10});
+  CHECK(timeline_window(TimelineConfig{"", "t.json", false}, 3) ==
+        std::pair<int64_t, int64_t>{2, 3});
   CHECK_THROWS_WITH(timeline_window(TimelineConfig{"five", "", false}, 10), Catch::Contains("A-B"));
-  CHECK_THROWS_WITH(timeline_window(TimelineConfig{"7-5", "", false}, 10), Catch::Contains("A <= B"));
+  CHECK_THROWS_WITH(timeline_window(TimelineConfig{"7-5", "", false}, 10),
+                    Catch::Contains("A <= B"));
   CHECK_THROWS_WITH(timeline_window(TimelineConfig{"12-14", "", false}, 10),
                     Catch::Contains("train.steps = 10"));
 }

@@ -37,9 +37,9 @@ std::string scratch(const std::string& name) {
 }
 
 Config tiny_llama(const std::vector<std::string>& extra) {
-  std::vector<std::string> o{"train.batch_size=2", "train.seq_len=16",  "train.steps=3",
-                             "train.warmup_steps=1", "model.dim=32",    "model.n_layers=2",
-                             "model.n_heads=4",    "model.n_kv_heads=2", "model.ffn_dim=64",
+  std::vector<std::string> o{"train.batch_size=2",   "train.seq_len=16",   "train.steps=3",
+                             "train.warmup_steps=1", "model.dim=32",       "model.n_layers=2",
+                             "model.n_heads=4",      "model.n_kv_heads=2", "model.ffn_dim=64",
                              "model.max_seq_len=16", "train.eval_every=0", "train.log_every=100"};
   o.insert(o.end(), extra.begin(), extra.end());
   return Config::from_file(testing::repo_file("configs/llama_tiny.json"), o);
@@ -112,10 +112,14 @@ double naive_exposed_ms(const std::vector<X>& xs, int pid) {
   std::vector<double> cuts;
   for (const auto& x : xs) {
     if (x.pid != pid) continue;
-    if (x.cat == "step") steps.push_back(&x);
-    else if (x.cat == "wait" && x.tid == 1) waits.push_back(&x);
-    else if (x.cat == "collective" || x.cat == "send" || x.cat == "recv") comm.push_back(&x);
-    else continue;
+    if (x.cat == "step")
+      steps.push_back(&x);
+    else if (x.cat == "wait" && x.tid == 1)
+      waits.push_back(&x);
+    else if (x.cat == "collective" || x.cat == "send" || x.cat == "recv")
+      comm.push_back(&x);
+    else
+      continue;
     cuts.push_back(x.ts), cuts.push_back(x.end);
   }
   std::sort(cuts.begin(), cuts.end());
@@ -127,7 +131,8 @@ double naive_exposed_ms(const std::vector<X>& xs, int pid) {
   double us = 0;
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     const double mid = (cuts[i] + cuts[i + 1]) / 2;
-    if (covered(steps, mid) && covered(waits, mid) && covered(comm, mid)) us += cuts[i + 1] - cuts[i];
+    if (covered(steps, mid) && covered(waits, mid) && covered(comm, mid))
+      us += cuts[i + 1] - cuts[i];
   }
   return us / 1000.0;
 }
@@ -143,8 +148,9 @@ TEST_CASE("timeline of DP x TP: valid, nested, numbered, aligned, adding up, str
   const std::string out = dir + "/trace.json", metrics = dir + "/metrics.jsonl";
   timeline::set_clock_skew_for_test(skew_of(rank));
   {
-    Config cfg = tiny_llama({"log.timeline.steps=\"2-3\"", "log.timeline.out=\"" + out + "\"",
-                             "log.timeline.per_rank=true", "log.metrics_jsonl=\"" + metrics + "\""});
+    Config cfg =
+        tiny_llama({"log.timeline.steps=\"2-3\"", "log.timeline.out=\"" + out + "\"",
+                    "log.timeline.per_rank=true", "log.metrics_jsonl=\"" + metrics + "\""});
     cfg.parallel.plan = testing::repo_file("configs/plans/llama_dp_tp.json");
     cfg.parallel.mesh = {{"dp", 2}, {"tp", 2}};
     Trainer t(std::move(cfg), mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}}));
@@ -173,7 +179,8 @@ TEST_CASE("timeline of DP x TP: valid, nested, numbered, aligned, adding up, str
     std::set<int64_t> steps;
     std::vector<const X*> step_spans;
     for (const auto& x : xs)
-      if (x.pid == r && x.cat == "step") steps.insert(x.args["step"].get<int64_t>()), step_spans.push_back(&x);
+      if (x.pid == r && x.cat == "step")
+        steps.insert(x.args["step"].get<int64_t>()), step_spans.push_back(&x);
     auto in_step = [&](const X& x) {
       for (const X* s : step_spans)
         if (s->ts <= x.ts && x.end <= s->end) return true;
@@ -238,8 +245,8 @@ TEST_CASE("timeline of DP x TP: valid, nested, numbered, aligned, adding up, str
     if (op == "broadcast" || op == "barrier") continue;
     for (const X* a : v) {
       for (const X* b : v) {
-        INFO("rank " << a->pid << " ends at " << a->end << " us, rank " << b->pid
-                     << " starts at " << b->ts << " us");
+        INFO("rank " << a->pid << " ends at " << a->end << " us, rank " << b->pid << " starts at "
+                     << b->ts << " us");
         CHECK(a->end + static_cast<double>(error_us[a->pid] + error_us[b->pid]) >= b->ts);
       }
     }
@@ -249,7 +256,8 @@ TEST_CASE("timeline of DP x TP: valid, nested, numbered, aligned, adding up, str
   for (int r = 0; r < 4; ++r) {
     REQUIRE(samples[r].size() == 2);
     for (const auto& s : samples[r]) {
-      INFO("rank " << r << ": offset " << s["offset_ns"] << " ns, error " << s["error_ns"] << " ns");
+      INFO("rank " << r << ": offset " << s["offset_ns"] << " ns, error " << s["error_ns"]
+                   << " ns");
       CHECK(std::llabs(s["offset_ns"].get<int64_t>() + skew_of(r)) <= s["error_ns"].get<int64_t>());
       CHECK(s["error_ns"].get<int64_t>() < 50'000'000);  // a round trip on loopback
     }
@@ -262,8 +270,8 @@ TEST_CASE("timeline of DP x TP: valid, nested, numbered, aligned, adding up, str
   for (const auto& r : summary["ranks"]) {
     const int pid = r["rank"];
     const double step = r["step_ms"], sum = r["compute_ms"].get<double>() +
-                                               r["overlapped_ms"].get<double>() +
-                                               r["exposed_ms"].get<double>();
+                                            r["overlapped_ms"].get<double>() +
+                                            r["exposed_ms"].get<double>();
     INFO("rank " << pid << ": step " << step << " ms, compute + overlapped + exposed " << sum);
     CHECK(std::abs(sum - step) <= 0.01 * step);
     double steps_ms = 0;

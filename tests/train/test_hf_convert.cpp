@@ -41,7 +41,8 @@ void export_trained(const std::string& name, const std::string& base,
   CHECK(std::find(files.begin(), files.end(), "model.safetensors.index.json") != files.end());
   // Every file but the index is below the limit, or holds a single tensor.
   for (const auto& f : files) {
-    if (f.find(".safetensors") == std::string::npos || f.find("index") != std::string::npos) continue;
+    if (f.find(".safetensors") == std::string::npos || f.find("index") != std::string::npos)
+      continue;
     const auto tensors = checkpoint::load_safetensors((out / f).string());
     CHECK((fs::file_size(out / f) <= (64u << 10) + 4096 || tensors.size() == 1));
   }
@@ -90,6 +91,8 @@ TEST_CASE("vescale-convert: Hugging Face -> ours -> Hugging Face", "[hf_export]"
     fs::remove_all(ck);
   }
   // What does not convert says why.
-  CHECK_THROWS_WITH(import_hf("/nonexistent", "/tmp/x"), Catch::Contains("no /nonexistent/config.json"));
-  CHECK_THROWS_WITH(export_hf("/nonexistent", "/tmp/x"), Catch::Contains("neither a checkpoint folder"));
+  CHECK_THROWS_WITH(import_hf("/nonexistent", "/tmp/x"),
+                    Catch::Contains("no /nonexistent/config.json"));
+  CHECK_THROWS_WITH(export_hf("/nonexistent", "/tmp/x"),
+                    Catch::Contains("neither a checkpoint folder"));
 }

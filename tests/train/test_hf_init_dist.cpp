@@ -32,7 +32,8 @@ std::string token_file() {
   const auto path = std::filesystem::temp_directory_path() /
                     ("vescale_hf_tokens_" + std::to_string(::getpid()) + ".bin");
   std::vector<int64_t> tokens(4096);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>((i * 7 + i / 13) % 96);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<int64_t>((i * 7 + i / 13) % 96);
   write_token_file(path.string(), tokens);
   return path.string();
 }
@@ -108,12 +109,11 @@ TEST_CASE("GPT-2 from Hugging Face weights: transformers' loss, then TP=2 trains
 
 TEST_CASE("model.init_from: a config that disagrees with config.json names the field",
           "[hf][world2]") {
-  CHECK_THROWS_WITH(
-      Config::from_file(testing::repo_file("configs/llama_tiny.json"),
-                        {"model.init_from=\"" + kHf + "/llama\""}),
-      Catch::Matchers::Contains("model.vocab_size is 256") &&
-          Catch::Matchers::Contains("config.json says 96") &&
-          Catch::Matchers::Contains("model.from_hf_config=true"));
+  CHECK_THROWS_WITH(Config::from_file(testing::repo_file("configs/llama_tiny.json"),
+                                      {"model.init_from=\"" + kHf + "/llama\""}),
+                    Catch::Matchers::Contains("model.vocab_size is 256") &&
+                        Catch::Matchers::Contains("config.json says 96") &&
+                        Catch::Matchers::Contains("model.from_hf_config=true"));
   CHECK_THROWS_WITH(Config::from_file(testing::repo_file("configs/llama_tiny.json"),
                                       {"model.init_from=\"/nonexistent/hf\""}),
                     Catch::Matchers::Contains("no /nonexistent/hf/config.json"));

@@ -41,11 +41,8 @@ class SafetensorsFile {
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
-  const std::string& path() const;
   uint64_t file_size() const;
-  std::vector<std::string> names() const;  // in file order
   bool contains(const std::string& name) const;
-  const std::map<std::string, std::string>& metadata() const;
   // One tensor (CPU, contiguous, owning its memory); with `crc`, the CRC-32 of its bytes.
   at::Tensor tensor(const std::string& name, uint32_t* crc = nullptr) const;
 
@@ -63,6 +60,11 @@ struct IoCounters {
   uint64_t fsyncs = 0;      // files and folders
 };
 IoCounters io_counters();
+
+// Writes `text` to path + ".tmp", fsyncs it, renames it to `path` and fsyncs the folder, so a
+// crash or a power loss leaves the old file or the whole new one (index.json, `latest`, a
+// timeline trace, an exported config.json). `what` starts the error messages ("checkpoint").
+void write_text_durably(const std::string& path, const std::string& text, const std::string& what);
 
 // Reads every tensor of a file; with `digest`, also the whole file's size and CRC-32.
 Safetensors read_safetensors(const std::string& path, FileDigest* digest = nullptr);

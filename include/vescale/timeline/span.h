@@ -11,22 +11,22 @@ namespace vescale::timeline {
 
 // What a span covers. Names in the trace's "cat" field: to_string(kind).
 enum class Kind : uint8_t {
-  Step,             // one optimizer step; seq = the step number (1-based)
-  Forward,          // a module's forward (a transformer block, the whole model)
-  Backward,         // a module's backward (from its output's gradient to its input's)
-  Recompute,        // a forward rerun for activation checkpointing (inside a backward)
+  Step,       // one optimizer step; seq = the step number (1-based)
+  Forward,    // a module's forward (a transformer block, the whole model)
+  Backward,   // a module's backward (from its output's gradient to its input's)
+  Recompute,  // a forward rerun for activation checkpointing (inside a backward)
   Loss,
   Optimizer,
-  GradSync,         // the step's gradient reduction (waiting for the buckets)
-  Data,             // reading the batch
-  Collective,       // issue to completion; group, seq, bytes set
-  Wait,             // the calling thread blocked on a collective or a transfer
-  Redistribute,     // a DTensor op's inputs brought to its rule's placements
-  Send,             // pipeline point-to-point; peer, tag, seq (per peer and tag) set
+  GradSync,      // the step's gradient reduction (waiting for the buckets)
+  Data,          // reading the batch
+  Collective,    // issue to completion; group, seq, bytes set
+  Wait,          // the calling thread blocked on a collective or a transfer
+  Redistribute,  // a DTensor op's inputs brought to its rule's placements
+  Send,          // pipeline point-to-point; peer, tag, seq (per peer and tag) set
   Recv,
-  Checkpoint,       // staging a checkpoint (compute lane) or writing it (IO lane)
+  Checkpoint,  // staging a checkpoint (compute lane) or writing it (IO lane)
   Eval,
-  Pipeline,         // one pipeline action (forward or backward of a stage's micro-batch)
+  Pipeline,  // one pipeline action (forward or backward of a stage's micro-batch)
   Other,
 };
 const char* to_string(Kind kind);
@@ -37,9 +37,9 @@ enum class Lane : uint8_t { Compute, Comm, P2P, IO };
 struct Span {
   int64_t begin_ns = 0, end_ns = 0;  // this rank's monotonic clock (recorder.h: now_ns)
   int64_t bytes = 0;                 // collectives and transfers: the bytes this rank put in
-  int64_t seq = -1;    // collective: its number on the group; send/recv: per (peer, tag)
-  uint32_t name = 0;   // id in the rank's name table: "layers.3", "all_reduce", ...
-  uint32_t group = 0;  // collective/transfer: the group's name ("mesh0/dp,tp/1"); 0 = none
+  int64_t seq = -1;      // collective: its number on the group; send/recv: per (peer, tag)
+  uint32_t name = 0;     // id in the rank's name table: "layers.3", "all_reduce", ...
+  uint32_t group = 0;    // collective/transfer: the group's name ("mesh0/dp,tp/1"); 0 = none
   uint32_t context = 0;  // collective: what issued it ("grad bucket", "redistribute"); 0 = none
   int32_t peer = -1;     // send/recv: the other end's world rank
   int32_t tag = 0;       // send/recv: the tag

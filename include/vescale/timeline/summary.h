@@ -15,7 +15,7 @@
 namespace vescale::timeline {
 
 struct DimsShare {
-  std::string dims;  // "dp", "tp", "dp+tp", "pp", "world"
+  std::string dims;                          // "dp", "tp", "dp+tp", "pp", "world"
   double overlapped_ms = 0, exposed_ms = 0;  // over the window, this dim set's spans alone
   int64_t collectives = 0, bytes = 0;        // transfers counted as collectives
 };

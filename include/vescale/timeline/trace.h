@@ -19,11 +19,11 @@ struct ClockSample {
 // What one rank hands to rank 0 at the end of a window.
 struct RankTrace {
   int rank = 0;
-  std::string label;                // "rank 3 (pp=0, dp=1, tp=1)"
-  std::vector<ClockSample> clock;   // at the window's start and end; offsets interpolate
-  int64_t window_begin_ns = 0;      // local clock; spans ending before it are stale
+  std::string label;               // "rank 3 (pp=0, dp=1, tp=1)"
+  std::vector<ClockSample> clock;  // at the window's start and end; offsets interpolate
+  int64_t window_begin_ns = 0;     // local clock; spans ending before it are stale
   int64_t window_end_ns = 0;
-  std::string world_dims;           // the mesh dims whose group is the world ("dp+tp"), if any
+  std::string world_dims;  // the mesh dims whose group is the world ("dp+tp"), if any
   RankSpans spans;
 };
 std::string serialize(const RankTrace& trace);

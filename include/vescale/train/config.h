@@ -110,8 +110,8 @@ struct CheckpointConfig {
 
 // The nD timeline (docs/timeline.md): spans of a window of steps, merged into one trace.
 struct TimelineConfig {
-  std::string steps;  // "5-7" or "5" (1-based, inclusive); empty with `out` set: "2-4"
-  std::string out;    // the merged Chrome trace; empty with `steps` set: "timeline.json"
+  std::string steps;      // "5-7" or "5" (1-based, inclusive); empty with `out` set: "2-4"
+  std::string out;        // the merged Chrome trace; empty with `steps` set: "timeline.json"
   bool per_rank = false;  // also one file per rank (OUT.rank-N.json) for HolisticTraceAnalysis
   bool on() const { return !steps.empty() || !out.empty(); }
 };

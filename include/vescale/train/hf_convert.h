@@ -7,8 +7,9 @@
 namespace vescale::train {
 
 struct HfExportOptions {
-  std::string dtype = "fp32";               // the weights as stored: fp32 or bf16
-  int64_t max_shard_bytes = 5LL << 30;      // split into files of at most this (one tensor may exceed it)
+  std::string dtype = "fp32";  // the weights as stored: fp32 or bf16
+  int64_t max_shard_bytes =
+      5LL << 30;  // split into files of at most this (one tensor may exceed it)
 };
 
 // One of our checkpoints (a folder, or a root holding `latest`), saved at any world size with
