@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "registry.h"
+#include "shared/kv_cache.h"
 
 namespace torch::nn {
 class Module;
@@ -57,6 +58,10 @@ struct Model {
   std::shared_ptr<torch::nn::Module> module;
   // tokens [B, T] (int64) -> logits [B, T, vocab]
   std::function<at::Tensor(const at::Tensor&)> forward;
+  // Generation: tokens [B, T] at positions [cache.length(), + T) -> logits [B, T, vocab]; their
+  // keys and values join the cache (KVCache(n_layers, max_seq_len)), which advances by T. The
+  // same weights and math as forward; training never calls it.
+  std::function<at::Tensor(const at::Tensor&, KVCache&)> forward_cached;
   // Reruns the model's own initialisation in place (after parallelize made the parameters
   // DTensors, it goes through the consistent RNG).
   std::function<void()> init;

@@ -24,9 +24,17 @@ GPTAttentionImpl::GPTAttentionImpl(const GPTOptions& o) : n_head(o.n_head), drop
   resid_dropout = register_module("resid_dropout", torch::nn::Dropout(o.dropout));
 }
 
-torch::Tensor GPTAttentionImpl::forward(const torch::Tensor& x) {
-  auto y = vescale::kernels::causal_attention_packed(call(c_attn, x), n_head,
-                                                     is_training() ? dropout : 0.0);
+torch::Tensor GPTAttentionImpl::forward(const torch::Tensor& x, KVCache* cache, int64_t layer) {
+  if (!cache) {
+    auto y = vescale::kernels::causal_attention_packed(call(c_attn, x), n_head,
+                                                       is_training() ? dropout : 0.0);
+    return call(resid_dropout, call(c_proj, y));
+  }
+  const int64_t B = x.size(0), T = x.size(1), offset = cache->length();
+  auto qkv =
+      call(c_attn, x).view({B, T, 3, n_head, -1}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, D]
+  auto [k, v] = cache->append(layer, qkv[1], qkv[2]);
+  auto y = cached_attention(qkv[0], k, v, offset).transpose(1, 2).reshape({B, T, -1});
   return call(resid_dropout, call(c_proj, y));
 }
 
@@ -52,8 +60,8 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& o) {
   mlp = register_module("mlp", GPTMLP(o));
 }
 
-torch::Tensor GPTBlockImpl::forward(const torch::Tensor& x) {
-  auto h = x + call(attn, call(ln_1, x));
+torch::Tensor GPTBlockImpl::forward(const torch::Tensor& x, KVCache* cache, int64_t layer) {
+  auto h = x + call(attn, call(ln_1, x), cache, layer);
   return h + call(mlp, call(ln_2, h));
 }
 
@@ -87,13 +95,15 @@ void GPTImpl::init_weights() {
   }
 }
 
-torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
-  const int64_t T = tokens.size(1);
-  TORCH_CHECK(T <= options.n_positions, "GPT: sequence length ", T, " exceeds n_positions ",
-              options.n_positions);
-  auto pos = at::arange(T, tokens.options());
+torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, KVCache* cache) {
+  const int64_t T = tokens.size(1), offset = cache ? cache->length() : 0;
+  TORCH_CHECK(offset + T <= options.n_positions, "GPT: sequence length ", offset + T,
+              " exceeds n_positions ", options.n_positions);
+  auto pos = at::arange(offset, offset + T, tokens.options());
   auto x = call(drop, call(wte, tokens) + call(wpe, pos));
-  for (size_t i = 0; i < h->size(); ++i) x = call(h->ptr<GPTBlockImpl>(i), x);
+  for (size_t i = 0; i < h->size(); ++i)
+    x = call(h->ptr<GPTBlockImpl>(i), x, cache, static_cast<int64_t>(i));
+  if (cache) cache->advance(T);
   return at::linear(call(ln_f, x), wte->weight);  // tied LM head
 }
 

@@ -7,6 +7,7 @@
 // Linear weights are [out, in] (models::Linear); HF's Conv1D stores [in, out], so import
 // transposes them. The LM head is wte (tied), so it has no parameter of its own.
 #pragma once
+#include "shared/kv_cache.h"
 #include "shared/layer_norm.h"
 #include "shared/linear.h"
 #include "gpt/gpt_options.h"
@@ -22,7 +23,9 @@ namespace models {
 
 struct GPTAttentionImpl : torch::nn::Module {
   explicit GPTAttentionImpl(const GPTOptions& o);
-  torch::Tensor forward(const torch::Tensor& x);
+  // x [B, T, C] -> [B, T, C], causal. With a cache, x holds the positions after the cached
+  // ones, whose keys and values join layer `layer` of the cache.
+  torch::Tensor forward(const torch::Tensor& x, KVCache* cache = nullptr, int64_t layer = 0);
   Linear c_attn{nullptr}, c_proj{nullptr};
   torch::nn::Dropout resid_dropout{nullptr};
   int64_t n_head;
@@ -40,7 +43,7 @@ TORCH_MODULE(GPTMLP);
 
 struct GPTBlockImpl : torch::nn::Module {
   explicit GPTBlockImpl(const GPTOptions& o);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x, KVCache* cache = nullptr, int64_t layer = 0);
   LayerNorm ln_1{nullptr}, ln_2{nullptr};
   GPTAttention attn{nullptr};
   GPTMLP mlp{nullptr};
@@ -49,8 +52,9 @@ TORCH_MODULE(GPTBlock);
 
 struct GPTImpl : torch::nn::Module {
   explicit GPTImpl(const GPTOptions& o);
-  // tokens [B, T] (int64) -> logits [B, T, vocab]
-  torch::Tensor forward(const torch::Tensor& tokens);
+  // tokens [B, T] (int64) -> logits [B, T, vocab]. With a cache (generation), the tokens sit at
+  // positions [cache->length(), + T) and the cache advances by T.
+  torch::Tensor forward(const torch::Tensor& tokens, KVCache* cache = nullptr);
   // GPT-2's initialization (run by the constructor; through torch::nn::init).
   void init_weights();
   GPTOptions options;

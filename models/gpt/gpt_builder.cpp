@@ -14,6 +14,9 @@ Model build(const ModelOptions& options) {
   Model m;
   m.module = gpt.ptr();
   m.forward = [impl = gpt.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
+  m.forward_cached = [impl = gpt.ptr()](const at::Tensor& tokens, KVCache& cache) {
+    return impl->forward(tokens, &cache);
+  };
   m.init = [impl = gpt.ptr()] { impl->init_weights(); };
   m.block_pattern = "h.*";
   // The same calls as GPTImpl::forward, one layer at a time; the head is wte (tied).

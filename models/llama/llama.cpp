@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <tuple>
 
 namespace models {
 
@@ -111,24 +112,26 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& o)
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                          const torch::Tensor& sin) {
+                                          const torch::Tensor& sin, KVCache* cache, int64_t layer) {
   const int64_t B = x.size(0), T = x.size(1);
   // -1 for the head count: under tensor parallelism the local projections hold fewer heads.
   auto heads = [&](const torch::Tensor& t) { return t.view({B, T, -1, head_dim}).transpose(1, 2); };
   auto q = apply_rope(heads(call(wq, x)), cos, sin);
   auto k = apply_rope(heads(call(wk, x)), cos, sin);
   auto v = heads(call(wv, x));
+  const int64_t offset = cache ? cache->length() : 0;
+  if (cache) std::tie(k, v) = cache->append(layer, k, v);  // kv heads are cached, not repeats
   // Grouped-query attention: query head h reads kv head h / (n_heads / n_kv_heads).
   const int64_t rep = n_heads / n_kv_heads;
   if (rep > 1) {
     auto repeat_kv = [&](const torch::Tensor& t) {
-      const int64_t kv = t.size(1);
-      return t.unsqueeze(2).expand({B, kv, rep, T, head_dim}).reshape({B, kv * rep, T, head_dim});
+      const int64_t kv = t.size(1), S = t.size(2);
+      return t.unsqueeze(2).expand({B, kv, rep, S, head_dim}).reshape({B, kv * rep, S, head_dim});
     };
     k = repeat_kv(k);
     v = repeat_kv(v);
   }
-  auto y = vescale::kernels::causal_attention(q, k, v);
+  auto y = cache ? cached_attention(q, k, v, offset) : vescale::kernels::causal_attention(q, k, v);
   return call(wo, y.transpose(1, 2).reshape({B, T, -1}));
 }
 
@@ -153,8 +156,8 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaOptions& o) {
 }
 
 torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                      const torch::Tensor& sin) {
-  auto h = x + call(attention, call(attention_norm, x), cos, sin);
+                                      const torch::Tensor& sin, KVCache* cache, int64_t layer) {
+  auto h = x + call(attention, call(attention_norm, x), cos, sin, cache, layer);
   return h + call(feed_forward, call(ffn_norm, h));
 }
 
@@ -222,13 +225,15 @@ void fill_rope(const LlamaOptions& o, torch::Tensor& cos, torch::Tensor& sin) {
   sin.copy_(s);
 }
 
-torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
-  const int64_t T = tokens.size(1);
-  TORCH_CHECK(T <= options.max_seq_len, "Llama: sequence length ", T, " exceeds max_seq_len ",
-              options.max_seq_len);
-  auto cos = rope_cos.narrow(0, 0, T), sin = rope_sin.narrow(0, 0, T);
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, KVCache* cache) {
+  const int64_t T = tokens.size(1), offset = cache ? cache->length() : 0;
+  TORCH_CHECK(offset + T <= options.max_seq_len, "Llama: sequence length ", offset + T,
+              " exceeds max_seq_len ", options.max_seq_len);
+  auto cos = rope_cos.narrow(0, offset, T), sin = rope_sin.narrow(0, offset, T);
   auto x = call(tok_embeddings, tokens);
-  for (size_t i = 0; i < layers->size(); ++i) x = call(layers->ptr<LlamaBlockImpl>(i), x, cos, sin);
+  for (size_t i = 0; i < layers->size(); ++i)
+    x = call(layers->ptr<LlamaBlockImpl>(i), x, cos, sin, cache, static_cast<int64_t>(i));
+  if (cache) cache->advance(T);
   x = call(norm, x);
   return output ? call(output, x) : at::linear(x, tok_embeddings->weight);
 }

@@ -23,6 +23,7 @@
 // importing those needs the usual permutation of wq and wk rows (HF's convert_llama_weights
 // does the same), see models/shared/hugging_face.h.
 #pragma once
+#include "shared/kv_cache.h"
 #include "shared/linear.h"
 #include "llama/llama_options.h"
 
@@ -62,8 +63,10 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos,
 
 struct LlamaAttentionImpl : torch::nn::Module {
   explicit LlamaAttentionImpl(const LlamaOptions& o);
-  // x [B, T, dim], cos/sin [T, head_dim] -> [B, T, dim]; causal.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  // x [B, T, dim], cos/sin [T, head_dim] -> [B, T, dim]; causal. With a cache, x holds the
+  // positions after the cached ones, whose keys and values join layer `layer` of the cache.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        KVCache* cache = nullptr, int64_t layer = 0);
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   int64_t n_heads, n_kv_heads, head_dim;
 };
@@ -88,7 +91,8 @@ TORCH_MODULE(FeedForward);
 
 struct LlamaBlockImpl : torch::nn::Module {
   explicit LlamaBlockImpl(const LlamaOptions& o);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        KVCache* cache = nullptr, int64_t layer = 0);
   RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
   LlamaAttention attention{nullptr};
   FeedForward feed_forward{nullptr};
@@ -97,8 +101,9 @@ TORCH_MODULE(LlamaBlock);
 
 struct LlamaImpl : torch::nn::Module {
   explicit LlamaImpl(const LlamaOptions& o);
-  // tokens [B, T] (int64, T <= max_seq_len) -> logits [B, T, vocab_size]
-  torch::Tensor forward(const torch::Tensor& tokens);
+  // tokens [B, T] (int64, T <= max_seq_len) -> logits [B, T, vocab_size]. With a cache (generation),
+  // the tokens sit at positions [cache->length(), + T) and the cache advances by T.
+  torch::Tensor forward(const torch::Tensor& tokens, KVCache* cache = nullptr);
   // TorchTitan-style init, run by the constructor; see llama.cpp. Only in-place random fills of
   // the existing parameters (no new tensors, no reads), so a framework can re-run it after
   // sharding them. Also recomputes the rope tables (deterministic) into the existing buffers.

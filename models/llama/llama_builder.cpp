@@ -15,6 +15,9 @@ Model build(const ModelOptions& options) {
   Model m;
   m.module = llama.ptr();
   m.forward = [impl = llama.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
+  m.forward_cached = [impl = llama.ptr()](const at::Tensor& tokens, KVCache& cache) {
+    return impl->forward(tokens, &cache);
+  };
   m.init = [impl = llama.ptr()] { impl->init_weights(); };
   m.block_pattern = "layers.*";
   // Pipeline layers: the same calls as LlamaImpl::forward, one layer at a time.

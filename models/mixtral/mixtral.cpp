@@ -108,8 +108,8 @@ MixtralBlockImpl::MixtralBlockImpl(const MixtralOptions& o) {
 }
 
 torch::Tensor MixtralBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                        const torch::Tensor& sin) {
-  auto h = x + call(attention, call(attention_norm, x), cos, sin);
+                                        const torch::Tensor& sin, KVCache* cache, int64_t layer) {
+  auto h = x + call(attention, call(attention_norm, x), cos, sin, cache, layer);
   return h + call(feed_forward, call(ffn_norm, h));
 }
 
@@ -147,14 +147,15 @@ void MixtralImpl::init_weights() {
   fill_rope(options.llama(), rope_cos, rope_sin);
 }
 
-torch::Tensor MixtralImpl::forward(const torch::Tensor& tokens) {
-  const int64_t T = tokens.size(1);
-  TORCH_CHECK(T <= options.max_seq_len, "Mixtral: sequence length ", T, " exceeds max_seq_len ",
-              options.max_seq_len);
-  auto cos = rope_cos.narrow(0, 0, T), sin = rope_sin.narrow(0, 0, T);
+torch::Tensor MixtralImpl::forward(const torch::Tensor& tokens, KVCache* cache) {
+  const int64_t T = tokens.size(1), offset = cache ? cache->length() : 0;
+  TORCH_CHECK(offset + T <= options.max_seq_len, "Mixtral: sequence length ", offset + T,
+              " exceeds max_seq_len ", options.max_seq_len);
+  auto cos = rope_cos.narrow(0, offset, T), sin = rope_sin.narrow(0, offset, T);
   auto x = call(tok_embeddings, tokens);
   for (size_t i = 0; i < layers->size(); ++i)
-    x = call(layers->ptr<MixtralBlockImpl>(i), x, cos, sin);
+    x = call(layers->ptr<MixtralBlockImpl>(i), x, cos, sin, cache, static_cast<int64_t>(i));
+  if (cache) cache->advance(T);
   x = call(norm, x);
   return output ? call(output, x) : at::linear(x, tok_embeddings->weight);
 }
@@ -192,7 +193,8 @@ torch::Tensor routing_stats(const std::vector<torch::Tensor>& router_logits, int
 torch::Tensor load_balancing_from_stats(const torch::Tensor& stats, int64_t n_experts) {
   const auto rows = stats.narrow(0, 2 * n_experts, 1);
   return n_experts *
-         ((stats.narrow(0, 0, n_experts) / rows) * (stats.narrow(0, n_experts, n_experts) / rows)).sum();
+         ((stats.narrow(0, 0, n_experts) / rows) * (stats.narrow(0, n_experts, n_experts) / rows))
+             .sum();
 }
 
 torch::Tensor routing_loss_from_stats(const torch::Tensor& stats, const MixtralOptions& o) {
@@ -246,9 +248,9 @@ torch::Tensor MixtralImpl::z_loss() const {
 }
 
 torch::Tensor MixtralImpl::routing_loss() const {
-  return routing_loss_from_stats(
-      routing_stats(checked_router_logits(layers, "routing_loss"), options.n_experts, options.top_k),
-      options);
+  return routing_loss_from_stats(routing_stats(checked_router_logits(layers, "routing_loss"),
+                                               options.n_experts, options.top_k),
+                                 options);
 }
 
 void MixtralImpl::update_expert_bias(const std::vector<torch::Tensor>& loads) {

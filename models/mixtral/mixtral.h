@@ -77,7 +77,8 @@ TORCH_MODULE(MoE);
 
 struct MixtralBlockImpl : torch::nn::Module {
   explicit MixtralBlockImpl(const MixtralOptions& o);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        KVCache* cache = nullptr, int64_t layer = 0);
   RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
   LlamaAttention attention{nullptr};
   MoE feed_forward{nullptr};
@@ -86,8 +87,9 @@ TORCH_MODULE(MixtralBlock);
 
 struct MixtralImpl : torch::nn::Module {
   explicit MixtralImpl(const MixtralOptions& o);
-  // tokens [B, T] (int64) -> logits [B, T, vocab_size]
-  torch::Tensor forward(const torch::Tensor& tokens);
+  // tokens [B, T] (int64) -> logits [B, T, vocab_size]. With a cache (generation), the tokens
+  // sit at positions [cache->length(), + T) and the cache advances by T.
+  torch::Tensor forward(const torch::Tensor& tokens, KVCache* cache = nullptr);
   // The load-balancing loss of the last forward, Hugging Face's formula (Switch Transformer's,
   // pooled over all layers' tokens): E * sum_e f_e * P_e, with f_e the fraction of the
   // (token, choice) assignments that went to expert e and P_e the mean router probability of e,

@@ -17,6 +17,9 @@ Model build(const ModelOptions& options) {
   Model m;
   m.module = mixtral.ptr();
   m.forward = [impl = mixtral.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
+  m.forward_cached = [impl = mixtral.ptr()](const at::Tensor& tokens, KVCache& cache) {
+    return impl->forward(tokens, &cache);
+  };
   m.init = [impl = mixtral.ptr()] { impl->init_weights(); };
   const bool routing_loss = o.aux_loss_coef > 0 || o.router_z_loss_coef > 0;
   if (routing_loss) m.aux_loss = [impl = mixtral.ptr()] { return impl->routing_loss(); };

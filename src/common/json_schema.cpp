@@ -57,6 +57,18 @@ void Reader::field(const char* k, double& out) {
   }
 }
 
+void Reader::field(const char* k, NumberOrAuto& out) {
+  if (const json* v = raw(k)) {
+    if (v->is_string() && v->get<std::string>() == "auto") {
+      out = NumberOrAuto{};
+    } else if (v->is_number()) {
+      out = NumberOrAuto{false, v->get<double>()};
+    } else {
+      fail(k, "expected a number or \"auto\", not " + a_type(*v) + " (" + short_dump(*v) + ")");
+    }
+  }
+}
+
 void Reader::field(const char* k, bool& out) {
   if (const json* v = raw(k)) {
     if (!v->is_boolean())
@@ -132,6 +144,13 @@ void Reader::fail(const std::string& k, const std::string& msg) const {
 
 void Reader::fail_here(const std::string& msg) const {
   VESCALE_FAIL(what_, " '", source_, "': ", path_.empty() ? "top level" : path_, ": ", msg);
+}
+
+void Writer::field(const char* k, const NumberOrAuto& v) {
+  if (v.is_auto)
+    node[k] = "auto";
+  else
+    node[k] = v.value;
 }
 
 void Writer::field(const char* k, const IntMap& map) {

@@ -24,4 +24,24 @@ void cuda_set_device(int device) {
                 "CUDA_VISIBLE_DEVICES");
 }
 
+std::string cuda_device_name() {
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return prop.name;
+}
+
+long long cuda_memory_used() {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<long long>(total - free);
+}
+
 }  // namespace vescale::dist

@@ -13,4 +13,8 @@ void cuda_set_device(int device) {
       device);
 }
 
+std::string cuda_device_name() { return ""; }
+
+long long cuda_memory_used() { return 0; }
+
 }  // namespace vescale::dist

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "vescale/common/check.h"
+#include "vescale/common/utf8.h"
 
 namespace vescale::timeline {
 
@@ -216,15 +217,8 @@ std::string json_escape(const std::string& s) {
       out += static_cast<char>(c), ++i;
     } else {
       // A well-formed UTF-8 sequence passes; anything else becomes U+FFFD.
-      int len = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-      if (c >= 0xf5) len = 0;
-      bool ok = len > 0 && i + len <= n;
-      for (int k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xc0) == 0x80;
-      if (ok && len == 3) {  // no overlongs, no surrogates
-        ok = !(c == 0xe0 && p[i + 1] < 0xa0) && !(c == 0xed && p[i + 1] >= 0xa0);
-      }
-      if (ok && len == 4) ok = !(c == 0xf0 && p[i + 1] < 0x90) && !(c == 0xf4 && p[i + 1] >= 0x90);
-      if (ok) {
+      const size_t len = utf8_sequence_length(p + i, n - i);
+      if (len > 0) {
         out.append(s, i, len), i += len;
       } else {
         out += "\xef\xbf\xbd", ++i;

@@ -79,6 +79,10 @@ void visit(V& v, TrainConfig& c) {
   v.field("log_every", c.log_every);
   v.field("eval_every", c.eval_every);
   v.field("eval_steps", c.eval_steps);
+  v.field("sample_every", c.sample_every);
+  v.field("sample_prompt", c.sample_prompt);
+  v.field("sample_tokens", c.sample_tokens);
+  v.field("sample_temperature", c.sample_temperature);
 }
 
 template <class V>
@@ -86,6 +90,7 @@ void visit(V& v, DataConfig& c) {
   v.field("train", c.train);
   v.field("val", c.val);
   v.field("shuffle", c.shuffle);
+  v.field("tokenizer", c.tokenizer);
 }
 
 template <class V>
@@ -108,6 +113,7 @@ void visit(V& v, TimelineConfig& c) {
 template <class V>
 void visit(V& v, LogConfig& c) {
   v.field("metrics_jsonl", c.metrics_jsonl);
+  v.field("tensorboard", c.tensorboard);
   v.field("level", c.level);
   v.object("timeline", [&](auto& s) { visit(s, c.timeline); });
 }
@@ -193,7 +199,13 @@ void validate(const Config& c, const std::string& source) {
       t.max_loss_spike == 0 || t.max_loss_spike > 1, "train.max_loss_spike",
       "must be 0 (guard off) or above 1, like 3 (a loss above 3x the recent median stops the run)");
   check_one_of(check, "train.dtype", t.dtype, {"fp32", "bf16"});
-  check(t.peak_flops >= 0, "train.peak_flops", "must be >= 0 (0 leaves MFU out)");
+  check(t.peak_flops.is_auto || t.peak_flops.value >= 0, "train.peak_flops",
+        "must be \"auto\" or >= 0 (0 leaves MFU out)");
+  check(t.sample_every >= 0, "train.sample_every", "must be >= 0 (0: no samples)");
+  check(t.sample_tokens >= 1, "train.sample_tokens", "must be >= 1");
+  check(t.sample_temperature >= 0, "train.sample_temperature", "must be >= 0 (0: greedy)");
+  check(t.sample_every == 0 || !t.sample_prompt.empty(), "train.sample_prompt",
+        "must not be empty when train.sample_every is set");
   check(t.eval_every >= 0, "train.eval_every", "must be >= 0 (0: no evaluation)");
   check(c.checkpoint.every >= 0, "checkpoint.every", "must be >= 0");
   check(c.checkpoint.keep >= 0, "checkpoint.keep", "must be >= 0 (0 keeps every checkpoint)");
@@ -373,6 +385,11 @@ Config Config::from_json(const std::string& text, const std::string& source,
                 "then in the working directory");
   for (auto* list : {&c.data.train, &c.data.val})
     for (auto& p : *list) p = resolve_path(p, base_dir);
+  c.data.tokenizer = resolve_path(c.data.tokenizer, base_dir);
+  VESCALE_CHECK(c.data.tokenizer.empty() || std::filesystem::is_regular_file(c.data.tokenizer),
+                "config '", source, "': data.tokenizer: no file '", c.data.tokenizer,
+                "'; name a Hugging Face tokenizer.json (relative paths: next to the config, then ",
+                "the working directory)");
   return c;
 }
 

@@ -22,9 +22,9 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 // The config a checkpoint recorded, without what conversion does not need (and may not find).
-Config config_of(const checkpoint::CheckpointInfo& info) {
+Config config_of(const checkpoint::CheckpointInfo& info, const std::string& who) {
   const json meta = json::parse(info.metadata);
-  VESCALE_CHECK(meta.contains("config"), "vescale-convert: ", info.folder,
+  VESCALE_CHECK(meta.contains("config"), who, ": ", info.folder,
                 " records no config (written before checkpoints did); re-save it with this build");
   json c = meta["config"];
   if (c.contains("parallel")) c["parallel"].erase("plan");
@@ -38,29 +38,58 @@ void write_text(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
-std::vector<std::string> export_hf(const std::string& checkpoint, const std::string& out,
-                                   const HfExportOptions& opts) {
-  VESCALE_CHECK(opts.dtype == "fp32" || opts.dtype == "bf16", "vescale-convert: --dtype '",
-                opts.dtype, "' is not fp32 or bf16");
-  VESCALE_CHECK(opts.max_shard_bytes > 0, "vescale-convert: --max-shard-size must be > 0");
+CheckpointWeights read_checkpoint_weights(const std::string& checkpoint, const std::string& who) {
   std::string folder = checkpoint;
   if (!fs::exists(fs::path(folder) / "index.json")) {
     auto l = checkpoint::latest(checkpoint);
-    VESCALE_CHECK(l, "vescale-convert: ", checkpoint,
+    VESCALE_CHECK(l, who, ": ", checkpoint,
                   " is neither a checkpoint folder (index.json) nor a root with `latest`");
     folder = *l;
   }
   const auto info = checkpoint::read_info(folder);
-  const Config cfg = config_of(info);
+  CheckpointWeights out{folder, config_of(info, who), {}};
   // The model's tensors, whole, in one process.
   checkpoint::StateDict state;
   for (const auto& [name, e] : info.tensors)
     if (name.rfind("model/", 0) == 0)
       state[name] = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
-  VESCALE_CHECK(!state.empty(), "vescale-convert: ", folder, " holds no model/ tensors");
+  VESCALE_CHECK(!state.empty(), who, ": ", folder, " holds no model/ tensors");
   checkpoint::load(folder, state);
-  models::StateDict ours;
-  for (auto& [name, t] : state) ours[name.substr(6)] = t;
+  for (auto& [name, t] : state) out.weights[name.substr(6)] = t;
+  return out;
+}
+
+Config hf_folder_config(const std::string& hf_dir, const std::string& who) {
+  std::ifstream in(fs::path(hf_dir) / "config.json");
+  VESCALE_CHECK(in.good(), who, ": no ", (fs::path(hf_dir) / "config.json").string(),
+                "; point it at a Hugging Face model folder (config.json and model.safetensors)");
+  json hf;
+  try {
+    hf = json::parse(in);
+  } catch (const json::exception& e) {
+    VESCALE_FAIL(who, ": ", hf_dir, "/config.json is not valid JSON: ", e.what());
+  }
+  const std::string hf_type = hf.value("model_type", "");
+  const std::string type = hf_type == "gpt2" ? "gpt" : hf_type;
+  VESCALE_CHECK(type == "llama" || type == "mixtral" || type == "gpt", who, ": ", hf_dir,
+                " holds a '", hf_type, "' model; llama, mixtral and gpt2 are supported");
+  // model.* from config.json: the same path as model.init_from with from_hf_config.
+  // (train.* is a placeholder: the folder describes a model, not a run.)
+  return Config::from_json(json{{"model",
+                                 {{"type", type},
+                                  {"init_from", fs::absolute(hf_dir).string()},
+                                  {"from_hf_config", true}}},
+                                {"train", {{"seq_len", 1}}}}
+                               .dump(),
+                           hf_dir + "/config.json");
+}
+
+std::vector<std::string> export_hf(const std::string& checkpoint, const std::string& out,
+                                   const HfExportOptions& opts) {
+  VESCALE_CHECK(opts.dtype == "fp32" || opts.dtype == "bf16", "vescale-convert: --dtype '",
+                opts.dtype, "' is not fp32 or bf16");
+  VESCALE_CHECK(opts.max_shard_bytes > 0, "vescale-convert: --max-shard-size must be > 0");
+  auto [folder, cfg, ours] = read_checkpoint_weights(checkpoint, "vescale-convert");
   const auto& builder = models::builder(cfg.model.type);
   VESCALE_CHECK(builder.to_hf, "vescale-convert: model.type '", cfg.model.type,
                 "' has no Hugging Face adapter");
@@ -109,29 +138,8 @@ std::vector<std::string> export_hf(const std::string& checkpoint, const std::str
 }
 
 std::string import_hf(const std::string& hf_dir, const std::string& root) {
-  std::ifstream in(fs::path(hf_dir) / "config.json");
-  VESCALE_CHECK(in.good(), "vescale-convert: no ", (fs::path(hf_dir) / "config.json").string(),
-                "; --from-hf takes a Hugging Face model folder");
-  json hf;
-  try {
-    hf = json::parse(in);
-  } catch (const json::exception& e) {
-    VESCALE_FAIL("vescale-convert: ", hf_dir, "/config.json is not valid JSON: ", e.what());
-  }
-  const std::string hf_type = hf.value("model_type", "");
-  const std::string type = hf_type == "gpt2" ? "gpt" : hf_type;
-  VESCALE_CHECK(type == "llama" || type == "mixtral" || type == "gpt", "vescale-convert: ", hf_dir,
-                " holds a '", hf_type, "' model; llama, mixtral and gpt2 convert");
-  // model.* from config.json: the same path as model.init_from with from_hf_config.
-  const Config cfg = Config::from_json(
-      // (train.* is a placeholder: a converted checkpoint records the model, not a run)
-      json{{"model",
-            {{"type", type},
-             {"init_from", fs::absolute(hf_dir).string()},
-             {"from_hf_config", true}}},
-           {"train", {{"seq_len", 1}}}}
-          .dump(),
-      hf_dir + "/config.json");
+  const Config cfg = hf_folder_config(hf_dir, "vescale-convert");
+  const std::string& type = cfg.model.type;
   const auto ours = models::builder(type).from_hf(map_hf_weights(hf_dir), *cfg.model.options);
   checkpoint::StateDict state;
   for (const auto& [k, t] : ours) state["model/" + k] = t.contiguous();

@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "vescale/common/check.h"
+#include "vescale/common/utf8.h"
 
 namespace vescale::train {
 
@@ -184,7 +185,7 @@ void TensorBoardWriter::add_text(const std::string& tag, int64_t step, const std
   put_key(tensor, 1, kVarint);
   put_varint(tensor, 7);
   put_bytes(tensor, 2, "");
-  put_bytes(tensor, 8, text);
+  put_bytes(tensor, 8, valid_utf8(text));  // the text plugin decodes UTF-8
   std::string plugin_data;
   put_bytes(plugin_data, 1, "text");
   std::string metadata;

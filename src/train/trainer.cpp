@@ -33,6 +33,8 @@
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
 #include "vescale/train/hf_weights.h"
+#include "vescale/train/peak_flops.h"
+#include "vescale/train/tensorboard_writer.h"
 #include "vescale/kernels/host_memory.h"
 #include "vescale/timeline/recorder.h"
 #include "vescale/train/stop_signal.h"
@@ -62,7 +64,8 @@ struct SpanNames {
            forward = timeline::intern("forward"), loss = timeline::intern("loss"),
            backward = timeline::intern("backward"),
            grad_sync = timeline::intern("reduce gradients"),
-           clip = timeline::intern("clip gradients"), optimizer = timeline::intern("optimizer step"),
+           clip = timeline::intern("clip gradients"),
+           optimizer = timeline::intern("optimizer step"),
            commit = timeline::intern("commit checkpoint"),
            experts = timeline::intern("balance experts"), eval = timeline::intern("evaluate"),
            save = timeline::intern("stage checkpoint");
@@ -115,16 +118,20 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
                         {.init = model_.init, .plain_on_one_device = true});
     }
     // Before the reducer and the optimizer see them (ZeRO-3 reshapes the parameters' storage).
-    if (!config_.model.init_from.empty()) load_hf_weights(config_.model.init_from, model_, config_.model);
+    if (!config_.model.init_from.empty())
+      load_hf_weights(config_.model.init_from, model_, config_.model);
     // Bucketed reduction (docs/parallel.md); "per_param" keeps parallel::reduce_gradients.
     zero = zero_stage(config_.parallel, &plan);
     VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != "per_param", "ZeRO stage ", zero,
                   " (from ", config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
                   ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
-    VESCALE_CHECK(!pipeline_ || zero <= 2, "ZeRO stage 3 with a pipeline plan: not supported ",
-                  "(the stages would gather their parameters per micro-batch); use parallel.zero=1 or 2");
-    VESCALE_CHECK(!pipeline_ || zero == 0 || !has_shared_weights(), "ZeRO with weights tied across ",
-                  "pipeline stages (tied embeddings) is not supported yet; set parallel.zero=0 or untie them");
+    VESCALE_CHECK(
+        !pipeline_ || zero <= 2, "ZeRO stage 3 with a pipeline plan: not supported ",
+        "(the stages would gather their parameters per micro-batch); use parallel.zero=1 or 2");
+    VESCALE_CHECK(!pipeline_ || zero == 0 || !has_shared_weights(),
+                  "ZeRO with weights tied across ",
+                  "pipeline stages (tied embeddings) is not supported yet; set parallel.zero=0 or "
+                  "untie them");
     // One device has no gradient to reduce (and its parameters are plain tensors).
     const mesh::DeviceMesh& grad_mesh = pipeline_ ? stage_mesh() : *mesh_;
     if (grad_mesh.size() > 1 && config_.parallel.grad_reduce != "per_param") {
@@ -143,8 +150,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
                                     model_.block_side_outputs);
   // Around the checkpointing hook, so a block's forward span is the forward it runs.
   if (config_.log.timeline.on())
-    timeline_ = std::make_unique<TimelineWindow>(config_, mesh_ ? &*mesh_ : nullptr,
-                                                 *model_.module, model_.block_pattern);
+    timeline_ = std::make_unique<TimelineWindow>(config_, mesh_ ? &*mesh_ : nullptr, *model_.module,
+                                                 model_.block_pattern);
 
   optim::NamedParams named;
   for (const auto& item : model_.module->named_parameters())
@@ -189,6 +196,19 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     if (!resumed_) run_id_ = dist::all_gather_text(rank_ == 0 ? new_run_id() : "").front();
   }
   if (rank_ == 0 && !config_.log.metrics_jsonl.empty()) open_metrics();
+  if (rank_ == 0 && !config_.log.tensorboard.empty()) open_tensorboard();
+  VESCALE_CHECK(t.sample_every == 0 || !pipeline_, "config '", config_.source,
+                "': train.sample_every: samples need the whole model in one process, and the "
+                "pipeline plan splits it into stages; set train.sample_every=0 and run "
+                "vescale-generate on a checkpoint");
+  // Every rank at once: on a CPU the measured GEMM peak is each rank's share of the cores.
+  peak_ = resolve_peak_flops(t, device_);
+  if (rank_ == 0 && !peak_.note.empty()) {
+    if (peak_.flops > 0)
+      log::info(peak_.note);
+    else
+      log::warn(peak_.note);
+  }
 }
 
 Trainer::~Trainer() {
@@ -287,7 +307,8 @@ StepMetrics Trainer::step(int64_t step) {
   StepMetrics m;
   m.step = step + 1;
   m.lr = lr;
-  m.loss = pipeline_ ? pipeline_loss : (loss_sum / static_cast<double>(t.grad_accum)).item<double>();
+  m.loss =
+      pipeline_ ? pipeline_loss : (loss_sum / static_cast<double>(t.grad_accum)).item<double>();
   m.grad_norm = norm.item<double>();
   // Every rank holds the same loss and norm, so all pass or all stop here.
   guard_->check(m.step, m.loss, m.grad_norm);
@@ -313,8 +334,8 @@ StepMetrics Trainer::step(int64_t step) {
   m.step_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / (m.step_ms / 1000.0);
-  if (t.peak_flops > 0)
-    m.mfu = flops_per_token_ * m.tokens_per_s / (t.peak_flops * static_cast<double>(world_size_));
+  if (peak_.flops > 0)
+    m.mfu = flops_per_token_ * m.tokens_per_s / (peak_.flops * static_cast<double>(world_size_));
   return m;
 }
 
@@ -349,9 +370,9 @@ std::vector<StepMetrics> Trainer::run() {
               human(static_cast<double>(parameter_count(parameter_shapes(config_.model))), "") +
               " parameters; " + std::to_string(tokens_per_step()) + " tokens per step (" +
               std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) + " x " +
-              std::to_string(microbatches()) + (pipeline_ ? " micro-batches x " : " accum x ") + std::to_string(dp_size_) + " dp); " +
-              std::to_string(t.steps) + " steps, dtype " + t.dtype +
-              (t.activation_checkpointing ? ", activation checkpointing" : ""));
+              std::to_string(microbatches()) + (pipeline_ ? " micro-batches x " : " accum x ") +
+              std::to_string(dp_size_) + " dp); " + std::to_string(t.steps) + " steps, dtype " +
+              t.dtype + (t.activation_checkpointing ? ", activation checkpointing" : ""));
   }
   std::vector<StepMetrics> all;
   double window_ms = 0;
@@ -378,10 +399,11 @@ std::vector<StepMetrics> Trainer::run() {
   for (int64_t s = resumed_step_; s < t.steps; ++s) {
     StepMetrics m;
     int stop = 0;
-    if (timeline_) guarded(s, [&] {
-      doing_ = "aligning the timeline's clocks";
-      timeline_->before_step(s + 1);
-    });
+    if (timeline_)
+      guarded(s, [&] {
+        doing_ = "aligning the timeline's clocks";
+        timeline_->before_step(s + 1);
+      });
     guarded(s, [&] {
       // The previous step's save writes in the background; this step commits it once its loss
       // passed the guard. A step that fails throws before that, and the save is dropped.
@@ -398,6 +420,7 @@ std::vector<StepMetrics> Trainer::run() {
         m.val_loss = evaluate();
       });
     }
+    if (rank_ == 0) m.memory_gb = memory_gb();
     all.push_back(m);
     if (rank_ == 0) log_step(m);
     // Throughput over the steps since the last line (the first step, with its warm-up, is
@@ -411,19 +434,20 @@ std::vector<StepMetrics> Trainer::run() {
           line, sizeof(line), "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s",
           static_cast<int>(std::to_string(t.steps).size()), static_cast<long long>(m.step),
           static_cast<long long>(t.steps), m.loss, m.lr, m.grad_norm, human(tok_s, "").c_str());
-      if (t.peak_flops > 0) {
+      if (peak_.flops > 0) {
         const double device_flops = flops_per_token_ * tok_s / static_cast<double>(world_size_);
-        n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.2f%%",
-                           100.0 * device_flops / t.peak_flops);
-        if (device_flops > t.peak_flops && !warned_mfu) {
+        n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.2f%%%s%s",
+                           100.0 * device_flops / peak_.flops, peak_.label.empty() ? "" : " ",
+                           peak_.label.c_str());
+        if (device_flops > peak_.flops && !warned_mfu) {
           warned_mfu = true;
-          char msg[256];
+          char msg[320];
           std::snprintf(
               msg, sizeof(msg),
-              "MFU above 100%%: each device reaches %.3g FLOP/s, above train.peak_flops = %.3g; "
-              "set "
-              "train.peak_flops to the device's peak (e.g. cores x per-core peak on a CPU)",
-              device_flops, t.peak_flops);
+              "MFU above 100%%: each device reaches %.3g FLOP/s, above the peak of "
+              "%.3g (%s); set train.peak_flops to the device's dense peak FLOP/s",
+              device_flops, peak_.flops,
+              config_.train.peak_flops.is_auto ? "train.peak_flops: auto" : "train.peak_flops");
           log::warn(msg);
         }
       }
@@ -433,10 +457,16 @@ std::vector<StepMetrics> Trainer::run() {
       log::info(line);
       window_ms = 0, window = 0;
     }
-    if (timeline_) guarded(s, [&] {
-      doing_ = "writing the timeline";
-      if (auto summary = timeline_->after_step(m.step)) log_timeline(m.step, summary->to_json());
-    });
+    if (t.sample_every > 0 && (m.step % t.sample_every == 0 || last))
+      guarded(s, [&] {
+        doing_ = "sampling";
+        print_sample(m.step);
+      });
+    if (timeline_)
+      guarded(s, [&] {
+        doing_ = "writing the timeline";
+        if (auto summary = timeline_->after_step(m.step)) log_timeline(m.step, summary->to_json());
+      });
     const auto& ck = config_.checkpoint;
     if (saver_ && ((ck.every > 0 && m.step % ck.every == 0) || last)) {
       guarded(s, [&] {

@@ -1,10 +1,14 @@
-// The metrics JSONL rank 0 writes: one object per step.
+// What rank 0 writes of each step: the metrics JSONL (one object per step) and TensorBoard
+// event files (log.tensorboard).
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "vescale/common/check.h"
+#include "vescale/dist/cuda_device.h"
+#include "vescale/train/tensorboard_writer.h"
 #include "vescale/train/trainer.h"
 
 namespace vescale::train {
@@ -33,7 +37,30 @@ void Trainer::open_metrics() {
   metrics_->flush();
 }
 
+void Trainer::open_tensorboard() {
+  tensorboard_ = std::make_unique<TensorBoardWriter>(config_.log.tensorboard);
+}
+
+double Trainer::memory_gb() const {
+  if (device_.rfind("cuda", 0) == 0) return static_cast<double>(dist::cuda_memory_used()) / 1e9;
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024 / 1e9;  // ru_maxrss is in KiB
+}
+
 void Trainer::log_step(const StepMetrics& m) {
+  if (tensorboard_) {
+    auto& tb = *tensorboard_;
+    tb.add_scalar("train/loss", m.step, m.loss);
+    tb.add_scalar("train/lr", m.step, m.lr);
+    tb.add_scalar("train/grad_norm", m.step, m.grad_norm);
+    tb.add_scalar("perf/step_ms", m.step, m.step_ms);
+    tb.add_scalar("perf/tokens_per_s", m.step, m.tokens_per_s);
+    if (peak_.flops > 0) tb.add_scalar("perf/mfu", m.step, m.mfu);
+    tb.add_scalar("perf/memory_gb", m.step, m.memory_gb);
+    if (m.val_loss) tb.add_scalar("val/loss", m.step, *m.val_loss);
+    tb.flush();
+  }
   if (metrics_) {
     nlohmann::ordered_json j{{"step", m.step},
                              {"loss", m.loss},
@@ -42,7 +69,8 @@ void Trainer::log_step(const StepMetrics& m) {
                              {"step_ms", m.step_ms},
                              {"tokens", m.step * tokens_per_step()},
                              {"tokens_per_s", m.tokens_per_s}};
-    if (config_.train.peak_flops > 0) j["mfu"] = m.mfu;
+    if (peak_.flops > 0) j["mfu"] = m.mfu;
+    j["memory_gb"] = m.memory_gb;
     if (m.val_loss) j["val_loss"] = *m.val_loss;
     if (!m.expert_loads.empty()) {
       // Per MoE layer: tokens per expert and max / mean (1 = perfectly balanced).
@@ -58,6 +86,12 @@ void Trainer::log_step(const StepMetrics& m) {
       }
       j["experts"] = std::move(layers);
       j["expert_imbalance_max"] = worst;
+      if (tensorboard_) {
+        for (const auto& [layer, v] : j["experts"].items())
+          tensorboard_->add_scalar("moe/imbalance/" + layer, m.step, v["imbalance"].get<double>());
+        tensorboard_->add_scalar("moe/imbalance_max", m.step, worst);
+        tensorboard_->flush();
+      }
     }
     *metrics_ << j.dump() << '\n';
     metrics_->flush();
@@ -66,8 +100,21 @@ void Trainer::log_step(const StepMetrics& m) {
 
 // {"step": N, "timeline": {...}}: a line without "loss", after the window's last step.
 void Trainer::log_timeline(int64_t step, const std::string& summary_json) {
+  const auto summary = nlohmann::json::parse(summary_json);
+  if (tensorboard_) {
+    auto& tb = *tensorboard_;
+    for (const auto& r : summary["ranks"]) {
+      const std::string rank = "timeline/rank" + std::to_string(r["rank"].get<int64_t>()) + "/";
+      for (const char* k : {"step_ms", "compute_share", "overlapped_share", "exposed_share"})
+        tb.add_scalar(rank + k, step, r[k].get<double>());
+    }
+    tb.add_scalar("timeline/straggler_rank", step, summary["straggler"]["rank"].get<double>());
+    tb.add_scalar("timeline/compute_gap_ms_per_step", step,
+                  summary["straggler"]["compute_gap_ms_per_step"].get<double>());
+    tb.flush();
+  }
   if (!metrics_) return;
-  nlohmann::ordered_json j{{"step", step}, {"timeline", nlohmann::json::parse(summary_json)}};
+  nlohmann::ordered_json j{{"step", step}, {"timeline", summary}};
   *metrics_ << j.dump() << '\n';
   metrics_->flush();
 }

@@ -4,7 +4,8 @@
 Builds tiny random LlamaForCausalLM (GQA, llama3 rope scaling), MixtralForCausalLM and
 GPT2LMHeadModel in fp32 with fixed seeds, saves each with save_pretrained (model.safetensors +
 config.json) and, in reference.safetensors, fixed input tokens with HF's logits and loss
-(labels = tokens, shifted inside HF) and, for Mixtral, its load-balancing aux loss.
+(labels = tokens, shifted inside HF), for Mixtral its load-balancing aux loss, and the
+tokens of a greedy model.generate from a fixed prompt (gen_prompt, gen_greedy).
 Also writes dtypes.safetensors (one tensor per safetensors dtype, values from a formula the
 C++ test recomputes), and with --check-cpp FILE verifies a file written by our C++ writer.
 
@@ -20,6 +21,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 
+GEN_TOKENS = 20
+
+
 def tokens_for(vocab, batch=2, seq=12, seed=1234):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (batch, seq), generator=g, dtype=torch.int64)
@@ -33,6 +37,15 @@ def save_reference(model, out_dir, vocab, extra=None):
         out = model(input_ids=tokens, labels=tokens)
     ref = {"tokens": tokens, "logits": out.logits.contiguous(), "loss": out.loss.reshape(())}
     ref.update(extra(tokens) if extra else {})
+    # Greedy generation (transformers' generate with its KV cache), never stopping early: the
+    # C++ generate must give the same tokens.
+    prompt = tokens_for(vocab, batch=1, seq=5, seed=99)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad():
+        gen = model.generate(prompt, max_new_tokens=GEN_TOKENS, do_sample=False)
+    ref["gen_prompt"] = prompt.reshape(-1).contiguous()
+    ref["gen_greedy"] = gen[0, prompt.shape[1]:].contiguous()
     save_file(ref, os.path.join(out_dir, "reference.safetensors"))
 
 
@@ -46,7 +59,8 @@ def make_llama(out_dir):
         rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
-        attention_bias=False, mlp_bias=False, torch_dtype="float32")
+        attention_bias=False, mlp_bias=False, torch_dtype="float32",
+        initializer_range=0.2)  # wide weights: varied greedy tokens, not one repeated
     model = LlamaForCausalLM(cfg).float()
     # Random norm weights too, so a norm wired to the wrong place shows.
     with torch.no_grad():
@@ -86,7 +100,8 @@ def make_gpt2(out_dir):
 
     torch.manual_seed(0)
     cfg = GPT2Config(vocab_size=96, n_positions=32, n_embd=64, n_layer=2, n_head=4,
-                     layer_norm_epsilon=1e-5, bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                     layer_norm_epsilon=1e-5, bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     initializer_range=0.5)
     model = GPT2LMHeadModel(cfg).float()
     with torch.no_grad():
         for n, p in model.named_parameters():

@@ -12,7 +12,11 @@ it verifies instead, failing on any difference:
   - the scalars equal the expected ones exactly at float32 (NaN as NaN), with no tag more or
     less, and the texts through the text plugin.
 
-usage: read_tensorboard.py DIR     |     read_tensorboard.py --check EXPECTED.json DIR
+With --against-metrics METRICS.jsonl (vescale-train's JSONL of the same run) it checks that every
+scalar of every step is in the event files under the trainer's tag, at float32, and that the
+samples (train.sample_every) are there as text.
+
+usage: read_tensorboard.py DIR  |  --check EXPECTED.json DIR  |  --against-metrics M.jsonl DIR
 """
 import argparse
 import glob
@@ -108,15 +112,59 @@ def check(expected_path, log_dir):
           f"and {len(got_texts)} text tag(s) read back exactly from {files[0]}")
 
 
+# The trainer's tags for the metrics JSONL's keys.
+TRAINER_TAGS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
+                "step_ms": "perf/step_ms", "tokens_per_s": "perf/tokens_per_s", "mfu": "perf/mfu",
+                "memory_gb": "perf/memory_gb", "val_loss": "val/loss"}
+
+
+def against_metrics(metrics_path, log_dir, sample_steps):
+    """Every scalar of every step of vescale-train's metrics JSONL is in the event files at
+    float32, with nothing extra, and a sample text at each of sample_steps."""
+    rows = [json.loads(line) for line in open(metrics_path, encoding="utf-8") if line.strip()]
+    rows = [r for r in rows if "loss" in r]
+    want = {}
+    for r in rows:
+        for key, tag in TRAINER_TAGS.items():
+            if key in r:
+                want.setdefault(tag, []).append([r["step"], r[key]])
+    acc = load(log_dir)
+    got = scalars(acc)
+    failures = []
+    if sorted(got) != sorted(want):
+        failures.append(f"tags {sorted(got)}, the JSONL gives {sorted(want)}")
+    for tag, points in want.items():
+        have = got.get(tag, [])
+        if [s for s, _ in have] != [s for s, _ in points]:
+            failures.append(f"{tag}: steps {[s for s, _ in have]}, JSONL {[s for s, _ in points]}")
+            continue
+        for (step, value), (_, w) in zip(have, points):
+            if not same(value, w):
+                failures.append(f"{tag} step {step}: {value!r}, JSONL {w!r}")
+    samples = texts(acc).get("sample", [])
+    if [s for s, _ in samples] != sample_steps or not all(t for _, t in samples):
+        failures.append(f"samples at steps {[s for s, _ in samples]}, expected {sample_steps}")
+    if failures:
+        sys.exit("event files disagree with the metrics JSONL:\n  " + "\n  ".join(failures))
+    n = sum(len(p) for p in want.values())
+    print(f"read_tensorboard: {n} scalars over {len(rows)} steps ({', '.join(sorted(want))}) and "
+          f"{len(samples)} samples equal the metrics JSONL")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("log_dir")
     ap.add_argument("--check", metavar="EXPECTED_JSON")
+    ap.add_argument("--against-metrics", metavar="METRICS_JSONL")
+    ap.add_argument("--sample-steps", default="", help="with --against-metrics: 3,6")
     args = ap.parse_args()
     if not os.path.isdir(args.log_dir):
         sys.exit(f"{args.log_dir}: not a folder (run the [.tensorboard_export] case first)")
     if args.check:
         check(args.check, args.log_dir)
+    elif args.against_metrics:
+        steps = [int(x) for x in args.sample_steps.split(",") if x]
+        against_metrics(args.against_metrics, args.log_dir, steps)
     else:
         print(json.dumps(scalars(load(args.log_dir))))
 

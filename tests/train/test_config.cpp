@@ -8,9 +8,12 @@
 #include "gpt/gpt_options.h"
 #include "llama/llama_options.h"
 #include "vescale/train/config.h"
+#include "vescale/train/peak_flops.h"
 
 using Catch::Matchers::Contains;
 using vescale::train::Config;
+using vescale::train::gpu_peak_flops;
+using vescale::train::resolve_peak_flops;
 
 namespace {
 std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
@@ -64,7 +67,7 @@ TEST_CASE("config errors name the file, the full key path and the fix", "[config
   CHECK_THAT(error_of(R"({"model": {"type": "gpt", "n_kv_heads": 2}})"),
              Contains("model.n_kv_heads: unknown key for model.type 'gpt'"));
   CHECK_THAT(error_of(R"({"log": {"zzzzzzzzzz": 1}})"),
-             Contains("log.zzzzzzzzzz: unknown key; known keys: metrics_jsonl, level"));
+             Contains("log.zzzzzzzzzz: unknown key; known keys: metrics_jsonl, tensorboard, level"));
   CHECK_THAT(error_of(R"({"train": {"steps": "10"}})"),
              Contains("config 't.json': train.steps: expected an integer, not a string (\"10\")"));
   CHECK_THAT(error_of(R"({"train": {"steps": 1.5}})"),
@@ -232,4 +235,36 @@ TEST_CASE("a copied config keeps model.init_from and from_hf_config", "[config]"
   assigned = c;
   CHECK(assigned.model.init_from == "hf/llama");
   CHECK(assigned.model.from_hf_config);
+}
+
+TEST_CASE("train.peak_flops is \"auto\" by default, or a number; GPUs' dense peaks come from the "
+          "datasheet table",
+          "[config]") {
+  auto c = Config::from_json("{}");
+  CHECK(c.train.peak_flops.is_auto);
+  CHECK(Config::from_json(c.to_json()).train.peak_flops.is_auto);  // written back as "auto"
+  c = Config::from_json(R"({"train": {"peak_flops": 5e12}})");
+  CHECK_FALSE(c.train.peak_flops.is_auto);
+  CHECK(c.train.peak_flops.value == 5e12);
+  CHECK_THROWS_WITH(Config::from_json(R"({"train": {"peak_flops": "fast"}})"),
+                    Catch::Contains("train.peak_flops: expected a number or \"auto\""));
+  CHECK(gpu_peak_flops("NVIDIA H100 80GB HBM3", "bf16") == 989e12);
+  CHECK(gpu_peak_flops("NVIDIA H100 PCIe", "bf16") == 756e12);
+  CHECK(gpu_peak_flops("NVIDIA H100 NVL", "bf16") == 835e12);
+  CHECK(gpu_peak_flops("NVIDIA H200", "bf16") == 989e12);
+  CHECK(gpu_peak_flops("NVIDIA A100-SXM4-80GB", "bf16") == 312e12);
+  CHECK(gpu_peak_flops("NVIDIA A100-SXM4-80GB", "fp32") == 19.5e12);
+  CHECK(gpu_peak_flops("NVIDIA B200", "bf16") == 2250e12);
+  CHECK(gpu_peak_flops("NVIDIA L40S", "bf16") == 362e12);
+  CHECK_FALSE(gpu_peak_flops("NVIDIA GeForce GTX 1080", "bf16"));
+  CHECK_FALSE(gpu_peak_flops("NVIDIA B200", "fp32"));  // not in the datasheet: no guess
+  // A number is used as given; 0 leaves MFU out.
+  c = Config::from_json(R"({"train": {"peak_flops": 0}})");
+  CHECK(resolve_peak_flops(c.train, "cpu").flops == 0);
+  c = Config::from_json(R"({"train": {"peak_flops": 7e9}})");
+  CHECK(resolve_peak_flops(c.train, "cpu").flops == 7e9);
+  // auto on a CPU: a measured GEMM, labelled so; at least 1 GFLOP/s on anything we run on.
+  const auto measured = resolve_peak_flops(Config::from_json("{}").train, "cpu");
+  CHECK(measured.flops > 1e9);
+  CHECK(measured.label == "vs measured GEMM peak");
 }

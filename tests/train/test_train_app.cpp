@@ -81,13 +81,20 @@ TEST_CASE("vescale-train warns once when MFU exceeds 100% (peak_flops set too lo
   INFO(low.out);
   REQUIRE(low.code == 0);
   CHECK(count(low.out, "MFU above 100%: each device reaches") == 1);
-  CHECK_THAT(low.out, Contains("above train.peak_flops = 1e+03"));
+  CHECK_THAT(low.out, Contains("above the peak of 1e+03 (train.peak_flops)"));
   // 1 EFLOP/s: no CPU reaches it.
   auto high = run(base + " --set train.peak_flops=1e18");
   INFO(high.out);
   REQUIRE(high.code == 0);
   CHECK(count(high.out, "MFU above 100%") == 0);
   CHECK_THAT(high.out, Contains("| MFU 0.00%"));
+  // The default, "auto": on a CPU the peak is a GEMM measured at start, and the figure says so.
+  auto measured = run(base);
+  INFO(measured.out);
+  REQUIRE(measured.code == 0);
+  CHECK_THAT(measured.out, Contains("MFU vs measured GEMM peak: "));
+  CHECK_THAT(measured.out, Contains("% vs measured GEMM peak |"));
+  CHECK(count(measured.out, "MFU above 100%") == 0);
 }
 
 TEST_CASE("vescale-train --dry-run reports LLaMA-3 70B without memory", "[train_app]") {

@@ -159,6 +159,11 @@ TEST_CASE("FLOPs per token: 6 x matmul parameters + attention", "[trainer]") {
   // tied head V x C; position embeddings don't multiply.
   const double C = 64, L = 2, V = 256, T = 32;
   CHECK(flops_per_token(c.model, 32) == Approx(6 * (L * 12 * C * C + V * C) + 12 * L * C * T));
+  // docs/train.md's worked example, llama_tiny at T = 128: per layer wq, wo 128 x 128, wk, wv
+  // 64 x 128, w1, w2, w3 384 x 128 = 196608; 4 layers + the untied head 256 x 128 = 819200
+  // weights; 6 x 819200 + 12 x 4 x 128 x 128 = 5701632.
+  const auto llama = Config::from_file(std::string(VESCALE_SOURCE_DIR) + "/configs/llama_tiny.json");
+  CHECK(flops_per_token(llama.model, 128) == 5701632.0);
 }
 
 TEST_CASE("activation checkpointing gives the same grads, dropout included", "[trainer]") {

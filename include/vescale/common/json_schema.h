@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "vescale/common/number_or_auto.h"
+
 namespace vescale::json_schema {
 
 using json = nlohmann::ordered_json;
@@ -35,6 +37,7 @@ class Reader {
   void field(const char* k, int64_t& out);
   void field(const char* k, uint64_t& out);
   void field(const char* k, double& out);
+  void field(const char* k, NumberOrAuto& out);  // a number or "auto"
   void field(const char* k, bool& out);
   void field(const char* k, std::string& out);
   void field(const char* k, std::vector<double>& out);
@@ -77,6 +80,7 @@ class Writer {
     node[k] = v;
   }
   void field(const char* k, const IntMap& map);
+  void field(const char* k, const NumberOrAuto& v);
   template <class F>
   void object(const char* k, F&& write) {
     Writer sub;

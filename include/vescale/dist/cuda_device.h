@@ -1,5 +1,6 @@
 // The few CUDA runtime calls the launch path needs, compiled by nvcc when present.
 #pragma once
+#include <string>
 
 namespace vescale::dist {
 
@@ -7,5 +8,9 @@ namespace vescale::dist {
 int cuda_device_count();
 // Makes `device` current for this process; throws with the reason if it can't.
 void cuda_set_device(int device);
+// The current device's product name ("NVIDIA H100 80GB HBM3"); empty when it can't be read.
+std::string cuda_device_name();
+// Bytes of the current device's memory in use (total - free, every process's); 0 without CUDA.
+long long cuda_memory_used();
 
 }  // namespace vescale::dist

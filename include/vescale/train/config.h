@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "registry.h"  // models/: the model families
+#include "vescale/common/number_or_auto.h"
 
 namespace vescale::train {
 
@@ -82,7 +83,16 @@ struct TrainConfig {
   uint64_t seed = 1234;
   std::string dtype = "fp32";  // fp32 | bf16 (autocast with fp32 master weights)
   bool activation_checkpointing = false;
-  double peak_flops = 0.0;  // per device, for MFU; 0 leaves MFU out
+  // One device's dense peak FLOP/s for MFU. "auto": a GPU's from the table in
+  // train/peak_flops.h for the training dtype (unknown GPUs: a warning, no MFU); on the CPU a
+  // large fp32 GEMM measured at start ("vs measured GEMM peak"). 0 leaves MFU out.
+  NumberOrAuto peak_flops;
+  // Every sample_every steps (0: never) rank 0 prints sample_tokens tokens generated from
+  // sample_prompt (after the validation loss), decoded with data.tokenizer.
+  int64_t sample_every = 0;
+  std::string sample_prompt = "In the beginning";
+  int64_t sample_tokens = 64;
+  double sample_temperature = 0.8;
   int64_t log_every = 10;
   int64_t eval_every = 0;  // 0: no evaluation
   int64_t eval_steps = 10;
@@ -94,6 +104,9 @@ struct DataConfig {
   std::vector<std::string> train;
   std::vector<std::string> val;
   bool shuffle = true;
+  // The Hugging Face tokenizer.json the token files were made with (vescale-tokenize
+  // --tokenizer), for decoding samples and vescale-generate; empty: bytes (vocab 256).
+  std::string tokenizer;
 };
 
 struct CheckpointConfig {
@@ -118,6 +131,9 @@ struct TimelineConfig {
 
 struct LogConfig {
   std::string metrics_jsonl;   // one JSON object per step, written by rank 0; empty: none
+  // A folder for TensorBoard event files (the same scalars, the samples as text), written by
+  // rank 0; empty: none.
+  std::string tensorboard;
   std::string level = "info";  // trace | debug | info | warn | error | off
   TimelineConfig timeline;
 };

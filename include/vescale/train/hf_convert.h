@@ -4,7 +4,24 @@
 #include <string>
 #include <vector>
 
+#include "model.h"  // models/: StateDict
+#include "vescale/train/config.h"
+
 namespace vescale::train {
+
+// One of our checkpoints (a step folder, or a root holding `latest`) in one process: the folder,
+// the config it recorded, and its model's tensors (parameters and state buffers) whole, under
+// our names. Not collective. `who` starts its error messages.
+struct CheckpointWeights {
+  std::string folder;
+  Config config;
+  models::StateDict weights;
+};
+CheckpointWeights read_checkpoint_weights(const std::string& checkpoint, const std::string& who);
+
+// The config of a Hugging Face folder: model.* from its config.json (llama, mixtral, gpt2),
+// model.init_from set to the folder.
+Config hf_folder_config(const std::string& hf_dir, const std::string& who);
 
 struct HfExportOptions {
   std::string dtype = "fp32";  // the weights as stored: fp32 or bf16

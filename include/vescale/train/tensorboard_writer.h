@@ -22,7 +22,8 @@ class TensorBoardWriter {
   // One scalar (stored as float32, TensorBoard's simple_value) at `step`. Buffered: call
   // flush() once per step, after its scalars.
   void add_scalar(const std::string& tag, int64_t step, double value, double wall_time = now());
-  // A text summary (the text plugin: a scalar DT_STRING tensor), e.g. a generated sample.
+  // A text summary (the text plugin: a scalar DT_STRING tensor), e.g. a generated sample;
+  // bytes that are not UTF-8 become U+FFFD.
   void add_text(const std::string& tag, int64_t step, const std::string& text,
                 double wall_time = now());
   // Writes the buffered records to the file and flushes it. Throws naming the path on failure.

@@ -23,18 +23,21 @@
 #include "vescale/train/divergence_guard.h"
 #include "vescale/train/dry_run.h"
 #include "vescale/train/model_factory.h"
+#include "vescale/train/peak_flops.h"
 #include "vescale/train/token_data.h"
 
 namespace vescale::train {
 
 struct PipelineTraining;  // trainer_pipeline.h
 class TimelineWindow;     // trainer_timeline.h
+class TensorBoardWriter;  // tensorboard_writer.h
 
 // One optimizer step, as logged (and written to the metrics JSONL).
 struct StepMetrics {
   int64_t step = 0;  // 1-based
   double loss = 0, lr = 0, grad_norm = 0;
-  double step_ms = 0, tokens_per_s = 0, mfu = 0;  // mfu 0 when train.peak_flops is 0
+  double step_ms = 0, tokens_per_s = 0, mfu = 0;  // mfu 0 without a peak (peak_flops.h)
+  double memory_gb = 0;  // rank 0's device memory in use (GPU), or its peak resident set (CPU)
   std::optional<double> val_loss;
   // Mixture of experts: per MoE layer, the (token, choice) assignments each expert got in this
   // step, over the whole global batch; empty for dense models.
@@ -103,7 +106,11 @@ class Trainer {
   // Starts a save; without checkpoint.async, also waits until it is written. Commits nothing.
   void stage_checkpoint(int64_t steps_done);
   void open_metrics();
+  void open_tensorboard();
+  double memory_gb() const;
   void log_step(const StepMetrics& m);
+  // train.sample_every (trainer_sample.cpp); collective.
+  void print_sample(int64_t step);
   // The timeline window's summary as a line of the metrics JSONL (rank 0).
   void log_timeline(int64_t step, const std::string& summary_json);
   // After the optimizer step: the step's global expert loads into m, and the aux-loss-free
@@ -129,8 +136,12 @@ class Trainer {
   std::unique_ptr<parallel::GradReducer> reducer_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   double flops_per_token_ = 0;
+  PeakFlops peak_;  // train.peak_flops resolved (peak_flops.h)
+  struct Sampler;   // rank 0's single-process copy for train.sample_every, made at the first
+  std::unique_ptr<Sampler> sampler_;
   int64_t world_size_ = 1;
   std::unique_ptr<std::ofstream> metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // log.tensorboard, rank 0
   std::unique_ptr<checkpoint::AsyncSave> saver_;
   int64_t resumed_step_ = 0;
   bool resumed_ = false;
