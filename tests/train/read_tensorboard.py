@@ -43,8 +43,12 @@ def scalars(acc):
 
 
 def texts(acc):
+    try:
+        tags = acc.PluginTagToContent("text")
+    except KeyError:  # no text at all
+        return {}
     return {tag: [[e.step, e.tensor_proto.string_val[0].decode("utf-8")] for e in acc.Tensors(tag)]
-            for tag in acc.PluginTagToContent("text")}
+            for tag in tags}
 
 
 def raw_records(path):
@@ -121,13 +125,25 @@ TRAINER_TAGS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad
 def against_metrics(metrics_path, log_dir, sample_steps):
     """Every scalar of every step of vescale-train's metrics JSONL is in the event files at
     float32, with nothing extra, and a sample text at each of sample_steps."""
-    rows = [json.loads(line) for line in open(metrics_path, encoding="utf-8") if line.strip()]
-    rows = [r for r in rows if "loss" in r]
+    lines = [json.loads(line) for line in open(metrics_path, encoding="utf-8") if line.strip()]
+    rows = [r for r in lines if "loss" in r]
     want = {}
     for r in rows:
         for key, tag in TRAINER_TAGS.items():
             if key in r:
                 want.setdefault(tag, []).append([r["step"], r[key]])
+        if "experts" in r:  # mixture of experts: per layer and the worst
+            for layer, e in r["experts"].items():
+                want.setdefault(f"moe/imbalance/{layer}", []).append([r["step"], e["imbalance"]])
+            want.setdefault("moe/imbalance_max", []).append([r["step"], r["expert_imbalance_max"]])
+    for t in (r for r in lines if "timeline" in r):  # the timeline window's summary line
+        step, summary = t["step"], t["timeline"]
+        for rank in summary["ranks"]:
+            for k in ("step_ms", "compute_share", "overlapped_share", "exposed_share"):
+                want.setdefault(f"timeline/rank{rank['rank']}/{k}", []).append([step, rank[k]])
+        want.setdefault("timeline/straggler_rank", []).append([step, summary["straggler"]["rank"]])
+        want.setdefault("timeline/compute_gap_ms_per_step", []).append(
+            [step, summary["straggler"]["compute_gap_ms_per_step"]])
     acc = load(log_dir)
     got = scalars(acc)
     failures = []
