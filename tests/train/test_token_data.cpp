@@ -148,3 +148,45 @@ TEST_CASE("bad token files and sizes are named", "[data]") {
   CHECK_THROWS_WITH(DataLoader(data, 8, 16, 0, 2, 1), Contains("fewer than one global batch"));
   for (auto& p : {bad, cut, small}) std::remove(p.c_str());
 }
+
+TEST_CASE("TokenFileWriter streams a shard and truncate_token_file cuts it", "[data]") {
+  auto path = tmp("stream.bin");
+  {
+    TokenFileWriter w(path, 256);
+    const auto a = iota(100), b = iota(50, 100);
+    w.write(a.data(), a.size());
+    w.write(b.data(), b.size());
+    CHECK(w.count() == 150);
+    std::vector<int64_t> bad = {256};
+    CHECK_THROWS_WITH(w.write(bad.data(), 1), Contains("outside the vocabulary of 256"));
+    w.close();
+  }
+  {
+    TokenDataset data({path});
+    CHECK(data.size() == 150);
+    CHECK(data.token(149) == 149);
+  }
+  truncate_token_file(path, 120);
+  {
+    TokenDataset data({path});
+    CHECK(data.size() == 120);
+    CHECK(data.token(119) == 119);
+  }
+  CHECK_THROWS_WITH(truncate_token_file(path, 121), Contains("at least 121 tokens"));
+  // uint32 once the vocabulary needs it, even when these ids would fit uint16.
+  auto wide = tmp("wide.bin");
+  {
+    TokenFileWriter w(wide, 128256);
+    const std::vector<int64_t> ids = {1, 128255};
+    w.write(ids.data(), ids.size());
+    w.close();
+  }
+  std::ifstream f(wide, std::ios::binary);
+  int32_t header[3];
+  f.read(reinterpret_cast<char*>(header), sizeof header);
+  CHECK(header[0] == 20240801);
+  CHECK(header[2] == 2);
+  CHECK(TokenDataset({wide}).token(1) == 128255);
+  std::remove(path.c_str());
+  std::remove(wide.c_str());
+}

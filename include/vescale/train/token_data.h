@@ -40,6 +40,31 @@ class TokenDataset {
 // Writes tokens as a .bin shard (uint16 if every token fits, else uint32).
 void write_token_file(const std::string& path, const std::vector<int64_t>& tokens);
 
+// Writes a .bin shard as the tokens come, so memory stays flat however long the stream:
+// uint16 tokens when vocab_size <= 65536, else uint32. close() writes the count into the
+// header (until then it says 0). Throws naming the file, and for an id outside the vocabulary.
+class TokenFileWriter {
+ public:
+  TokenFileWriter(const std::string& path, int64_t vocab_size);
+  ~TokenFileWriter();
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
+  void write(const int64_t* tokens, size_t n);
+  int64_t count() const { return count_; }
+  void close();
+
+ private:
+  std::string path_;
+  int64_t vocab_size_;
+  bool wide_;
+  int fd_ = -1;
+  int64_t count_ = 0;
+  std::vector<uint8_t> buffer_;
+};
+
+// Keeps the first n tokens of a .bin file: the header's count becomes n, the rest is cut off.
+void truncate_token_file(const std::string& path, int64_t n);
+
 // Where a loader is: resumable from a checkpoint.
 struct LoaderPosition {
   int64_t epoch = 0;
