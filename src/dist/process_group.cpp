@@ -164,11 +164,19 @@ void check_tensor(const ProcessGroup::Impl& g, const char* op, const char* which
   if (g.kind == Backend::Nccl) {
     VESCALE_CHECK(t.is_cuda(), describe(g, op), ": ", which, " tensor is on ", t.device().str(),
                   " but NCCL groups need CUDA tensors");
+  } else if (g.cuda) {
+    VESCALE_CHECK(t.is_cuda(), describe(g, op), ": ", which, " tensor is on ", t.device().str(),
+                  " but this world's tensors are CUDA tensors (Gloo over cuda); move it with "
+                  ".to(dist::device_string())");
   } else {
     VESCALE_CHECK(t.is_cpu(), describe(g, op), ": ", which, " tensor is on ", t.device().str(),
                   " but Gloo groups here take CPU tensors");
   }
 }
+
+// Gloo's send and recv hand the tensor's pointer to its TCP transport, which reads host memory:
+// CUDA tensors go through a host copy (the collectives have CUDA paths of their own).
+bool stage_on_host(const ProcessGroup::Impl& g) { return g.kind == Backend::Gloo && g.cuda; }
 
 void check_rows(const ProcessGroup::Impl& g, const char* op, const at::Tensor& out, int64_t rows,
                 const at::Tensor& in) {
@@ -444,7 +452,8 @@ Work ProcessGroup::send(const at::Tensor& t, int peer, int tag) {
   check_tensor(g, "send", "input", t);
   VESCALE_CHECK(peer >= 0 && peer < g.size && peer != g.rank, describe(g, "send"), ": peer ", peer,
                 " must be another group rank");
-  std::vector<at::Tensor> ts{t};
+  // The host copy is synchronous, so `t` may change as soon as this returns, as with NCCL.
+  std::vector<at::Tensor> ts{stage_on_host(g) ? t.to(at::kCPU) : t};
   auto w = call(g, "send", {static_cast<int64_t>(t.nbytes()), peer, tag},
                 [&] { return g.backend->send(ts, peer, tag); });
   return make_work(g, "send", std::move(w));
@@ -455,10 +464,13 @@ Work ProcessGroup::recv(at::Tensor t, int peer, int tag) {
   check_tensor(g, "recv", "output", t);
   VESCALE_CHECK(peer >= 0 && peer < g.size && peer != g.rank, describe(g, "recv"), ": peer ", peer,
                 " must be another group rank");
-  std::vector<at::Tensor> ts{t};
+  const bool staged = stage_on_host(g);
+  at::Tensor host = staged ? at::empty(t.sizes(), t.options().device(at::kCPU)) : t;
+  std::vector<at::Tensor> ts{host};
   auto w = call(g, "recv", {static_cast<int64_t>(t.nbytes()), peer, tag},
                 [&] { return g.backend->recv(ts, peer, tag); });
-  return make_work(g, "recv", std::move(w));
+  if (!staged) return make_work(g, "recv", std::move(w));
+  return make_work(g, "recv", std::move(w), [t, host]() mutable { t.copy_(host); });
 }
 
 Work ProcessGroup::barrier() {
@@ -481,6 +493,7 @@ ProcessGroup make_process_group(const c10::intrusive_ptr<c10d::Store>& store, co
   impl->name = spec.name;
   impl->trace_name = timeline::intern(spec.name);
   impl->kind = spec.kind;
+  impl->cuda = spec.cuda || spec.kind == Backend::Nccl;
   impl->timeout = spec.timeout;
   try {
     if (spec.kind == Backend::Gloo) {

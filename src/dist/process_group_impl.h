@@ -19,6 +19,7 @@ struct ProcessGroup::Impl {
   std::vector<int> global_ranks;
   std::string name;
   Backend kind = Backend::Gloo;
+  bool cuda = false;  // the world's tensors are CUDA tensors (always with NCCL)
   std::chrono::milliseconds timeout{0};
   // The timeline's view (docs/timeline.md): every collective on the group gets the next number,
   // the same on every member, timeline on or off; transfers are numbered per (direction, peer,
@@ -34,6 +35,7 @@ struct GroupSpec {
   std::vector<int> global_ranks;  // sorted members
   int rank = 0;                   // this process's index in global_ranks
   Backend kind = Backend::Gloo;
+  bool cuda = false;  // collectives take CUDA tensors (Gloo stages them where it must)
   std::chrono::milliseconds timeout{0};
 };
 

@@ -36,6 +36,35 @@ std::string resolve_device(const std::string& requested) {
   return cuda_device_count() > 0 ? "cuda" : "cpu";
 }
 
+// InitOptions::backend, else VESCALE_BACKEND, else the device's own: NCCL on cuda, Gloo on cpu.
+Backend resolve_backend(const std::string& requested, const std::string& device) {
+  std::string name = requested, from = "InitOptions::backend";
+  if (name.empty())
+    if (const char* env = std::getenv("VESCALE_BACKEND"); env && *env)
+      name = env, from = "VESCALE_BACKEND";
+  if (name.empty() || name == "auto") return device == "cuda" ? Backend::Nccl : Backend::Gloo;
+  VESCALE_CHECK(name == "gloo" || name == "nccl", "dist::init: ", from, "='", name,
+                "' is unknown; use gloo, nccl, or leave it empty for the device's default");
+  VESCALE_CHECK(name == "gloo" || device == "cuda", "dist::init: ", from,
+                "=nccl needs CUDA tensors, but the device is cpu; use device cuda, or gloo");
+  return name == "nccl" ? Backend::Nccl : Backend::Gloo;
+}
+
+// This rank's GPU: its local rank. Gloo ranks share the GPUs round-robin when there are fewer
+// GPUs than local ranks (several test ranks on one GPU); NCCL cannot, so that is an error.
+int resolve_cuda_device(const LaunchEnv& env, Backend kind) {
+  const int n = cuda_device_count();
+  VESCALE_CHECK(n > 0, "dist::init: device cuda, but no CUDA device is visible (no driver, no ",
+                "GPU, or CUDA_VISIBLE_DEVICES is empty); use device cpu or auto");
+  if (env.local_rank < n) return env.local_rank;
+  VESCALE_CHECK(kind == Backend::Gloo, "dist::init: local rank ", env.local_rank, " of ",
+                env.local_world_size, " has no GPU of its own (", n,
+                " visible) and NCCL cannot run several ranks on one GPU; launch at most ", n,
+                " ranks per node, or set VESCALE_BACKEND=gloo to share GPUs over Gloo "
+                "(staged through host memory: for tests, not for speed)");
+  return env.local_rank % n;
+}
+
 // Where Gloo binds: an interface if asked, loopback when the job is on one node, else the host's
 // name.
 std::string gloo_host_for(const LaunchEnv& env) {
@@ -59,9 +88,12 @@ void init(const InitOptions& options) {
   state->env = launch_env_from_process();
   state->timeout = resolve_timeout(options.timeout);
   state->device_type = resolve_device(options.device);
-  state->kind = state->device_type == "cuda" ? Backend::Nccl : Backend::Gloo;
+  state->kind = resolve_backend(options.backend, state->device_type);
   state->gloo_host = gloo_host_for(state->env);
-  if (state->device_type == "cuda") cuda_set_device(state->env.local_rank);
+  if (state->device_type == "cuda") {
+    state->cuda_device = resolve_cuda_device(state->env, state->kind);
+    cuda_set_device(state->cuda_device);
+  }
 
   state->store = make_store(state->env, state->timeout);
   GroupSpec spec;
@@ -70,12 +102,13 @@ void init(const InitOptions& options) {
   for (int r = 0; r < state->env.world_size; ++r) spec.global_ranks[r] = r;
   spec.rank = state->env.rank;
   spec.kind = state->kind;
+  spec.cuda = state->device_type == "cuda";
   spec.timeout = state->timeout;
   state->world = make_process_group(prefixed("world/", state->store), spec, state->gloo_host);
   g_world = state.release();
   log::debug(detail::cat("dist: rank ", rank(), " of ", world_size(), " joined (",
-                         g_world->env.source, ", ", to_string(g_world->kind), ", timeout ",
-                         g_world->timeout.count(), " ms)"));
+                         g_world->env.source, ", ", to_string(g_world->kind), " on ",
+                         device_string(), ", timeout ", g_world->timeout.count(), " ms)"));
 }
 
 bool is_initialized() { return g_world != nullptr; }
@@ -98,7 +131,7 @@ const std::string& device_type() { return world_state().device_type; }
 
 std::string device_string() {
   auto& s = world_state();
-  return s.device_type == "cuda" ? "cuda:" + std::to_string(s.env.local_rank) : "cpu";
+  return s.device_type == "cuda" ? "cuda:" + std::to_string(s.cuda_device) : "cpu";
 }
 
 ProcessGroup new_group(const std::string& key, const std::vector<int>& global_ranks) {
@@ -118,6 +151,7 @@ ProcessGroup new_group(const std::string& key, const std::vector<int>& global_ra
   spec.global_ranks = global_ranks;
   spec.rank = static_cast<int>(me - global_ranks.begin());
   spec.kind = s.kind;
+  spec.cuda = s.device_type == "cuda";
   spec.timeout = s.timeout;
   auto g = make_process_group(prefixed("group/" + key + "/", s.store), spec, s.gloo_host);
   s.groups.push_back(g);

@@ -14,6 +14,7 @@ struct WorldState {
   ProcessGroup world;
   std::vector<ProcessGroup> groups;  // made by new_group, shut down with the world
   std::string device_type = "cpu";
+  int cuda_device = 0;  // this rank's GPU when device_type is cuda
   Backend kind = Backend::Gloo;
   std::string gloo_host;
   std::chrono::milliseconds timeout{0};

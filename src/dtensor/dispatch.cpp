@@ -61,7 +61,10 @@ std::shared_ptr<const CallPlan> find_plan(const c10::OperatorHandle& op,
 void localize_inputs(const c10::FunctionSchema& schema, const CallPlan& plan,
                      const mesh::DeviceMesh& mesh, const std::vector<CallInput>& inputs,
                      std::vector<c10::IValue>& args) {
-  static const c10::Device device = [] { return c10::Device(dist::device_string()); }();
+  // The mesh's device, not one cached per process: a process may leave a cpu world and join a
+  // cuda one (the cuda training test does).
+  const c10::Device device =
+      mesh.device_type() == "cpu" ? c10::Device(c10::kCPU) : c10::Device(dist::device_string());
   size_t k = 0;
   map_args(args, device, [&](size_t i, int64_t, const at::Tensor& t) -> at::Tensor {
     const auto& want = plan.inputs[k];

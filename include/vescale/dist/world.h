@@ -1,5 +1,5 @@
 // The world: rendezvous through a c10d TCPStore, then one process group over all ranks.
-// Gloo on CPU, NCCL on CUDA, chosen by device.
+// Gloo on CPU, NCCL on CUDA by default; Gloo over CUDA tensors on request (docs/dist.md).
 #pragma once
 #include <chrono>
 #include <string>
@@ -10,8 +10,12 @@
 namespace vescale::dist {
 
 struct InitOptions {
-  // "cpu" (Gloo), "cuda" (NCCL, one device per local rank), or "auto" (cuda when present).
+  // "cpu", "cuda" (one device per local rank), or "auto" (cuda when present).
   std::string device = "auto";
+  // "" (auto: nccl on cuda, gloo on cpu), "gloo" or "nccl". Empty defers to the env var
+  // VESCALE_BACKEND. Gloo on cuda stages through host memory and lets local ranks share a GPU
+  // when there are fewer GPUs than ranks (tests; docs/dist.md); NCCL needs one GPU per rank.
+  std::string backend = "";
   // The timeout of every collective and of the rendezvous. 0 means: VESCALE_COLLECTIVE_TIMEOUT_S
   // if set, else 600 s.
   std::chrono::milliseconds timeout{0};
@@ -29,7 +33,8 @@ int rank();
 int world_size();
 // "cpu" or "cuda": where this rank's tensors live.
 const std::string& device_type();
-// The device this rank's tensors go on (cuda:LOCAL_RANK or cpu).
+// The device this rank's tensors go on: cuda:LOCAL_RANK (cuda:LOCAL_RANK % GPUs for Gloo
+// ranks sharing GPUs), or cpu.
 std::string device_string();
 
 // Creates a group over `global_ranks` (sorted; must include this rank). Collective over its
