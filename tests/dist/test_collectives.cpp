@@ -1,4 +1,5 @@
-// Each collective against values computed by hand from the rank and the world size.
+// Each collective against values computed by hand from the rank and the world size, on the
+// world's device (cuda under VESCALE_TEST_DEVICE=cuda: NCCL, or Gloo over CUDA tensors).
 #include <catch2/catch.hpp>
 
 #include "vescale/common/check.h"
@@ -7,7 +8,8 @@
 using namespace vescale::dist;
 
 namespace {
-at::Tensor f32(std::vector<float> v) { return at::tensor(v, at::kFloat); }
+at::Tensor on(const at::Tensor& t) { return t.to(at::Device(device_string())); }
+at::Tensor f32(std::vector<float> v) { return on(at::tensor(v, at::kFloat)); }
 }  // namespace
 
 TEST_CASE("all_reduce sum/avg/max/min/product", "[any]") {
@@ -37,7 +39,7 @@ TEST_CASE("all_reduce sum/avg/max/min/product", "[any]") {
   g.all_reduce(t, ReduceOp::Product).wait();
   CHECK(t.item<float>() == fact);
 
-  auto i = at::full({3}, int64_t(r), at::kLong);
+  auto i = on(at::full({3}, int64_t(r), at::kLong));
   g.all_reduce(i).wait();
   CHECK(i[2].item<int64_t>() == int64_t(w) * (w - 1) / 2);
 }
@@ -45,10 +47,11 @@ TEST_CASE("all_reduce sum/avg/max/min/product", "[any]") {
 TEST_CASE("all_gather even pieces in rank order", "[any]") {
   auto& g = world();
   const int r = g.rank(), w = g.size();
-  auto in = at::full({2, 3}, float(r));
-  auto out = at::empty({2 * w, 3});
+  auto in = on(at::full({2, 3}, float(r)));
+  auto out = on(at::empty({2 * w, 3}));
   g.all_gather(out, in).wait();
-  for (int q = 0; q < w; ++q) CHECK(at::equal(out.narrow(0, 2 * q, 2), at::full({2, 3}, float(q))));
+  for (int q = 0; q < w; ++q)
+    CHECK(at::equal(out.narrow(0, 2 * q, 2), on(at::full({2, 3}, float(q)))));
 }
 
 TEST_CASE("all_gather uneven pieces, including empty ones", "[any]") {
@@ -57,10 +60,11 @@ TEST_CASE("all_gather uneven pieces, including empty ones", "[any]") {
   std::vector<int64_t> sizes(w);
   for (int q = 0; q < w; ++q) sizes[q] = (2 * q + 1) % 3;  // 1, 0, 2, 1, ...
   // rank q's rows hold 10q + row
-  auto in = (at::arange(sizes[r], at::kFloat) + 10.0f * r).unsqueeze(1).repeat({1, 2}).contiguous();
+  auto in =
+      (on(at::arange(sizes[r], at::kFloat)) + 10.0f * r).unsqueeze(1).repeat({1, 2}).contiguous();
   int64_t total = 0;
   for (auto s : sizes) total += s;
-  auto out = at::empty({total, 2});
+  auto out = on(at::empty({total, 2}));
   g.all_gather_uneven(out, in, sizes).wait();
   int64_t row = 0;
   for (int q = 0; q < w; ++q)
@@ -75,8 +79,8 @@ TEST_CASE("reduce_scatter sum and avg", "[any]") {
   auto& g = world();
   const int r = g.rank(), w = g.size();
   // rank q contributes element j = j + 100q; rank r receives elements 2r, 2r+1 summed over q.
-  auto in = at::arange(2 * w, at::kFloat) + 100.0f * r;
-  auto out = at::empty({2});
+  auto in = on(at::arange(2 * w, at::kFloat)) + 100.0f * r;
+  auto out = on(at::empty({2}));
   g.reduce_scatter(out, in).wait();
   const float hundreds = 100.0f * w * (w - 1) / 2;
   CHECK(at::equal(out, f32({w * float(2 * r) + hundreds, w * float(2 * r + 1) + hundreds})));
@@ -87,8 +91,8 @@ TEST_CASE("reduce_scatter sum and avg", "[any]") {
 TEST_CASE("all_to_all with even splits", "[any]") {
   auto& g = world();
   const int r = g.rank(), w = g.size();
-  auto in = at::arange(w, at::kFloat) + 100.0f * r;  // row j goes to rank j
-  auto out = at::empty({w});
+  auto in = on(at::arange(w, at::kFloat)) + 100.0f * r;  // row j goes to rank j
+  auto out = on(at::empty({w}));
   g.all_to_all(out, in).wait();
   for (int q = 0; q < w; ++q) CHECK(out[q].item<float>() == 100.0f * q + r);
 }
@@ -104,7 +108,7 @@ TEST_CASE("all_to_all with uneven splits", "[any]") {
     for (int k = 0; k <= j; ++k) vals.push_back(1000.0f * r + 10.0f * j + k);
   }
   auto in = f32(vals);
-  auto out = at::empty({int64_t(w) * (r + 1)});
+  auto out = on(at::empty({int64_t(w) * (r + 1)}));
   g.all_to_all(out, in, out_splits, in_splits).wait();
   int64_t row = 0;
   for (int q = 0; q < w; ++q)
@@ -115,64 +119,65 @@ TEST_CASE("all_to_all with uneven splits", "[any]") {
 TEST_CASE("broadcast from the last rank", "[any]") {
   auto& g = world();
   const int root = g.size() - 1;
-  auto t = g.rank() == root ? at::arange(5, at::kFloat) * 3 : at::zeros({5});
+  auto t = g.rank() == root ? on(at::arange(5, at::kFloat)) * 3 : on(at::zeros({5}));
   g.broadcast(t, root).wait();
-  CHECK(at::equal(t, at::arange(5, at::kFloat) * 3));
+  CHECK(at::equal(t, on(at::arange(5, at::kFloat)) * 3));
 }
 
 TEST_CASE("send and recv around a ring", "[world2][world4]") {
   auto& g = world();
   const int r = g.rank(), w = g.size();
-  auto mine = at::full({4}, float(r));
-  auto got = at::empty({4});
+  auto mine = on(at::full({4}, float(r)));
+  auto got = on(at::empty({4}));
   auto s = g.send(mine, (r + 1) % w, 7);
   auto rv = g.recv(got, (r + w - 1) % w, 7);
   s.wait();
   rv.wait();
-  CHECK(at::equal(got, at::full({4}, float((r + w - 1) % w))));
+  CHECK(at::equal(got, on(at::full({4}, float((r + w - 1) % w)))));
 }
 
 TEST_CASE("barrier and async handles", "[any]") {
   auto& g = world();
-  auto a = at::ones({8});
-  auto b = at::ones({8}) * 2;
+  auto a = on(at::ones({8}));
+  auto b = on(at::ones({8})) * 2;
   // Two collectives in flight at once, waited in order.
   Work wa = g.all_reduce(a);
   Work wb = g.all_reduce(b);
   wa.wait();
   wb.wait();
   CHECK(wa.is_completed());
-  CHECK(at::equal(a, at::full({8}, float(g.size()))));
-  CHECK(at::equal(b, at::full({8}, 2.0f * g.size())));
+  CHECK(at::equal(a, on(at::full({8}, float(g.size())))));
+  CHECK(at::equal(b, on(at::full({8}, 2.0f * g.size()))));
   g.barrier().wait();
 }
 
 TEST_CASE("bad collective arguments are rejected before any communication", "[any]") {
   using Catch::Matchers::Contains;
   auto& g = world();
-  auto nc = at::ones({4, 4}).t();
+  auto nc = on(at::ones({4, 4})).t();
   CHECK_THROWS_WITH(g.all_reduce(nc), Contains("must be contiguous"));
-  CHECK_THROWS_WITH(g.all_gather(at::empty({3}), at::ones({2})),
+  CHECK_THROWS_WITH(g.all_gather(on(at::empty({3})), on(at::ones({2}))),
                     Contains("does not fit input shape"));
-  CHECK_THROWS_WITH(g.all_to_all(at::empty({g.size()}), at::ones({g.size()}),
+  CHECK_THROWS_WITH(g.all_to_all(on(at::empty({g.size()})), on(at::ones({g.size()})),
                                  std::vector<int64_t>(g.size() + 1, 0), {}),
                     Contains("one per rank"));
-  CHECK_THROWS_WITH(g.all_reduce(at::ones({2}, at::kLong), ReduceOp::Avg),
+  CHECK_THROWS_WITH(g.all_reduce(on(at::ones({2}, at::kLong)), ReduceOp::Avg),
                     Contains("avg needs a floating-point"));
-  CHECK_THROWS_WITH(g.broadcast(at::ones({1}), g.size()), Contains("is not a group rank"));
+  CHECK_THROWS_WITH(g.broadcast(on(at::ones({1})), g.size()), Contains("is not a group rank"));
 }
 
 TEST_CASE("collective_stats counts each issued collective once, by kind", "[any]") {
   auto& g = world();
   const auto before = collective_stats();
-  auto t = at::ones({4});
+  auto t = on(at::ones({4}));
   g.all_reduce(t).wait();
   g.all_reduce(t).wait();
-  auto gathered = at::empty({2 * g.size()});
-  g.all_gather(gathered, at::ones({2})).wait();
+  auto gathered = on(at::empty({2 * g.size()}));
+  g.all_gather(gathered, on(at::ones({2}))).wait();
   std::vector<int64_t> rows(g.size(), 1);
-  g.all_gather_uneven(at::empty({g.size()}), at::ones({1}), rows).wait();  // one gather underneath
-  g.reduce_scatter(at::empty({1}), at::ones({g.size()})).wait();
+  g.all_gather_uneven(on(at::empty({g.size()})), on(at::ones({1})), rows)
+      .wait();  // one gather underneath
+  g.reduce_scatter(on(at::empty({1})), on(at::ones({g.size()}))).wait();
   g.broadcast(t, 0).wait();
   g.barrier().wait();  // not a collective of data
   const auto after = collective_stats();

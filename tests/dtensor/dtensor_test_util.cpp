@@ -6,9 +6,13 @@ namespace vescale::testing {
 
 using namespace dtensor;
 
+at::Device device() {
+  return dist::is_initialized() ? at::Device(dist::device_string()) : at::Device(at::kCPU);
+}
+
 at::Tensor full_randn(std::vector<int64_t> shape, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randn(shape, gen, at::kFloat);
+  return at::randn(shape, gen, at::kFloat).to(device());
 }
 
 std::vector<Placements> all_placements(const mesh::DeviceMesh& mesh, int64_t tensor_ndim,

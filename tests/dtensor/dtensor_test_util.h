@@ -1,5 +1,5 @@
 // Helpers for the multi-rank DTensor tests: deterministic full tensors (identical on every
-// rank), and every placement of a tensor on a mesh.
+// rank) on the world's device, and every placement of a tensor on a mesh.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -11,7 +11,11 @@
 
 namespace vescale::testing {
 
-// Values from a seeded CPU generator: the same on every rank.
+// Where the tests' tensors live: the world's device (cpu, or cuda when the test binary runs
+// with VESCALE_TEST_DEVICE=cuda; tests/dist_main.cpp); cpu before dist::init.
+at::Device device();
+
+// Values from a seeded CPU generator, on device(): the same on every rank and every device.
 at::Tensor full_randn(std::vector<int64_t> shape, uint64_t seed);
 
 // Every combination of Replicate / Shard(d) (for each tensor dim) / optionally Partial, one per

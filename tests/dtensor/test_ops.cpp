@@ -1,6 +1,7 @@
 // The op harness: for each op with a rule, every combination of input placements on a 1-D
 // mesh (and a 2x2 mesh), even and uneven shapes. The gathered output and the gathered input
-// gradients must equal the same op on the full tensors on one rank.
+// gradients must equal the same op on the full tensors on one rank. The tensors live on the
+// world's device: cpu, or cuda under VESCALE_TEST_DEVICE=cuda (the ctest label cuda).
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -18,6 +19,7 @@ using namespace vescale;
 using namespace vescale::dtensor;
 using vescale::testing::all_placements;
 using vescale::testing::describe;
+using vescale::testing::device;
 using vescale::testing::full_randn;
 using vescale::testing::make_input;
 
@@ -96,7 +98,7 @@ std::vector<OpCase> op_cases(int64_t w) {
   auto r = [](std::vector<int64_t> s, uint64_t seed) { return full_randn(s, seed); };
   auto ids = [](std::vector<int64_t> s, int64_t high, uint64_t seed) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-    return at::randint(high, s, gen, at::kLong);
+    return at::randint(high, s, gen, at::kLong).to(device());
   };
   return {
       {"add", {r({n, u}, 1), r({n, u}, 2)}, [](auto& x) { return x[0] + x[1]; }, true},
@@ -224,7 +226,7 @@ std::vector<OpCase> op_cases(int64_t w) {
       {"attention with a mask (math path)",
        {r({n, 2, 3, 4}, 77), r({n, 2, 3, 4}, 78), r({n, 2, 3, 4}, 79)},
        [](auto& x) {
-         auto mask = at::ones({3, 3}, at::kBool).tril(1);
+         auto mask = at::ones({3, 3}, at::TensorOptions(at::kBool).device(device())).tril(1);
          return at::scaled_dot_product_attention(x[0], x[1], x[2], mask, 0.0, false);
        }},
   };
@@ -264,15 +266,16 @@ TEST_CASE("an op without a rule names itself, and the opt-in fallback gathers",
 TEST_CASE("distribute_tensor from one source rank", "[world2][world4]") {
   auto mesh = mesh::DeviceMesh::init({{"x", -1}});
   const int src = mesh.size() - 1;
-  auto mine = dist::rank() == src ? full_randn({5, 3}, 80) : at::zeros({5, 3});
+  auto mine = dist::rank() == src ? full_randn({5, 3}, 80) : at::zeros({5, 3}, device());
   auto dt = distribute_tensor(mine, mesh, {Shard(0)}, src);
   CHECK(at::equal(full_tensor(dt), full_randn({5, 3}, 80)));
 }
 
-TEST_CASE("distribute_tensor from one rank broadcasts over a 2-D mesh's group", "[world2][world4]") {
+TEST_CASE("distribute_tensor from one rank broadcasts over a 2-D mesh's group",
+          "[world2][world4]") {
   auto mesh = mesh::DeviceMesh::init({{"a", 2}, {"b", -1}});
   const int src = 1;  // the mesh's linear index 1: coordinate (0, 1), or (1, 0) when b = 1
-  auto mine = dist::rank() == src ? full_randn({6, 4}, 81) : at::zeros({6, 4});
+  auto mine = dist::rank() == src ? full_randn({6, 4}, 81) : at::zeros({6, 4}, device());
   auto dt = distribute_tensor(mine, mesh, {Shard(0), Shard(1)}, src);
   CHECK(at::equal(full_tensor(dt), full_randn({6, 4}, 81)));
   CHECK_THROWS_WITH(distribute_tensor(mine, mesh, {Shard(0), Shard(1)}, mesh.size()),
@@ -296,7 +299,7 @@ TEST_CASE("vocab-parallel cross-entropy never gathers the logits", "[world2][wor
   const int64_t vocab = 4 * mesh.size() + 1;  // uneven shards
   auto full = full_randn({6, vocab}, 70);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(71);
-  auto target = at::randint(vocab, {6}, gen, at::kLong);
+  auto target = at::randint(vocab, {6}, gen, at::kLong).to(device());
   auto ref = full.clone().requires_grad_(true);
   auto ref_loss = at::cross_entropy_loss(ref, target);
   ref_loss.backward();
@@ -329,6 +332,7 @@ TEST_CASE("fused vocab-parallel cross-entropy: sum with ignored rows, label smoo
   auto gen = at::make_generator<at::CPUGeneratorImpl>(91);
   auto target = at::randint(vocab, {7}, gen, at::kLong);
   target.index_put_({at::tensor({1, 4})}, -100);
+  target = target.to(device());
   for (double smoothing : {0.0, 0.1}) {
     INFO("label_smoothing " << smoothing);
     auto ref = full.clone().requires_grad_(true);
@@ -348,6 +352,7 @@ TEST_CASE("fused vocab-parallel cross-entropy with batch shards on a 2x2 mesh", 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(93);
   auto target = at::randint(9, {6}, gen, at::kLong);
   target.index_put_({at::tensor({0, 5})}, -100);  // the mean counts valid rows over the dp shards
+  target = target.to(device());
   auto ref = full.clone().requires_grad_(true);
   auto ref_loss = at::cross_entropy_loss(ref, target);
   ref_loss.backward();

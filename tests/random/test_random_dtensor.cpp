@@ -1,5 +1,7 @@
 // Sharded random fills equal single-device fills bit for bit: every distribution, on 1-D
 // meshes and a 2x2 mesh, Shard(0), Shard(1), 2-D placements, shapes that divide and don't.
+// The shards live on the world's device (cuda under VESCALE_TEST_DEVICE=cuda); the reference is
+// always the CPU kernel's fill.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -34,7 +36,7 @@ std::vector<std::pair<std::string, Fill>> fills() {
 void check_fills(const mesh::DeviceMesh& mesh, std::vector<int64_t> shape) {
   for (auto& [name, fill] : fills()) {
     random::manual_seed(99);
-    at::Tensor ref = at::zeros(shape);
+    at::Tensor ref = at::zeros(shape);  // on the CPU, whatever the world's device
     if (name == "aten normal_")
       random::normal_(ref, 0.0, 1.0);  // plain tensors take our function
     else
@@ -45,9 +47,9 @@ void check_fills(const mesh::DeviceMesh& mesh, std::vector<int64_t> shape) {
          all_placements(mesh, static_cast<int64_t>(shape.size()), name != "trunc_normal")) {
       INFO(name << " " << c10::IntArrayRef(shape) << " " << to_string(p));
       random::manual_seed(99);
-      at::Tensor dt = distribute_tensor(at::zeros(shape), mesh, p);
+      at::Tensor dt = distribute_tensor(at::zeros(shape, vescale::testing::device()), mesh, p);
       fill(dt);
-      CHECK(at::equal(full_tensor(dt), ref));  // bitwise
+      CHECK(at::equal(full_tensor(dt).cpu(), ref));  // bitwise
       CHECK(random::get_state().offset == after.offset);
     }
   }
