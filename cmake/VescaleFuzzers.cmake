@@ -37,7 +37,7 @@ set(fuzz_args -DCMAKE_CXX_COMPILER=${VESCALE_CLANGXX} -DCMAKE_BUILD_TYPE=RelWith
 if(CCACHE_PROGRAM)
   list(APPEND fuzz_args -DCMAKE_CXX_COMPILER_LAUNCHER=${CCACHE_PROGRAM})
 endif()
-set(fuzzers plan config)
+set(fuzzers plan config tokenizer)
 set(fuzz_exes)
 foreach(f ${fuzzers})
   list(APPEND fuzz_exes "${fuzz_bin}/${f}_fuzzer")
@@ -53,6 +53,7 @@ ExternalProject_Add(vescale_fuzzers
 # Seeds: fuzz/corpus/<name>/ and the shipped plans and configs.
 set(seeds_plan "${PROJECT_SOURCE_DIR}/fuzz/corpus/plan,${PROJECT_SOURCE_DIR}/configs/plans")
 set(seeds_config "${PROJECT_SOURCE_DIR}/fuzz/corpus/config,${PROJECT_SOURCE_DIR}/configs")
+set(seeds_tokenizer "${PROJECT_SOURCE_DIR}/fuzz/corpus/tokenizer")
 foreach(f ${fuzzers})
   add_test(NAME fuzz.${f}
     COMMAND ${CMAKE_COMMAND} -DFUZZER=${fuzz_bin}/${f}_fuzzer -DSECONDS=${VESCALE_FUZZ_SECONDS}

@@ -36,7 +36,7 @@ BpeModel::BpeModel(const BpeModelSpec& spec, const std::string& source)
     unk_id_ = static_cast<int32_t>(it->second);
   }
   for (size_t rank = 0; rank < spec.merges.size(); ++rank) {
-    const auto& [a, b] = spec.merges[rank];
+    const std::string &a = spec.merges[rank].first, &b = spec.merges[rank].second;
     auto find = [&](const std::string& token, const char* what) {
       auto it = by_string.find(token);
       VESCALE_CHECK(it != by_string.end(), source, ": model.merges[", rank, "] ('", a, "', '", b,

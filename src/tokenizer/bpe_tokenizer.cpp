@@ -81,6 +81,11 @@ BpeTokenizer::Impl::Impl(const TokenizerSpec& spec, const std::string& source)
   for (const auto& a : spec.added_tokens) size = std::max(size, a.id + 1);
   for (int64_t id : prefix_ids) size = std::max(size, id + 1);
   for (int64_t id : suffix_ids) size = std::max(size, id + 1);
+  // The decode table is dense; ids far past the token count are a malformed file, not a reason
+  // to allocate gigabytes.
+  const int64_t count = static_cast<int64_t>(spec.model.vocab.size() + spec.added_tokens.size());
+  VESCALE_CHECK(size <= 2 * count + 65536, source, ": the largest id is ", size - 1, " for ", count,
+                " tokens; ids must be (nearly) dense");
   spans.assign(size, {0, -1});
   special.assign(size, false);
   auto set_bytes = [&](int64_t id, std::string_view b) {

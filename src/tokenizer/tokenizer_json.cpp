@@ -243,7 +243,7 @@ TokenizerSpec parse_tokenizer_json(const std::string& text, const std::string& s
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number too large
     VESCALE_FAIL(source, ": not valid JSON (", e.what(),
                  "); expected a Hugging Face tokenizer.json");
   }

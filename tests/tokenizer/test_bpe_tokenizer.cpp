@@ -4,6 +4,7 @@
 // itself: test_bpe_hf.cpp.)
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -64,6 +65,49 @@ TEST_CASE("BPE merges the lowest-ranked pair first, leftmost on ties", "[tokeniz
   // Merges never cross pieces: " a" and "a" are separate pre-tokens in "a a".
   auto sp = load(tiny_tokenizer(Layout::kGpt2, {{" ", "a"}, {"a", " "}}));
   CHECK(sp.encode("a a") == Ids{b('a'), 256});
+}
+
+TEST_CASE("BPE equals a naive merge loop on random merges, short and long pieces", "[tokenizer]") {
+  // The reference: repeatedly merge the lowest-ranked adjacent pair, leftmost on ties.
+  std::mt19937 rng(11);
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::vector<std::string> tokens = {"a", "b", "c"};
+  for (int i = 0; i < 60; ++i) {
+    const auto& l = tokens[rng() % tokens.size()];
+    const auto& r = tokens[rng() % tokens.size()];
+    if (std::find(tokens.begin(), tokens.end(), l + r) != tokens.end()) continue;
+    merges.emplace_back(l, r);
+    tokens.push_back(l + r);
+  }
+  auto tok = load(tiny_tokenizer(Layout::kGpt2, merges));
+  auto naive = [&](const std::string& word) {
+    std::vector<std::string> parts;
+    for (char c : word) parts.emplace_back(1, c);
+    for (;;) {
+      size_t best = parts.size(), best_rank = merges.size();
+      for (size_t i = 0; i + 1 < parts.size(); ++i)
+        for (size_t r = 0; r < best_rank; ++r)
+          if (merges[r].first == parts[i] && merges[r].second == parts[i + 1]) {
+            best = i;
+            best_rank = r;
+            break;
+          }
+      if (best == parts.size()) break;
+      parts[best] += parts[best + 1];
+      parts.erase(parts.begin() + best + 1);
+    }
+    Ids ids;
+    for (const auto& p : parts) ids.push_back(*tok.token_to_id(p));
+    return ids;
+  };
+  for (size_t len : {1, 2, 5, 17, 100, 128, 129, 300, 1000}) {
+    for (int trial = 0; trial < 5; ++trial) {
+      std::string word;
+      for (size_t i = 0; i < len; ++i) word += "abc"[rng() % 3];
+      INFO(word);
+      CHECK(tok.encode(word) == naive(word));  // one piece: letters only
+    }
+  }
 }
 
 TEST_CASE("merges in the string form read like the array form", "[tokenizer]") {
@@ -258,6 +302,10 @@ TEST_CASE("errors name the file's field and what is supported", "[tokenizer]") {
   fails(j, "post_processor type 'BertProcessing'");
   CHECK_THROWS_WITH(BpeTokenizer::from_json("{\"model\": ", "tok.json"),
                     Contains("not valid JSON"));
+  CHECK_THROWS_WITH(BpeTokenizer::from_json("[1e99999]", "tok.json"), Contains("not valid JSON"));
+  j = base;
+  j["model"]["vocab"]["zz"] = 1 << 30;
+  fails(j, "ids must be (nearly) dense");
   CHECK_THROWS_WITH(BpeTokenizer::from_file("/nonexistent/tokenizer.json"),
                     Contains("cannot open '/nonexistent/tokenizer.json'"));
   auto tok = load(base);
