@@ -173,8 +173,8 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path) {
 
 std::vector<int64_t> BpeTokenizer::encode(std::string_view text, bool add_special_tokens) const {
   std::vector<int64_t> out;
-  out.reserve(text.size() / 3 + 4);
-  if (add_special_tokens) out = impl_->prefix_ids;
+  out.reserve(text.size() / 3 + 8);
+  if (add_special_tokens) out.insert(out.end(), impl_->prefix_ids.begin(), impl_->prefix_ids.end());
   impl_->encode(text, true, out);
   if (add_special_tokens) out.insert(out.end(), impl_->suffix_ids.begin(), impl_->suffix_ids.end());
   return out;
