@@ -38,12 +38,12 @@ def main():
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     except OSError:
         commit = "?"
-    dry = {"gpu_train": train, "rng_cuda": rng}
-    if a.dry_run:  # the tiny CPU runs only checked the code: keep them out of the tables
-        train, rng = {}, {}
     json.dump({"gpu_train": train, "rng_cuda": rng, "gpu": gpu, "commit": commit, "dry_run": a.dry_run},
               open(os.path.join(a.out, "results.json"), "w"), indent=1)
 
+    dry = {"gpu_train": train, "rng_cuda": rng}
+    if a.dry_run:  # the tiny CPU runs only checked the code: keep them out of the tables
+        train, rng = {}, {}
     L = ["# GPU results: one H200", ""]
     if a.dry_run:
         L += ["**No GPU has been lent yet: nothing in this file is measured.** It is the layout that",
