@@ -76,6 +76,9 @@ int main(int argc, char** argv) {
       tokenizer_path = (std::filesystem::path(hf) / "tokenizer.json").string();
     const vt::TextTokenizer tok(tokenizer_path);
     const int64_t vocab = loaded.config.model.vocab_size();
+    VESCALE_CHECK(!prompt_ids.empty() || !tokenizer_path.empty() || vocab == 256, "the model has ",
+                  vocab, " tokens and no tokenizer was named (bytes have 256); pass --tokenizer ",
+                  "tokenizer.json, the one its data was made with");
     VESCALE_CHECK(prompt_ids.empty() ? tok.vocab_size() <= vocab : true, "the tokenizer (",
                   tok.name(), ") has ", tok.vocab_size(), " tokens, the model only ", vocab,
                   "; pass the --tokenizer the model was trained with");

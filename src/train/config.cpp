@@ -386,6 +386,9 @@ Config Config::from_json(const std::string& text, const std::string& source,
   for (auto* list : {&c.data.train, &c.data.val})
     for (auto& p : *list) p = resolve_path(p, base_dir);
   c.data.tokenizer = resolve_path(c.data.tokenizer, base_dir);
+  // Absolute: checkpoints record the config, and are read from other working directories.
+  if (!c.data.tokenizer.empty())
+    c.data.tokenizer = std::filesystem::absolute(c.data.tokenizer).lexically_normal().string();
   VESCALE_CHECK(c.data.tokenizer.empty() || std::filesystem::is_regular_file(c.data.tokenizer),
                 "config '", source, "': data.tokenizer: no file '", c.data.tokenizer,
                 "'; name a Hugging Face tokenizer.json (relative paths: next to the config, then ",

@@ -11,6 +11,7 @@
 #include "vescale/checkpoint/distributed_checkpoint.h"
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/common/check.h"
+#include "vescale/common/logging.h"
 #include "vescale/train/config.h"
 #include "vescale/train/hf_weights.h"
 
@@ -29,6 +30,14 @@ Config config_of(const checkpoint::CheckpointInfo& info, const std::string& who)
   json c = meta["config"];
   if (c.contains("parallel")) c["parallel"].erase("plan");
   if (c.contains("model")) c["model"].erase("init_from"), c["model"].erase("from_hf_config");
+  // The tokenizer decodes text only; a checkpoint moved without it still converts and loads
+  // (vescale-generate then asks for --tokenizer).
+  if (c.contains("data") && c["data"].contains("tokenizer") && c["data"]["tokenizer"].is_string() &&
+      !fs::is_regular_file(c["data"]["tokenizer"].get<std::string>())) {
+    log::warn(who + ": the config in " + info.folder + " names data.tokenizer '" +
+              c["data"]["tokenizer"].get<std::string>() + "', which is not there; ignored");
+    c["data"].erase("tokenizer");
+  }
   return Config::from_json(c.dump(), info.folder + "/index.json");
 }
 
