@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "random/fill_regions.h"
 #include "vescale/random/philox.h"
 #include "vescale/random/random.h"
 
@@ -48,17 +49,7 @@ const at::ScalarType kDtypes[] = {at::kFloat, at::kBFloat16, at::kDouble};
 }  // namespace
 
 TEST_CASE("the CUDA kernel fills every region like the CPU kernel, bit for bit", "[random]") {
-  struct Region {
-    std::vector<int64_t> global, local, offset;
-  };
-  const std::vector<Region> regions = {
-      {{100003}, {100003}, {0}},                // one long run, odd length
-      {{1000}, {333}, {17}},                    // starts mid-block (17 % 4 = 1)
-      {{37, 129}, {20, 71}, {5, 3}},            // rows of 71 from column 3: every row misaligned
-      {{7, 3}, {7, 3}, {0, 0}},                 // rows shorter than a block
-      {{5, 300, 67}, {3, 111, 61}, {1, 7, 5}},  // 3-D, odd everything
-      {{1}, {1}, {0}},
-  };
+  const auto& regions = vescale::testing::fill_regions();
   // The CPU half: the references exist and are not all one value.
   const at::Tensor probe = fill({1000}, {1000}, {0}, 0, dists()[1], at::kFloat, at::kCPU);
   REQUIRE(probe.std().item<double>() > 0.1);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "random/fill_regions.h"
 #include "vescale/random/philox.h"
 #include "vescale/random/random.h"
 
@@ -52,18 +53,7 @@ TEST_CASE("the vectorised CPU kernel equals the per-element formula bit for bit"
       {Dist::RandInt, -7.0, 1000.0},
       {Dist::TruncNormal, 0.0, 1.0, 0.02275013194817921, 0.9772498680518208, -2.0, 2.0},
   };
-  struct Region {
-    std::vector<int64_t> global, local, offset;
-  };
-  const std::vector<Region> regions = {
-      {{100003}, {100003}, {0}},                // one long run, odd length
-      {{1000}, {333}, {17}},                    // starts mid-block (17 % 4 = 1)
-      {{37, 129}, {20, 71}, {5, 3}},            // rows of 71 from column 3: every row misaligned
-      {{7, 3}, {7, 3}, {0, 0}},                 // rows shorter than a block
-      {{5, 300, 67}, {3, 111, 61}, {1, 7, 5}},  // 3-D, odd everything
-      {{4099}, {4001}, {97}},
-      {{1}, {1}, {0}},
-  };
+  const auto& regions = vescale::testing::fill_regions();
   for (const auto& p : dists)
     for (const auto& r : regions)
       for (uint64_t base : {uint64_t{0}, uint64_t{3}, (uint64_t{1} << 33) + 1})

@@ -66,8 +66,9 @@ TEST_CASE("config errors name the file, the full key path and the fix", "[config
       Contains("model.rope_scaling.factr: unknown key; did you mean model.rope_scaling.factor?"));
   CHECK_THAT(error_of(R"({"model": {"type": "gpt", "n_kv_heads": 2}})"),
              Contains("model.n_kv_heads: unknown key for model.type 'gpt'"));
-  CHECK_THAT(error_of(R"({"log": {"zzzzzzzzzz": 1}})"),
-             Contains("log.zzzzzzzzzz: unknown key; known keys: metrics_jsonl, tensorboard, level"));
+  CHECK_THAT(
+      error_of(R"({"log": {"zzzzzzzzzz": 1}})"),
+      Contains("log.zzzzzzzzzz: unknown key; known keys: metrics_jsonl, tensorboard, level"));
   CHECK_THAT(error_of(R"({"train": {"steps": "10"}})"),
              Contains("config 't.json': train.steps: expected an integer, not a string (\"10\")"));
   CHECK_THAT(error_of(R"({"train": {"steps": 1.5}})"),
@@ -237,9 +238,10 @@ TEST_CASE("a copied config keeps model.init_from and from_hf_config", "[config]"
   CHECK(assigned.model.from_hf_config);
 }
 
-TEST_CASE("train.peak_flops is \"auto\" by default, or a number; GPUs' dense peaks come from the "
-          "datasheet table",
-          "[config]") {
+TEST_CASE(
+    "train.peak_flops is \"auto\" by default or a number, and GPUs' dense peaks come from "
+    "the datasheet table",
+    "[config]") {
   auto c = Config::from_json("{}");
   CHECK(c.train.peak_flops.is_auto);
   CHECK(Config::from_json(c.to_json()).train.peak_flops.is_auto);  // written back as "auto"

@@ -61,7 +61,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("sample_token: greedy takes the first largest; top-k 1 is greedy whatever the seed",
+TEST_CASE("sample_token: greedy takes the first largest, and top-k 1 is greedy whatever the seed",
           "[generate]") {
   const auto logits = at::tensor({1.0f, 3.0f, 2.0f, 3.0f});
   SamplingOptions greedy;
@@ -115,8 +115,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "generate stops at max_new_tokens, at the model's max_seq_len and after a stop id; bad "
-    "prompts are named",
+    "generate stops at max_new_tokens, at the model's max_seq_len and after a stop id, and names "
+    "bad prompts",
     "[generate]") {
   at::manual_seed(3);
   const Config c = tiny("llama");
