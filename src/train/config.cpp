@@ -230,6 +230,7 @@ bool glob_matches(const std::string& pattern) {
 std::string resolve_path(const std::string& p, const std::string& base_dir) {
   namespace fs = std::filesystem;
   if (p.empty() || fs::path(p).is_absolute() || base_dir.empty()) return p;
+  if (p.rfind("builtin:", 0) == 0) return p;  // the built-in data (data_files)
   const std::string near = (fs::path(base_dir) / p).lexically_normal().string();
   if (glob_matches(near) || !glob_matches(p)) return near;
   return p;

@@ -34,11 +34,11 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
 
 std::vector<std::string> data_files(const DataConfig& data, const std::string& split) {
   const auto& patterns = split == "train" ? data.train : data.val;
+  // The built-in data, tokenized by the build next to our binaries (data/README.md).
+  const char* env = std::getenv("VESCALE_DATA_DIR");
+  const std::string builtin_dir = env ? env : exe_dir() + "/../data";
   if (data.train.empty() && data.val.empty()) {
-    // The built-in corpus, tokenized by the build next to our binaries (data/README.md).
-    const char* env = std::getenv("VESCALE_DATA_DIR");
-    const std::string dir = env ? env : exe_dir() + "/../data";
-    const std::string path = dir + "/corpus_" + split + ".bin";
+    const std::string path = builtin_dir + "/corpus_" + split + ".bin";
     VESCALE_CHECK(std::filesystem::exists(path),
                   "data: the config names no files, and the built-in corpus '", path,
                   "' is missing; build it (cmake --build build --target builtin_data) or set "
@@ -46,9 +46,16 @@ std::vector<std::string> data_files(const DataConfig& data, const std::string& s
     return {std::filesystem::path(path).lexically_normal().string()};
   }
   std::vector<std::string> files;
-  for (const auto& p : patterns) {
+  for (const auto& entry : patterns) {
+    // "builtin:corpus_bpe2048_train.bin": a file of the built-in data, wherever the build is.
+    const std::string p =
+        entry.rfind("builtin:", 0) == 0
+            ? (std::filesystem::path(builtin_dir) / entry.substr(8)).lexically_normal().string()
+            : entry;
     auto matched = expand_glob(p);
-    VESCALE_CHECK(!matched.empty(), "data.", split, ": '", p, "' matches no file");
+    VESCALE_CHECK(
+        !matched.empty(), "data.", split, ": '", p, "' matches no file",
+        p == entry ? "" : "; build the built-in data (cmake --build build --target builtin_data)");
     files.insert(files.end(), matched.begin(), matched.end());
   }
   return files;

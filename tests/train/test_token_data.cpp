@@ -6,12 +6,15 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <set>
 
 #include "vescale/common/check.h"
+#include "vescale/train/config.h"
 #include "vescale/train/token_data.h"
+#include "vescale/train/trainer.h"
 
 using namespace vescale::train;
 using Catch::Matchers::Contains;
@@ -189,4 +192,25 @@ TEST_CASE("TokenFileWriter streams a shard and truncate_token_file cuts it", "[d
   CHECK(TokenDataset({wide}).token(1) == 128255);
   std::remove(path.c_str());
   std::remove(wide.c_str());
+}
+
+TEST_CASE("data files: \"builtin:NAME\" is a file of the built-in data next to the binaries",
+          "[data]") {
+  vescale::train::DataConfig d;
+  d.train = {"builtin:corpus_train.bin"};
+  d.val = {"builtin:corpus_val.bin"};
+  // The test binary sits in build/tests; the build writes the built-in data to build/data.
+  const auto train = vescale::train::data_files(d, "train");
+  REQUIRE(train.size() == 1);
+  CHECK(std::filesystem::path(train[0]).filename() == "corpus_train.bin");
+  CHECK(std::filesystem::path(train[0]).parent_path().filename() == "data");
+  CHECK(vescale::train::TokenDataset(train).size() > 1000);
+  d.train = {"builtin:no_such.bin"};
+  CHECK_THROWS_WITH(vescale::train::data_files(d, "train"),
+                    Catch::Contains("no_such.bin' matches no file; build the built-in data"));
+  // A config keeps the prefix (it is not a path next to the config file).
+  const auto c = vescale::train::Config::from_json(
+      R"({"data": {"train": "builtin:corpus_train.bin", "val": "builtin:corpus_val.bin"}})",
+      "t.json", {}, "/tmp");
+  CHECK(c.data.train == std::vector<std::string>{"builtin:corpus_train.bin"});
 }
