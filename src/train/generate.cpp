@@ -37,7 +37,8 @@ int64_t sample_token(const at::Tensor& logits, const SamplingOptions& s, int64_t
   const double* l = host.const_data_ptr<double>();
   const int64_t V = host.numel();
   if (s.temperature == 0) return std::max_element(l, l + V) - l;  // the first largest
-  // Candidates, likeliest first (lower id first among equals).
+  // Candidates, likeliest first (lower id first among equals) when top-k or top-p cut them; in
+  // id order otherwise (no sort of a 128K vocabulary per token).
   std::vector<int64_t> ids(static_cast<size_t>(V));
   std::iota(ids.begin(), ids.end(), 0);
   auto likelier = [&](int64_t a, int64_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
@@ -45,12 +46,14 @@ int64_t sample_token(const at::Tensor& logits, const SamplingOptions& s, int64_t
   if (s.top_k > 0 && static_cast<size_t>(s.top_k) < keep) {
     keep = static_cast<size_t>(s.top_k);
     std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(keep), ids.end(), likelier);
-  } else {
+  } else if (s.top_p < 1) {
     std::sort(ids.begin(), ids.end(), likelier);
   }
   // Softmax of logits / temperature over the kept ones.
   std::vector<double> p(keep);
-  const double top = l[ids[0]] / s.temperature;
+  double best = l[ids[0]];
+  for (size_t i = 1; i < keep; ++i) best = std::max(best, l[ids[i]]);
+  const double top = best / s.temperature;
   double sum = 0;
   for (size_t i = 0; i < keep; ++i) sum += p[i] = std::exp(l[ids[i]] / s.temperature - top);
   if (s.top_p < 1) {

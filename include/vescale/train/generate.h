@@ -28,8 +28,9 @@ void check_sampling(const SamplingOptions& s, const std::string& who);
 
 // One token from logits [vocab] for the token at `position` of the sequence: temperature, then
 // top-k, then top-p (Hugging Face's order), then the inverse CDF at a Philox uniform keyed by
-// (seed, position), all in double on the host with ties broken by the lower id. So the same
-// logits give the same token on any machine and thread count.
+// (seed, position) over the kept tokens (likeliest first, ties to the lower id, when top-k or
+// top-p cut; in id order when nothing is cut), all in double on the host. So the same logits
+// give the same token on any machine and thread count.
 int64_t sample_token(const at::Tensor& logits, const SamplingOptions& s, int64_t position);
 
 // The new tokens after `prompt` (1 to max_seq_len - 1 tokens). `on_token` sees each as it is
