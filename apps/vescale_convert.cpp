@@ -1,6 +1,7 @@
 // vescale-convert: our checkpoints to Hugging Face folders and back.
 //   vescale-convert --checkpoint ckpt/latest-or-folder --to-hf out_dir [--dtype bf16]
-//   [--max-shard-size 5GB] vescale-convert --from-hf hf_dir --to-checkpoint ckpt_root
+//                   [--max-shard-size 5GB] [--overwrite]
+//   vescale-convert --from-hf hf_dir --to-checkpoint ckpt_root [--overwrite]
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -41,6 +42,7 @@ int64_t parse_size(const std::string& s) {
 int main(int argc, char** argv) {
   CLI::App app{"vescale-convert: checkpoints to Hugging Face folders and back"};
   std::string checkpoint, to_hf, from_hf, to_checkpoint, dtype = "fp32", max_shard = "5GB";
+  bool overwrite = false;
   app.add_option("--checkpoint", checkpoint,
                  "our checkpoint: a step folder or a root with `latest`");
   app.add_option("--to-hf", to_hf, "write a Hugging Face folder here");
@@ -48,11 +50,14 @@ int main(int argc, char** argv) {
   app.add_option("--to-checkpoint", to_checkpoint, "write our checkpoint under this root");
   app.add_option("--dtype", dtype, "fp32 or bf16 (--to-hf)");
   app.add_option("--max-shard-size", max_shard, "largest safetensors file (--to-hf), e.g. 5GB");
+  app.add_flag("--overwrite", overwrite,
+               "replace what the destination holds: the model files of a --to-hf folder, the "
+               "checkpoints of a --to-checkpoint root");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!checkpoint.empty() && !to_hf.empty()) {
       const auto files =
-          vescale::train::export_hf(checkpoint, to_hf, {dtype, parse_size(max_shard)});
+          vescale::train::export_hf(checkpoint, to_hf, {dtype, parse_size(max_shard), overwrite});
       std::printf("vescale-convert: wrote %s (%zu files: ", to_hf.c_str(), files.size());
       for (size_t i = 0; i < files.size(); ++i)
         std::printf("%s%s", i ? ", " : "", files[i].c_str());
@@ -60,7 +65,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!from_hf.empty() && !to_checkpoint.empty()) {
-      const auto folder = vescale::train::import_hf(from_hf, to_checkpoint);
+      const auto folder = vescale::train::import_hf(from_hf, to_checkpoint, overwrite);
       std::printf("vescale-convert: wrote %s\n", folder.c_str());
       return 0;
     }

@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -79,8 +80,8 @@ int main(int argc, char** argv) {
     VESCALE_CHECK(!prompt_ids.empty() || !tokenizer_path.empty() || vocab == 256, "the model has ",
                   vocab, " tokens and no tokenizer was named (bytes have 256); pass --tokenizer ",
                   "tokenizer.json, the one its data was made with");
-    VESCALE_CHECK(prompt_ids.empty() ? tok.vocab_size() <= vocab : true, "the tokenizer (",
-                  tok.name(), ") has ", tok.vocab_size(), " tokens, the model only ", vocab,
+    VESCALE_CHECK(!prompt_ids.empty() || tok.vocab_size() <= vocab, "the tokenizer (", tok.name(),
+                  ") has ", tok.vocab_size(), " tokens, the model only ", vocab,
                   "; pass the --tokenizer the model was trained with");
     const auto ids = prompt_ids.empty() ? tok.encode(prompt) : parse_ids(prompt_ids);
     if (prompt_ids.empty()) s.stop_ids = tok.stop_ids();
@@ -110,7 +111,21 @@ int main(int argc, char** argv) {
     if (print_ids)
       for (size_t i = 0; i < out.size(); ++i)
         std::printf("%s%lld", i ? "," : "", static_cast<long long>(out[i]));
+    // The text ends its line before the statistics (stderr) start theirs.
     std::printf("\n");
+    std::fflush(stdout);
+    // Fewer tokens than asked: say why.
+    const auto asked = static_cast<size_t>(s.max_new_tokens);
+    if (out.size() < asked) {
+      const bool stopped = !out.empty() && std::find(s.stop_ids.begin(), s.stop_ids.end(),
+                                                     out.back()) != s.stop_ids.end();
+      if (stopped)
+        std::fprintf(stderr, "vescale-generate: stopped at an end-of-text token: %zu of %zu tokens\n",
+                     out.size(), asked);
+      else
+        std::fprintf(stderr, "vescale-generate: stopped at max_seq_len %lld: %zu of %zu tokens\n",
+                     static_cast<long long>(loaded.config.model.max_seq_len()), out.size(), asked);
+    }
     std::fprintf(stderr, "vescale-generate: %zu tokens in %.2f s (%.1f tok/s)\n", out.size(), gen_s,
                  static_cast<double>(out.size()) / std::max(gen_s, 1e-9));
     return 0;

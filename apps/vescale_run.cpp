@@ -5,6 +5,7 @@
 
 #include "launch_flags.h"
 #include "vescale/common/check.h"
+#include "vescale/common/error_text.h"
 
 int main(int argc, char** argv) {
   // Everything after "--" is the command, verbatim: CLI11 would otherwise read "[a],[b]" as a list.
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
   try {
     return vescale::dist::launch(options, command);
   } catch (const vescale::Error& e) {
-    std::fprintf(stderr, "vescale-run: %s\n", e.what());
+    std::fprintf(stderr, "vescale-run: %s\n", vescale::error_text(e).c_str());
     return 2;
   }
 }

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "vescale/common/check.h"
+#include "vescale/common/error_text.h"
 #include "vescale/tokenizer/bpe_tokenizer.h"
 #include "vescale/train/byte_tokenizer.h"
 #include "vescale/train/token_data.h"
@@ -265,7 +266,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(n_val));
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "vescale-tokenize: %s\n", e.what());
+    std::fprintf(stderr, "vescale-tokenize: %s\n", vescale::error_text(e).c_str());
     return 1;
   }
 }

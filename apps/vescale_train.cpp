@@ -1,13 +1,15 @@
 // vescale-train: the training entry point.
-//   vescale-train --config configs/X.json [--set a.b=v ...] [--nproc-per-node N] [--dry-run]
-//                 [--timeline trace.json]
-//                 [--print-schedule]
+//   vescale-train --config configs/X.json|NAME [--set a.b=v ...] [--nproc-per-node N]
+//                 [--dry-run] [--print-config] [--print-schedule] [--timeline trace.json]
 // With --nproc-per-node (or --nnodes) it starts its own ranks through the built-in launcher.
 // --dry-run prints the parameter count and per-rank memory under the plan without building
 // the model (one process: for the configured mesh; launched ranks: for the real one).
+#include <ATen/Parallel.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "launch_flags.h"
 #include "vescale/common/check.h"
@@ -16,6 +18,7 @@
 #include "vescale/dist/world.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/train/config.h"
+#include "vescale/train/shipped_files.h"
 #include "vescale/train/stop_signal.h"
 #include "vescale/train/trainer.h"
 
@@ -25,11 +28,15 @@ int main(int argc, char** argv) {
   vescale::apps::add_launch_flags(app, launch);
   std::string config, log_level, timeline;
   std::vector<std::string> overrides;
-  bool dry_run = false, print_schedule = false;
-  app.add_option("--config", config, "train config (JSON)")->required();
+  bool dry_run = false, print_schedule = false, print_config = false;
+  app.add_option("--config", config,
+                 "train config: a JSON file, or the name of a shipped one (nanogpt_tiny, ...)")
+      ->required();
   app.add_option("--set", overrides, "override a config field: --set train.steps=200");
   app.add_flag("--dry-run", dry_run,
                "print the mesh, parameter count and per-rank memory, then stop");
+  app.add_flag("--print-config", print_config,
+               "print the resolved config (after every --set, paths resolved) as JSON, then stop");
   app.add_flag("--print-schedule", print_schedule,
                "print the pipeline schedule of the plan (one line per pipeline rank), then stop");
   app.add_option("--timeline", timeline,
@@ -38,16 +45,23 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level,
                  "trace|debug|info|warn|error|off (default: info on rank 0)");
   CLI11_PARSE(app, argc, argv);
+  const bool debug = log_level == "debug" || log_level == "trace";
 
   try {
-    // Not yet a rank: start the ranks, each running this same command line.
+    // Not yet a rank: start the ranks, each running this same command line. The binary by its
+    // real path (so ps shows vescale-train, not exe) and each rank named "vescale-train[rank k]".
     if (!std::getenv("VESCALE_LAUNCHED") && (launch.nproc_per_node > 1 || launch.nnodes > 1)) {
-      std::vector<std::string> cmd{"/proc/self/exe"};
+      std::vector<std::string> cmd{std::filesystem::read_symlink("/proc/self/exe").string()};
       for (int i = 1; i < argc; ++i) cmd.emplace_back(argv[i]);
+      launch.rank_name = "vescale-train";
       return vescale::dist::launch(launch, cmd);
     }
     if (!timeline.empty()) overrides.push_back("log.timeline.out=" + timeline);
-    const auto cfg = vescale::train::Config::from_file(config, overrides);
+    const auto cfg = vescale::train::Config::from_file(vescale::train::find_config(config), overrides);
+    if (print_config) {
+      std::printf("%s\n", cfg.to_json().c_str());
+      return 0;
+    }
     if (print_schedule) {
       std::printf("%s", vescale::train::schedule_report(cfg).c_str());
       return 0;
@@ -66,9 +80,12 @@ int main(int argc, char** argv) {
     vescale::dist::init();
     const int rank = vescale::dist::rank();
     vescale::log::init(rank, !log_level.empty() ? log_level : rank == 0 ? cfg.log.level : "");
+    vescale::log::debug("config " + cfg.source + " resolved:\n" + cfg.to_json());
     auto mesh = vescale::mesh::DeviceMesh::init(dims);
-    std::printf("%s (launched by %s, device %s)\n", mesh.to_string().c_str(), env.source.c_str(),
-                vescale::dist::device_string().c_str());
+    const int threads = at::get_num_threads();
+    std::printf("%s (launched by %s, device %s, %d intra-op thread%s)\n", mesh.to_string().c_str(),
+                vescale::dist::describe(env).c_str(), vescale::dist::device_string().c_str(),
+                threads, threads == 1 ? "" : "s");
     std::fflush(stdout);
     if (dry_run) {
       if (rank == 0) std::printf("%s", vescale::train::dry_run_report(cfg, mesh.shape()).c_str());
@@ -85,12 +102,9 @@ int main(int argc, char** argv) {
     }
     vescale::dist::shutdown();
     return stopped_by == SIGINT ? 130 : 0;
-  } catch (const vescale::Error& e) {
-    std::fprintf(stderr, "vescale-train: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
-    // libtorch's stack only when asked for: it names no file or field of ours.
-    const bool debug = log_level == "debug" || log_level == "trace";
+    // Source locations and libtorch's stack only when asked for: they name no field of the
+    // user's.
     std::fprintf(stderr, "vescale-train: %s\n", vescale::error_text(e, debug).c_str());
     return 1;
   }

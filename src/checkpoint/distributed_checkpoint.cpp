@@ -322,10 +322,17 @@ std::string AsyncSave::commit(int64_t keep, const std::string& run_id) {
   if (!failed.empty()) {
     std::ostringstream ranks;
     for (size_t i = 0; i < failed.size(); ++i) ranks << (i ? ", " : "") << failed[i];
+    // Every writer has stopped (each rank joined its own before the gather): what they wrote
+    // goes now, so a full disk does not stay full of half a checkpoint.
+    if (world_rank() == 0) {
+      std::error_code ec;
+      fs::remove_all(job->tmp_dir, ec);
+    }
     VESCALE_FAIL(
         "checkpoint: writing ", job->final_dir.string(), " failed on rank(s) ", ranks.str(),
         job->error.empty() ? "" : " (here: " + job->error + ")",
-        "; the previous checkpoint is intact. Check free space and permissions of checkpoint.dir");
+        "; the previous checkpoint is intact and the unfinished save was removed. Check free "
+        "space and permissions of checkpoint.dir");
   }
   // Every rank's chunk CRCs, to rank 0 only: the index checks each chunk a lazy load reads.
   const auto crcs = dist::gather_text(json(job->chunk_crc32).dump(), 0);

@@ -138,8 +138,22 @@ void Reader::finish() const {
   }
 }
 
+std::string origin_of(const std::map<std::string, std::string>* origins, const std::string& key,
+                      const std::string& file) {
+  for (std::string k = key; origins && !k.empty();) {
+    if (auto it = origins->find(k); it != origins->end()) return it->second;
+    const size_t dot = k.rfind('.');
+    k = dot == std::string::npos ? "" : k.substr(0, dot);
+  }
+  return file;
+}
+
+std::string Reader::origin(const std::string& full_key) const {
+  return origin_of(origins_, full_key, what_ + " '" + source_ + "'");
+}
+
 void Reader::fail(const std::string& k, const std::string& msg) const {
-  VESCALE_FAIL(what_, " '", source_, "': ", key(k), ": ", msg);
+  VESCALE_FAIL(origin(key(k)), ": ", key(k), ": ", msg);
 }
 
 void Reader::fail_here(const std::string& msg) const {

@@ -10,6 +10,10 @@
 namespace vescale::log {
 
 namespace {
+
+bool g_initialized = false;  // init() ran: by an app, or by dist::init for an embedder
+bool g_default = false;      // ensure() set rank 0's logger up; init() still may
+
 spdlog::level::level_enum parse_level(const std::string& name, const char* source) {
   auto lvl = spdlog::level::from_str(name);
   // from_str maps unknown names to off; only accept "off" when it was asked for.
@@ -17,9 +21,8 @@ spdlog::level::level_enum parse_level(const std::string& name, const char* sourc
                 "'; use one of trace, debug, info, warn, error, off");
   return lvl;
 }
-}  // namespace
 
-void init(int rank, const std::string& level) {
+void setup(int rank, const std::string& level) {
   spdlog::level::level_enum lvl = rank == 0 ? spdlog::level::info : spdlog::level::warn;
   if (!level.empty()) {
     lvl = parse_level(level, "--log-level");
@@ -39,14 +42,29 @@ void init(int rank, const std::string& level) {
   spdlog::set_default_logger(logger);
 }
 
+// Before any init (a library call logging first): rank 0's format and level, as the apps'.
+void ensure() {
+  if (!g_initialized && !g_default) setup(0, ""), g_default = true;
+}
+
+}  // namespace
+
+void init(int rank, const std::string& level) {
+  setup(rank, level);
+  g_initialized = true;
+}
+
+bool initialized() { return g_initialized; }
+
 std::string level() {
+  ensure();
   auto sv = spdlog::level::to_string_view(spdlog::default_logger()->level());
   return std::string(sv.data(), sv.size());
 }
 
-void info(const std::string& msg) { spdlog::info(msg); }
-void warn(const std::string& msg) { spdlog::warn(msg); }
-void error(const std::string& msg) { spdlog::error(msg); }
-void debug(const std::string& msg) { spdlog::debug(msg); }
+void info(const std::string& msg) { ensure(), spdlog::info(msg); }
+void warn(const std::string& msg) { ensure(), spdlog::warn(msg); }
+void error(const std::string& msg) { ensure(), spdlog::error(msg); }
+void debug(const std::string& msg) { ensure(), spdlog::debug(msg); }
 
 }  // namespace vescale::log

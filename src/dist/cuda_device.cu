@@ -44,4 +44,13 @@ long long cuda_memory_used() {
   return static_cast<long long>(total - free);
 }
 
+long long cuda_memory_total() {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<long long>(total);
+}
+
 }  // namespace vescale::dist

@@ -17,4 +17,6 @@ std::string cuda_device_name() { return ""; }
 
 long long cuda_memory_used() { return 0; }
 
+long long cuda_memory_total() { return 0; }
+
 }  // namespace vescale::dist

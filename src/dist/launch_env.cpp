@@ -1,5 +1,9 @@
 #include "vescale/dist/launch_env.h"
 
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <functional>
@@ -117,6 +121,10 @@ LaunchEnv from_torchrun(const Env& env) {
     e.master_port = require_int(env, "MASTER_PORT", "torchrun", "WORLD_SIZE > 1");
   }
   validate_master(e);
+  if (auto* v = find(env, "TORCHELASTIC_USE_AGENT_STORE")) e.agent_store = *v == "True";
+  e.restart_count = get_int(env, "TORCHELASTIC_RESTART_COUNT").value_or(0);
+  e.max_restarts = get_int(env, "TORCHELASTIC_MAX_RESTARTS").value_or(0);
+  if (auto* v = find(env, "TORCHELASTIC_RUN_ID")) e.run_id = *v;
   return e;
 }
 
@@ -183,6 +191,25 @@ LaunchEnv launch_env_from_process() {
     if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
   }
   return parse_launch_env(env);
+}
+
+std::string describe(const LaunchEnv& e) {
+  std::string extra;
+  if (!e.run_id.empty()) extra += "run id " + e.run_id;
+  if (e.max_restarts > 0 || e.restart_count > 0)
+    extra += (extra.empty() ? "" : ", ") + std::string("restart ") +
+             std::to_string(e.restart_count) + " of " + std::to_string(e.max_restarts);
+  if (e.agent_store) extra += (extra.empty() ? "" : ", ") + std::string("the agent's store");
+  return extra.empty() ? e.source : e.source + " (" + extra + ")";
+}
+
+int threads_per_rank(int local_world_size) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int usable = ::sched_getaffinity(0, sizeof set, &set) == 0
+                         ? CPU_COUNT(&set)
+                         : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  return std::max(1, usable / std::max(1, local_world_size));
 }
 
 }  // namespace vescale::dist

@@ -13,11 +13,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <thread>
 
 #include "vescale/common/check.h"
+#include "vescale/dist/launch_env.h"
 
 namespace vescale::dist {
 
@@ -94,7 +96,7 @@ void signal_all(std::vector<Rank>& ranks, int sig) {
 // The pipes are close-on-exec (dup2 onto stdout/stderr clears the flag for those two), so a
 // rank holds no other rank's pipe ends. A rank dies with the launcher (SIGKILL, not SIGTERM: a
 // SIGTERM would make vescale-train save and move `latest` with nobody watching).
-pid_t spawn(const std::vector<std::string>& argv,
+pid_t spawn(const std::vector<std::string>& argv, const std::string& argv0,
             const std::vector<std::pair<std::string, std::string>>& env, int out_w, int err_w) {
   const pid_t launcher = ::getpid();
   pid_t pid = ::fork();
@@ -116,8 +118,9 @@ pid_t spawn(const std::vector<std::string>& argv,
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "launcher: cannot run '%s': %s\n", args[0], std::strerror(errno));
+    if (!argv0.empty()) args[0] = const_cast<char*>(argv0.c_str());
+    ::execvp(argv[0].c_str(), args.data());
+    std::fprintf(stderr, "launcher: cannot run '%s': %s\n", argv[0].c_str(), std::strerror(errno));
     ::_exit(127);
   }
   return pid;
@@ -161,6 +164,10 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
                 "launcher: no program given; usage: vescale-run --nproc-per-node N -- prog args");
   const int port = o.master_port > 0 ? o.master_port : (o.nnodes == 1 ? find_free_port() : 29500);
   const int world = o.nnodes * o.nproc_per_node;
+  // Each rank's share of the cores, unless the caller chose (torchrun does the same).
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::string threads = omp && *omp ? std::string(omp)
+                                          : std::to_string(threads_per_rank(o.nproc_per_node));
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -187,11 +194,13 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
         {"GROUP_RANK", std::to_string(o.node_rank)},
         {"MASTER_ADDR", o.master_addr},
         {"MASTER_PORT", std::to_string(port)},
+        {"OMP_NUM_THREADS", threads},
         {"VESCALE_RANK_PREFIXED", "1"},
         {"VESCALE_LAUNCHED",
          "1"},  // apps that launch themselves (vescale-train) know they're a rank
     };
-    r.pid = spawn(argv, env, out_p[1], err_p[1]);
+    r.pid = spawn(argv, o.rank_name.empty() ? "" : o.rank_name + "[rank " + std::to_string(r.rank) + "]",
+                  env, out_p[1], err_p[1]);
     ::close(out_p[1]);
     ::close(err_p[1]);
     r.out_fd = out_p[0];

@@ -14,7 +14,10 @@
 #include <string_view>
 
 #include "dist/process_group_impl.h"
+#include "dist/roll_call.h"
 #include "vescale/common/check.h"
+#include "vescale/common/error_text.h"
+#include "vescale/common/logging.h"
 #include "vescale/timeline/recorder.h"
 
 namespace vescale::dist {
@@ -34,6 +37,10 @@ struct Work::Impl {
   const char* op = "";
   uint32_t group = 0;
   std::optional<timeline::Span> close_at_wait;
+  // On a timeout: the group, the collective's number on it, a transfer's peer (global rank).
+  std::shared_ptr<const ProcessGroup::Impl> group_impl;
+  int64_t seq = 0;
+  int peer = -1;
 };
 
 Work::Work() = default;
@@ -77,14 +84,25 @@ void Work::wait(std::chrono::milliseconds timeout) {
     if (impl_->work) impl_->work->wait(timeout);
   } catch (const std::exception& e) {
     impl_->done = true;
+    // libtorch's text (with its C++ stack) only at --log-level debug: it names no rank.
+    const bool debug = log::level() == "debug" || log::level() == "trace";
+    const std::string detail = debug ? " (" + error_text(e, true) + ")" : "";
     if (mentions_timeout(e.what())) {
-      throw TimeoutError(
-          detail::cat(impl_->what, " did not finish within ", timeout.count(),
-                      " ms: a peer rank is hung, dead, or calling a different collective. "
-                      "Raise VESCALE_COLLECTIVE_TIMEOUT_S if this wait is expected. (",
-                      e.what(), ")"));
+      std::string who;
+      if (impl_->peer >= 0) {
+        who = "rank " + std::to_string(impl_->peer) + " did not answer";
+      } else if (impl_->group_impl && impl_->group_impl->store) {
+        const auto& g = *impl_->group_impl;
+        who = missing_members(g.store, g.rank, g.global_ranks, impl_->seq,
+                              std::min(timeout / 2, std::chrono::milliseconds(10000)));
+      }
+      throw TimeoutError(detail::cat(impl_->what, " did not finish within ", timeout.count(),
+                                     " ms", who.empty() ? "" : ": " + who,
+                                     ". Raise VESCALE_COLLECTIVE_TIMEOUT_S if this wait is "
+                                     "expected",
+                                     detail));
     }
-    VESCALE_FAIL(impl_->what, " failed: ", e.what());
+    VESCALE_FAIL(impl_->what, " failed: ", error_text(e, debug));
   }
   impl_->done = true;
   if (impl_->finish) impl_->finish();
@@ -128,6 +146,8 @@ namespace {
 struct Issued {
   c10::intrusive_ptr<c10d::Work> work;
   std::optional<timeline::Span> close_at_wait;
+  int64_t seq = 0;  // the collective's number on the group (a transfer's per peer and tag)
+  int peer = -1;    // a transfer's peer, global rank
 };
 
 // What the timeline records of one call: a transfer's peer (group rank) and tag.
@@ -196,8 +216,15 @@ Work make_work(const ProcessGroup::Impl& g, const char* op, Issued w,
   impl->op = op;
   impl->group = g.trace_name;
   impl->finish = std::move(finish);
-  impl->what = describe(g, op);
   impl->timeout = g.timeout;
+  impl->group_impl = g.shared_from_this();
+  impl->seq = w.seq;
+  impl->peer = w.peer;
+  // "all_reduce #42 on group 'mesh0/dp' (rank 0 of 2)", "recv on group 'pp' (rank 1 of 2) from rank 0"
+  impl->what = w.peer >= 0 ? detail::cat(describe(g, op), std::string_view(op) == "send" ? " to" : " from",
+                                         " rank ", w.peer)
+                           : detail::cat(op, " #", w.seq, " on group '", g.name, "' (rank ", g.rank,
+                                         " of ", g.size, ")");
   return Work(std::move(impl));
 }
 
@@ -238,13 +265,16 @@ Issued call(ProcessGroup::Impl& g, const char* op, const Traced& t, F&& f) {
   const bool tracing = timeline::enabled();
   const int64_t begin = tracing ? timeline::now_ns() : 0;
   Issued out;
+  out.seq = seq;
+  if (transfer) out.peer = g.global_ranks.at(t.peer);
   try {
     out.work = f();
   } catch (const vescale::Error&) {
     throw;
   } catch (const std::exception& e) {
-    if (mentions_timeout(e.what())) throw TimeoutError(describe(g, op) + " timed out: " + e.what());
-    VESCALE_FAIL(describe(g, op), " failed: ", e.what());
+    if (mentions_timeout(e.what()))
+      throw TimeoutError(describe(g, op) + " timed out: " + error_text(e));
+    VESCALE_FAIL(describe(g, op), " failed: ", error_text(e));
   }
   if (!tracing) return out;
   timeline::Span s;
@@ -495,6 +525,7 @@ ProcessGroup make_process_group(const c10::intrusive_ptr<c10d::Store>& store, co
   impl->kind = spec.kind;
   impl->cuda = spec.cuda || spec.kind == Backend::Nccl;
   impl->timeout = spec.timeout;
+  impl->store = store;
   try {
     if (spec.kind == Backend::Gloo) {
       auto opts = c10d::ProcessGroupGloo::Options::create(spec.timeout);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 
@@ -12,8 +13,9 @@
 
 namespace vescale::dist {
 
-struct ProcessGroup::Impl {
+struct ProcessGroup::Impl : std::enable_shared_from_this<ProcessGroup::Impl> {
   c10::intrusive_ptr<c10d::Backend> backend;
+  c10::intrusive_ptr<c10d::Store> store;  // the group's own (prefixed): for the roll call
   int rank = 0;
   int size = 1;
   std::vector<int> global_ranks;

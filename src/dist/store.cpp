@@ -147,27 +147,34 @@ void check_port_free(const LaunchEnv& env) {
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env,
                                            std::chrono::milliseconds timeout) {
   if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
-  if (env.rank == 0)
+  // Under torchrun's agent the store already runs on MASTER_PORT (the agent's): every rank is a
+  // client, as PyTorch's own workers are. Otherwise rank 0 serves it.
+  const bool serve = env.rank == 0 && !env.agent_store;
+  if (serve)
     check_port_free(env);
   else
     probe_store(env, timeout);
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(env.master_port);
-  opts.isServer = env.rank == 0;
+  opts.isServer = serve;
   opts.numWorkers = env.world_size;
   opts.waitWorkers = true;
   opts.timeout = timeout;
   const auto start = Clock::now();
   try {
-    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    // The agent's store outlives a restart of the ranks: each attempt keeps its own keys.
+    if (env.agent_store)
+      return prefixed("vescale/attempt_" + std::to_string(env.restart_count) + "/", store);
+    return store;
   } catch (const std::exception& e) {
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    if (env.rank == 0 && waited < timeout) {
+    if (serve && waited < timeout) {
       VESCALE_FAIL("rendezvous: rank 0 could not serve the store on ", env.master_addr, ":",
                    env.master_port, " (", error_text(e),
                    "). If the port is in use, pick another MASTER_PORT");
     }
-    if (env.rank == 0) {
+    if (serve) {
       VESCALE_FAIL("rendezvous: not all ", env.world_size, " ranks joined rank 0's store at ",
                    env.master_addr, ":", env.master_port, " within ", timeout.count(),
                    " ms; check that every rank was started with the same MASTER_ADDR/MASTER_PORT "

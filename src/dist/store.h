@@ -8,7 +8,8 @@
 
 namespace vescale::dist {
 
-// Rank 0 serves a c10d TCPStore at MASTER_ADDR:MASTER_PORT; the others connect to it.
+// Rank 0 serves a c10d TCPStore at MASTER_ADDR:MASTER_PORT; the others connect to it. Under
+// torchrun's agent (LaunchEnv::agent_store) the agent serves it and every rank connects.
 // A single process gets an in-memory store and opens no port.
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, std::chrono::milliseconds timeout);
 

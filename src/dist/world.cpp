@@ -1,5 +1,7 @@
 #include "vescale/dist/world.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
@@ -95,6 +97,11 @@ void init(const InitOptions& options) {
     cuda_set_device(state->cuda_device);
   }
 
+  // N ranks on one machine each taking every core oversubscribe it N times: share the cores
+  // unless the user (or torchrun, which sets 1) chose with OMP_NUM_THREADS.
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); (!omp || !*omp) && state->env.local_world_size > 1)
+    at::set_num_threads(threads_per_rank(state->env.local_world_size));
+
   state->store = make_store(state->env, state->timeout);
   GroupSpec spec;
   spec.name = "world";
@@ -106,6 +113,7 @@ void init(const InitOptions& options) {
   spec.timeout = state->timeout;
   state->world = make_process_group(prefixed("world/", state->store), spec, state->gloo_host);
   g_world = state.release();
+  if (!log::initialized()) log::init(g_world->env.rank);  // an embedder's: the apps' format
   log::debug(detail::cat("dist: rank ", rank(), " of ", world_size(), " joined (",
                          g_world->env.source, ", ", to_string(g_world->kind), " on ",
                          device_string(), ", timeout ", g_world->timeout.count(), " ms)"));

@@ -167,6 +167,13 @@ std::map<std::string, at::Tensor> adamw_state_targets(
   return out;
 }
 
+at::Tensor AdamW::param_sum_of_squares() const {
+  std::vector<at::Tensor> all;
+  for (const auto& g : groups_)
+    for (const auto& [name, p] : g.params) all.push_back(p);
+  return local_sum_of_squares(all);
+}
+
 at::Tensor AdamW::clip_grad_norm_(double max_norm) {
   if (clip_order_.empty())
     for (const auto& g : groups_)

@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 
 #include "vescale/common/check.h"
+#include "vescale/dtensor/dtensor.h"
 
 namespace vescale::optim {
 
@@ -17,6 +18,19 @@ at::Tensor grad_sum_of_squares(const std::vector<at::Tensor>& params) {
     sum_sq = sum_sq.defined() ? sum_sq.add(s) : s;
   }
   return sum_sq;
+}
+
+at::Tensor local_sum_of_squares(const std::vector<at::Tensor>& tensors) {
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> locals;
+  for (const auto& t : tensors) {
+    if (!t.defined()) continue;
+    at::Tensor local = dtensor::is_dtensor(t) ? dtensor::to_local(t.detach()) : t.detach();
+    if (local.is_meta() || local.numel() == 0) continue;
+    locals.push_back(local.scalar_type() == at::kFloat ? local : local.to(at::kFloat));
+  }
+  if (locals.empty()) return {};
+  return at::stack(at::_foreach_norm(locals, 2)).square().sum();
 }
 
 at::Tensor clip_factor(const at::Tensor& norm, double max_norm) {

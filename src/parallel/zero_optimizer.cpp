@@ -324,6 +324,14 @@ at::Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
   return norm;
 }
 
+at::Tensor ZeroOptimizer::param_sum_of_squares() const {
+  const Impl& z = *impl_;
+  if (!z.built) return {};
+  std::vector<at::Tensor> mine = z.rest_params;
+  for (const auto& s : z.slices) mine.push_back(s.param);
+  return optim::local_sum_of_squares(mine);
+}
+
 void ZeroOptimizer::step() {
   Impl& z = *impl_;
   z.build();

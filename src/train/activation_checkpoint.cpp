@@ -14,6 +14,7 @@
 #include "vescale/random/random.h"
 #include "vescale/timeline/recorder.h"
 #include "vescale/train/model_factory.h"
+#include "train/trainer_internal.h"
 
 namespace vescale::train {
 namespace {
@@ -31,18 +32,6 @@ struct Replay : torch::CustomClassHolder {
   at::ScalarType autocast_cpu_dtype = at::kBFloat16, autocast_cuda_dtype = at::kBFloat16;
   std::vector<bool> needs_grad;
 };
-
-at::Tensor cpu_rng_state() {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_cpu_rng_state(const at::Tensor& s) {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(s);
-}
 
 struct Autocast {
   bool cpu, cuda;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <map>
 #include <sstream>
 
 #include "vescale/common/check.h"
@@ -72,6 +73,7 @@ void visit(V& v, TrainConfig& c) {
   v.field("eps", c.eps);
   v.field("grad_clip", c.grad_clip);
   v.field("max_loss_spike", c.max_loss_spike);
+  v.field("allow_oversubscribe", c.allow_oversubscribe);
   v.field("seed", c.seed);
   v.field("dtype", c.dtype);
   v.field("activation_checkpointing", c.activation_checkpointing);
@@ -132,8 +134,10 @@ void visit(V& v, Config& c) {
 
 struct Checker {
   const std::string& source;
+  const std::map<std::string, std::string>* origins = nullptr;  // the --set of a key
   void operator()(bool ok, const std::string& key, const std::string& msg) const {
-    VESCALE_CHECK(ok, "config '", source, "': ", key, ": ", msg);
+    VESCALE_CHECK(ok, json_schema::origin_of(origins, key, "config '" + source + "'"), ": ", key,
+                  ": ", msg);
   }
 };
 
@@ -148,8 +152,9 @@ void positive(const Checker& check, const std::string& key, int64_t v) {
   check(v >= 1, key, "must be >= 1, got " + std::to_string(v));
 }
 
-void validate(const Config& c, const std::string& source) {
-  const Checker check{source};
+void validate(const Config& c, const std::string& source,
+              const std::map<std::string, std::string>& origins) {
+  const Checker check{source, &origins};
   const auto& m = c.model;
   m.options->validate([&](const std::string& field, const std::string& message) {
     check(false, "model." + field, message);
@@ -238,7 +243,8 @@ std::string resolve_path(const std::string& p, const std::string& base_dir) {
 
 // --set a.b.c=value --------------------------------------------------------------------------
 
-void apply_override(json& cfg, const std::string& source, const std::string& kv) {
+// Applies one --set; returns the key it set.
+std::string apply_override(json& cfg, const std::string& source, const std::string& kv) {
   // The command line is bytes, JSON strings are UTF-8: a bad byte would make every later dump
   // of the config (messages, to_json) throw nlohmann's type_error instead of our error.
   try {
@@ -255,6 +261,15 @@ void apply_override(json& cfg, const std::string& source, const std::string& kv)
     value = json::parse(text);
   } catch (const std::exception&) {
     value = text;
+    // [a.bin,b.bin]: a list whose quotes the shell ate; its items are strings.
+    if (text.size() >= 2 && text.front() == '[' && text.back() == ']') {
+      value = json::array();
+      std::stringstream items(text.substr(1, text.size() - 2));
+      for (std::string item; std::getline(items, item, ',');) {
+        const auto b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
+        if (b != std::string::npos) value.push_back(item.substr(b, e - b + 1));
+      }
+    }
   }
   // Mesh dims are ordered: a new one can't be slotted in by name, only by setting the whole mesh.
   // (Only into a parallel section that is an object or absent: anything else is reported by the
@@ -285,8 +300,10 @@ void apply_override(json& cfg, const std::string& source, const std::string& kv)
       json& old = (*node)[part];
       if (old.is_array() && value.is_string())
         value = json::array({value});  // file lists: one file
+      // A string-or-list field (data.train) may come as either: the schema reader decides.
       VESCALE_CHECK(std::string(value.type_name()) == old.type_name() ||
-                        (value.is_number() && old.is_number()),
+                        (value.is_number() && old.is_number()) ||
+                        (old.is_string() && value.is_array()),
                     "--set ", key, ": the config has ",
                     a_type(old) == "an integer" ? "a number" : a_type(old), " there, not ",
                     a_type(value), " ('", text, "')");
@@ -294,6 +311,7 @@ void apply_override(json& cfg, const std::string& source, const std::string& kv)
     }
     node = &(*node)[part];
   }
+  return key;
 }
 
 }  // namespace
@@ -325,7 +343,8 @@ Config Config::from_json(const std::string& text, const std::string& source,
   VESCALE_CHECK(j.is_object(), "config '", source,
                 "': the top level must be an object with sections model, parallel, ",
                 "train, data, checkpoint, log");
-  for (auto& kv : overrides) apply_override(j, source, kv);
+  std::map<std::string, std::string> origins;  // key -> the --set that gave it, for messages
+  for (auto& kv : overrides) origins[apply_override(j, source, kv)] = "--set " + kv;
   // model.init_from: the Hugging Face config fills model.* (from_hf_config) or must agree.
   models::HfConfigFields hf_fields;
   std::string hf_config;
@@ -356,9 +375,10 @@ Config Config::from_json(const std::string& text, const std::string& source,
   Config c;
   c.source = source;
   Reader r(j, "", source);
+  r.set_origins(&origins);
   visit(r, c);
   r.finish();
-  validate(c, source);
+  validate(c, source, origins);
   if (!hf_fields.empty()) {
     const json mine = json::parse(c.to_json())["model"];
     for (const auto& [field, value] : hf_fields) {
@@ -380,8 +400,11 @@ Config Config::from_json(const std::string& text, const std::string& source,
     }
   }
   c.parallel.plan = resolve_path(c.parallel.plan, base_dir);
+  const auto origin = [&](const std::string& key) {
+    return json_schema::origin_of(&origins, key, "config '" + source + "'");
+  };
   VESCALE_CHECK(c.parallel.plan.empty() || std::filesystem::is_regular_file(c.parallel.plan),
-                "config '", source, "': parallel.plan: no file '", c.parallel.plan,
+                origin("parallel.plan"), ": parallel.plan: no file '", c.parallel.plan,
                 "'; relative paths are looked up next to the config file, ",
                 "then in the working directory");
   for (auto* list : {&c.data.train, &c.data.val})
@@ -391,7 +414,7 @@ Config Config::from_json(const std::string& text, const std::string& source,
   if (!c.data.tokenizer.empty())
     c.data.tokenizer = std::filesystem::absolute(c.data.tokenizer).lexically_normal().string();
   VESCALE_CHECK(c.data.tokenizer.empty() || std::filesystem::is_regular_file(c.data.tokenizer),
-                "config '", source, "': data.tokenizer: no file '", c.data.tokenizer,
+                origin("data.tokenizer"), ": data.tokenizer: no file '", c.data.tokenizer,
                 "'; name a Hugging Face tokenizer.json (relative paths: next to the config, then ",
                 "the working directory)");
   return c;

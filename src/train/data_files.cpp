@@ -6,19 +6,12 @@
 #include <filesystem>
 
 #include "vescale/common/check.h"
+#include "vescale/train/shipped_files.h"
 #include "vescale/train/trainer.h"
 
 namespace vescale::train {
 
 namespace {
-
-std::string exe_dir() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ".";
-  buf[n] = '\0';
-  return std::filesystem::path(buf).parent_path().string();
-}
 
 std::vector<std::string> expand_glob(const std::string& pattern) {
   glob_t g{};
@@ -34,15 +27,18 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
 
 std::vector<std::string> data_files(const DataConfig& data, const std::string& split) {
   const auto& patterns = split == "train" ? data.train : data.val;
-  // The built-in data, tokenized by the build next to our binaries (data/README.md).
+  // The built-in data, tokenized by the build and installed beside our binaries
+  // (shipped_files.h, data/README.md).
   const char* env = std::getenv("VESCALE_DATA_DIR");
-  const std::string builtin_dir = env ? env : exe_dir() + "/../data";
+  const std::string builtin_dir = env && *env ? env : shipped_dir("data");
+  const std::string missing =
+      "; build and install it (the builtin_data target, then cmake --install), or set "
+      "VESCALE_DATA_DIR to the folder that holds it";
   if (data.train.empty() && data.val.empty()) {
     const std::string path = builtin_dir + "/corpus_" + split + ".bin";
     VESCALE_CHECK(std::filesystem::exists(path),
                   "data: the config names no files, and the built-in corpus '", path,
-                  "' is missing; build it (cmake --build build --target builtin_data) or set "
-                  "data.train and data.val");
+                  "' is missing", missing, "; or set data.train and data.val");
     return {std::filesystem::path(path).lexically_normal().string()};
   }
   std::vector<std::string> files;
@@ -53,9 +49,8 @@ std::vector<std::string> data_files(const DataConfig& data, const std::string& s
             ? (std::filesystem::path(builtin_dir) / entry.substr(8)).lexically_normal().string()
             : entry;
     auto matched = expand_glob(p);
-    VESCALE_CHECK(
-        !matched.empty(), "data.", split, ": '", p, "' matches no file",
-        p == entry ? "" : "; build the built-in data (cmake --build build --target builtin_data)");
+    VESCALE_CHECK(!matched.empty(), "data.", split, ": '", p, "' matches no file",
+                  p == entry ? "" : missing);
     files.insert(files.end(), matched.begin(), matched.end());
   }
   return files;

@@ -19,16 +19,6 @@ namespace vescale::train {
 
 namespace {
 
-std::string gib(double bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
-
-}  // namespace
-
-namespace {
-
 // Whether the plan keeps the residual stream sharded along the sequence over tp (a forward
 // entry with Shard(1) on the tp dim).
 bool sequence_parallel(const plan::Plan& plan) {

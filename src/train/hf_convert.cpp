@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "model.h"
 #include "registry.h"
@@ -14,6 +15,7 @@
 #include "vescale/common/logging.h"
 #include "vescale/train/config.h"
 #include "vescale/train/hf_weights.h"
+#include "vescale/train/text_tokenizer.h"
 
 namespace vescale::train {
 
@@ -33,6 +35,7 @@ Config config_of(const checkpoint::CheckpointInfo& info, const std::string& who)
   // The tokenizer decodes text only; a checkpoint moved without it still converts and loads
   // (vescale-generate then asks for --tokenizer).
   if (c.contains("data") && c["data"].contains("tokenizer") && c["data"]["tokenizer"].is_string() &&
+      !c["data"]["tokenizer"].get<std::string>().empty() &&
       !fs::is_regular_file(c["data"]["tokenizer"].get<std::string>())) {
     log::warn(who + ": the config in " + info.folder + " names data.tokenizer '" +
               c["data"]["tokenizer"].get<std::string>() + "', which is not there; ignored");
@@ -43,6 +46,82 @@ Config config_of(const checkpoint::CheckpointInfo& info, const std::string& who)
 
 void write_text(const fs::path& path, const std::string& text) {
   checkpoint::write_text_durably(path.string(), text + "\n", "vescale-convert");
+}
+
+// The files a Hugging Face model folder holds (weights in either format, their index, the
+// configs, the tokenizer): what --overwrite removes. Other files (a README) stay.
+bool model_file(const std::string& name) {
+  auto ends = [&](const std::string& s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends(".safetensors") || ends(".safetensors.index.json") ||
+         name.rfind("pytorch_model", 0) == 0 || name == "config.json" ||
+         name == "generation_config.json" || name == "tokenizer.json" ||
+         name == "tokenizer_config.json" || name == "special_tokens_map.json";
+}
+
+// The export's folder: made, and emptied of another model's files with --overwrite.
+void prepare_out(const fs::path& out, bool overwrite) {
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_empty(out, ec)) {
+    VESCALE_CHECK(fs::is_directory(out), "vescale-convert: --to-hf ", out.string(),
+                  " is a file; name a folder");
+    VESCALE_CHECK(overwrite, "vescale-convert: --to-hf ", out.string(),
+                  " is not empty; a second model's files beside the first's would mix them at "
+                  "load. Choose an empty folder, or pass --overwrite to replace the model there");
+    for (const auto& e : fs::directory_iterator(out))
+      if (e.is_regular_file() && model_file(e.path().filename().string())) fs::remove(e.path());
+  }
+  fs::create_directories(out);
+}
+
+// The special tokens a tokenizer.json declares: (eos, bos) as transformers names them, by the
+// conventions of LLaMA-3 (<|begin_of_text|>, <|end_of_text|>), GPT-2 (<|endoftext|> for both)
+// and SentencePiece (<s>, </s>); empty where the vocabulary has none.
+std::pair<std::string, std::string> special_tokens(const json& tokenizer) {
+  std::set<std::string> have;
+  for (const auto& t : tokenizer.value("added_tokens", json::array()))
+    if (t.value("special", false)) have.insert(t.value("content", ""));
+  auto first_of = [&](std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (have.count(n)) return std::string(n);
+    return std::string();
+  };
+  const std::string eos = first_of({"<|end_of_text|>", "<|endoftext|>", "</s>", "<|eot_id|>"});
+  const std::string bos = first_of({"<|begin_of_text|>", "<s>", "<|endoftext|>"});
+  return {eos, bos};
+}
+
+// tokenizer.json, tokenizer_config.json and generation_config.json for the run's tokenizer
+// (data.tokenizer; bytes when none: then only the generation config, without token ids).
+std::vector<std::string> write_tokenizer_files(const fs::path& out, const Config& cfg) {
+  std::vector<std::string> written;
+  json generation{{"_from_model_config", true}};
+  const std::string& path = cfg.data.tokenizer;
+  if (!path.empty()) {
+    fs::copy_file(path, out / "tokenizer.json", fs::copy_options::overwrite_existing);
+    written.push_back("tokenizer.json");
+    std::ifstream in(path);
+    const json tok = json::parse(in);
+    const auto [eos, bos] = special_tokens(tok);
+    const TextTokenizer ours(path);
+    json tc{{"tokenizer_class", "PreTrainedTokenizerFast"},
+            {"model_max_length", cfg.model.options->max_seq_len()},
+            {"clean_up_tokenization_spaces", false}};
+    if (!bos.empty()) tc["bos_token"] = bos;
+    if (!eos.empty()) tc["eos_token"] = eos;
+    write_text(out / "tokenizer_config.json", tc.dump(2));
+    written.push_back("tokenizer_config.json");
+    const auto stops = ours.stop_ids();
+    if (!stops.empty()) generation["eos_token_id"] = stops.size() == 1 ? json(stops[0]) : json(stops);
+    if (!bos.empty()) {
+      for (const auto& t : tok.value("added_tokens", json::array()))
+        if (t.value("content", "") == bos) generation["bos_token_id"] = t.value("id", 0);
+    }
+  }
+  write_text(out / "generation_config.json", generation.dump(2));
+  written.push_back("generation_config.json");
+  return written;
 }
 
 }  // namespace
@@ -117,7 +196,7 @@ std::vector<std::string> export_hf(const std::string& checkpoint, const std::str
     shards.back()[k] = t;
     in_shard += bytes, total += bytes;
   }
-  fs::create_directories(out);
+  prepare_out(out, opts.overwrite);
   std::vector<std::string> written;
   const std::map<std::string, std::string> meta{{"format", "pt"}};
   if (shards.size() == 1) {
@@ -143,11 +222,26 @@ std::vector<std::string> export_hf(const std::string& checkpoint, const std::str
       fs::path(out) / "config.json",
       family->to_hf_config(*cfg.model.options, dtype == at::kBFloat16 ? "bfloat16" : "float32"));
   written.push_back("config.json");
+  for (auto& f : write_tokenizer_files(out, cfg)) written.push_back(std::move(f));
   return written;
 }
 
-std::string import_hf(const std::string& hf_dir, const std::string& root) {
+std::string import_hf(const std::string& hf_dir, const std::string& root, bool overwrite) {
   const Config cfg = hf_folder_config(hf_dir, "vescale-convert");
+  // A training run's root: our step-00000000 would become its `latest`, and it would resume the
+  // conversion instead of its own steps.
+  if (checkpoint::has_checkpoints(root)) {
+    const auto at = checkpoint::latest(root);
+    VESCALE_CHECK(overwrite, "vescale-convert: --to-checkpoint ", root, " already holds checkpoints",
+                  at ? " (latest: " + *at + ")" : "",
+                  "; writing there would repoint its latest. Choose an empty folder, or pass "
+                  "--overwrite to remove them first");
+    for (const auto& e : fs::directory_iterator(root)) {
+      const std::string name = e.path().filename().string();
+      if (name == "latest" || (e.is_directory() && name.rfind("step-", 0) == 0))
+        fs::remove_all(e.path());
+    }
+  }
   const std::string& type = cfg.model.type;
   const auto ours = models::builder(type).from_hf(map_hf_weights(hf_dir), *cfg.model.options);
   checkpoint::StateDict state;

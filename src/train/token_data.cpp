@@ -249,6 +249,32 @@ int64_t DataLoader::sample_at(int64_t epoch, int64_t i) const {
   return order_[i];
 }
 
+namespace {
+
+[[noreturn]] void fail_id(const TokenDataset& data, int64_t token, int64_t id, int64_t vocab_size,
+                          const std::string& field) {
+  const auto [path, index] = data.locate(token);
+  VESCALE_FAIL(field, ": '", path, "' holds token id ", id, " (token ", index,
+               " of the file), outside ", "model.vocab_size = ", vocab_size,
+               "; the data was tokenized for another vocabulary. ",
+               "Tokenize it for this model, or set model.vocab_size to at least ", id + 1);
+}
+
+}  // namespace
+
+void TokenDataset::check_ids(int64_t begin, int64_t n, int64_t vocab_size,
+                             const std::string& field) const {
+  const int64_t end = std::min(total_, begin + n);
+  std::vector<int64_t> chunk;
+  for (int64_t at = begin; at < end; at += static_cast<int64_t>(chunk.size())) {
+    chunk.resize(static_cast<size_t>(std::min<int64_t>(end - at, 1 << 16)));
+    copy(at, static_cast<int64_t>(chunk.size()), chunk.data());
+    for (size_t k = 0; k < chunk.size(); ++k)
+      if (chunk[k] < 0 || chunk[k] >= vocab_size)
+        fail_id(*this, at + static_cast<int64_t>(k), chunk[k], vocab_size, field);
+  }
+}
+
 DataLoader::Batch DataLoader::next() {
   if (pos_.step >= steps_per_epoch()) {
     pos_.epoch += 1;
@@ -268,11 +294,7 @@ DataLoader::Batch DataLoader::next() {
         const int64_t id = w[b * (seq_len_ + 1) + t];
         if (id < vocab_size_) continue;
         const int64_t i = (pos_.step * dp_size_ + dp_rank_) * batch_ + b;
-        const auto [path, index] = data_->locate(sample_at(pos_.epoch, i) * seq_len_ + t);
-        VESCALE_FAIL("data: '", path, "' holds token id ", id, " (token ", index,
-                     " of the file), outside ", "model.vocab_size = ", vocab_size_,
-                     "; the data was tokenized for another vocabulary. ",
-                     "Tokenize it for this model, or set model.vocab_size to at least ", id + 1);
+        fail_id(*data_, sample_at(pos_.epoch, i) * seq_len_ + t, id, vocab_size_, "data");
       }
     }
   }

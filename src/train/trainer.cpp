@@ -90,6 +90,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     device_ = dist::device_string();
   }
   on_all_ranks([&] { check_outputs(); });
+  check_memory_fits();
   // One seed for everything: libtorch's generator (model init, plain-tensor dropout) and ours.
   torch::manual_seed(t.seed);
   random::manual_seed(t.seed);
@@ -183,6 +184,13 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
                                                dp_size_, t.seed, false);
     val_loader_->set_vocab_size(config_.model.vocab_size());
     if (val_loader_->steps_per_epoch() < 1) val_loader_.reset();  // too small to evaluate on
+    // Now, not at the first evaluation (often the last step, before the final save): the
+    // validation set is small, and every step after the last checkpoint would be lost.
+    if (val_loader_) {
+      const int64_t batches = std::min(t.eval_steps, val_loader_->steps_per_epoch());
+      val_data->check_ids(0, batches * t.batch_size * dp_size_ * t.seq_len + 1,
+                          config_.model.vocab_size(), "data.val");
+    }
   }
   flops_per_token_ = flops_per_token(config_.model, t.seq_len);
   guard_ = std::make_unique<DivergenceGuard>(DivergenceGuardOptions{
@@ -201,6 +209,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
                 "': train.sample_every: samples need the whole model in one process, and the "
                 "pipeline plan splits it into stages; set train.sample_every=0 and run "
                 "vescale-generate on a checkpoint");
+  measure_params();  // the guard's first reference: the weights step 1 runs with
   // Every rank at once: on a CPU the measured GEMM peak is each rank's share of the cores.
   peak_ = resolve_peak_flops(t, device_);
   if (rank_ == 0 && !peak_.note.empty()) {
@@ -217,6 +226,35 @@ Trainer::~Trainer() {
   optimizer_.reset();  // ZeRO before the reducer it steps
   reducer_.reset();
   if (config_.train.activation_checkpointing) vescale::nn::clear_all_forward_hooks();
+}
+
+void Trainer::check_memory_fits() const {
+  std::string where;
+  const int local = dist::is_initialized() ? dist::launch_env().local_world_size : 1;
+  const double available = rank_memory_bytes(device_, local, where);
+  if (mesh_) {
+    check_fits(config_, mesh_->shape(), available, where);
+    return;
+  }
+  Config one = config_;  // one process: no plan is applied
+  one.parallel.plan.clear();
+  one.parallel.zero = 0;
+  one.parallel.mesh = {{"dp", 1}};
+  check_fits(one, mesh::MeshShape({{"dp", 1}}, 1), available, where);
+}
+
+void Trainer::measure_params() {
+  param_sq_ = optimizer_->param_sum_of_squares();
+  if (!param_sq_.defined()) return;
+  param_sq_ = param_sq_.reshape({1});
+  if (world_size_ > 1) param_sq_work_ = dist::world().all_reduce(param_sq_);
+}
+
+double Trainer::read_param_norm() {
+  if (!param_sq_.defined()) return 0;
+  param_sq_work_.wait();
+  param_sq_work_ = {};
+  return std::sqrt(param_sq_.item<double>());
 }
 
 int64_t Trainer::tokens_per_step() const {
@@ -310,8 +348,13 @@ StepMetrics Trainer::step(int64_t step) {
   m.loss =
       pipeline_ ? pipeline_loss : (loss_sum / static_cast<double>(t.grad_accum)).item<double>();
   m.grad_norm = norm.item<double>();
-  // Every rank holds the same loss and norm, so all pass or all stop here.
-  guard_->check(m.step, m.loss, m.grad_norm);
+  m.param_norm = read_param_norm();
+  // Every rank holds the same loss and norms, so all pass or all stop here.
+  try {
+    guard_->check({m.step, m.loss, m.grad_norm, prev_lr_, m.param_norm});
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "." + last_good_checkpoint(m.step));
+  }
   // The parameters of the save in flight gave this loss: that checkpoint may become latest.
   phase.reset();
   doing_ = "committing a checkpoint";
@@ -324,6 +367,8 @@ StepMetrics Trainer::step(int64_t step) {
   phase.emplace(timeline::Kind::Optimizer, names.optimizer);
   optimizer_->step();
   optimizer_->zero_grad();
+  prev_lr_ = lr;
+  measure_params();
   phase.reset();
   doing_ = "balancing experts";
   {
@@ -392,8 +437,11 @@ std::vector<StepMetrics> Trainer::run() {
     } catch (const std::exception& e) {
       if (saver_) saver_->abort();
       const std::string msg = message_of(e);
-      if (dynamic_cast<const TimeoutError*>(&e) || msg.rfind("step ", 0) == 0) throw;
-      throw Error("step " + std::to_string(s + 1) + ": " + doing_ + ": " + msg);
+      if (msg.rfind("step ", 0) == 0) throw;
+      // One line naming the step and the phase, a timeout included (its rank is in `msg`).
+      const std::string where = "step " + std::to_string(s + 1) + ": " + doing_ + ": ";
+      if (dynamic_cast<const TimeoutError*>(&e)) throw TimeoutError(where + msg);
+      throw Error(where + msg);
     }
   };
   for (int64_t s = resumed_step_; s < t.steps; ++s) {
@@ -413,6 +461,16 @@ std::vector<StepMetrics> Trainer::run() {
       stop = static_cast<int>(dist::all_max(stop_requested()));
     });
     const bool last = s + 1 == t.steps || stop != 0;
+    // Saved before the evaluation and the sample: a failure in either loses no trained step.
+    const auto& ck = config_.checkpoint;
+    if (saver_ && ((ck.every > 0 && m.step % ck.every == 0) || last)) {
+      guarded(s, [&] {
+        doing_ = "saving a checkpoint";
+        timeline::Scope span(timeline::Kind::Checkpoint, span_names().save);
+        stage_checkpoint(m.step);
+        if (last) finish_checkpoint();  // no next step to wait for
+      });
+    }
     if (val_loader_ && ((t.eval_every > 0 && m.step % t.eval_every == 0) || s + 1 == t.steps)) {
       guarded(s, [&] {
         doing_ = "evaluating";
@@ -467,15 +525,6 @@ std::vector<StepMetrics> Trainer::run() {
         doing_ = "writing the timeline";
         if (auto summary = timeline_->after_step(m.step)) log_timeline(m.step, summary->to_json());
       });
-    const auto& ck = config_.checkpoint;
-    if (saver_ && ((ck.every > 0 && m.step % ck.every == 0) || last)) {
-      guarded(s, [&] {
-        doing_ = "saving a checkpoint";
-        timeline::Scope span(timeline::Kind::Checkpoint, span_names().save);
-        stage_checkpoint(m.step);
-        if (last) finish_checkpoint();  // no next step to wait for
-      });
-    }
     if (stop != 0) {
       stopped_by_ = stop;
       if (rank_ == 0)
@@ -489,7 +538,14 @@ std::vector<StepMetrics> Trainer::run() {
   if (rank_ == 0) {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    log::info("done: " + std::to_string(t.steps) + " steps in " + hms(secs) + "; loss " +
+    // What this process ran: a resumed run says so.
+    const std::string ran =
+        resumed_step_ > 0 ? std::to_string(all.size()) + (all.size() == 1 ? " step (" : " steps (") +
+                                std::to_string(all.front().step) + "-" +
+                                std::to_string(all.back().step) + ", resumed after step " +
+                                std::to_string(resumed_step_) + ")"
+                          : std::to_string(all.size()) + (all.size() == 1 ? " step" : " steps");
+    log::info("done: " + ran + " in " + hms(secs) + "; loss " +
               std::to_string(all.front().loss) + " -> " + std::to_string(all.back().loss) +
               (all.back().val_loss ? ", val loss " + std::to_string(*all.back().val_loss)
                                    : std::string()));

@@ -1,12 +1,15 @@
 // The trainer's checkpoints: what it checks before step 1, saves, commits and resumes.
 #include <ATen/ATen.h>
+#include <fcntl.h>
 #include <torch/nn/module.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -35,15 +38,17 @@ void check_writable_dir(const std::string& dir, const std::string& field) {
                 "' cannot be created: ", ec ? ec.message() : "a file of that name exists",
                 "; choose a folder this user can write");
   const fs::path probe = fs::path(dir) / (".vescale-write-test." + std::to_string(::getpid()));
-  {
-    std::ofstream out(probe);
-    out << "ok";
-    out.flush();
-    VESCALE_CHECK(out.good(), field, " '", dir,
-                  "' is not writable (read-only file system, or no permission); ",
-                  "choose a folder this user can write");
-  }
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A block, not a byte: a full disk often still takes a few bytes.
+  const std::string block(4096, 'x');
+  const bool ok = fd >= 0 && ::write(fd, block.data(), block.size()) ==
+                                 static_cast<ssize_t>(block.size()) && ::fsync(fd) == 0;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
   fs::remove(probe, ec);
+  VESCALE_CHECK(ok, field, " '", dir, "' is not writable: ", std::strerror(err),
+                err == ENOSPC ? "; free space on its disk or choose another folder"
+                              : "; choose a folder this user can write");
 }
 
 }  // namespace
@@ -66,6 +71,13 @@ void Trainer::check_outputs() {
   const auto& ck = config_.checkpoint;
   if (!ck.dir.empty()) {
     check_writable_dir(ck.dir, "checkpoint.dir");
+    // One run per folder: a second would interleave its saves with ours (rank 0 holds it).
+    if (rank_ == 0) {
+      lock_ = std::make_unique<checkpoint::RootLock>(ck.dir, "vescale-train");
+      if (!lock_->took_over().empty())
+        log::warn("checkpoint.dir '" + ck.dir + "': took over the lock of a process that is gone (" +
+                  lock_->took_over() + ")");
+    }
     if (!ck.resume && !ck.overwrite && checkpoint::has_checkpoints(ck.dir)) {
       const auto at = checkpoint::latest(ck.dir);
       VESCALE_FAIL(
@@ -80,10 +92,41 @@ void Trainer::check_outputs() {
                   ", an unfinished save older than the newest checkpoint");
     }
   }
-  if (rank_ == 0 && !config_.log.metrics_jsonl.empty()) {
-    const auto parent = std::filesystem::path(config_.log.metrics_jsonl).parent_path();
-    check_writable_dir(parent.empty() ? "." : parent.string(), "log.metrics_jsonl's folder");
+  // Rank 0 writes the metrics and the merged timeline.
+  for (const auto& [path, field] : {std::pair{config_.log.metrics_jsonl, "log.metrics_jsonl"},
+                                    std::pair{config_.log.timeline.out, "log.timeline.out"}}) {
+    if (rank_ != 0 || path.empty()) continue;
+    VESCALE_CHECK(!std::filesystem::is_directory(path), field, " '", path,
+                  "' is a folder; name a file");
+    const auto parent = std::filesystem::path(path).parent_path();
+    check_writable_dir(parent.empty() ? "." : parent.string(), std::string(field) + "'s folder");
   }
+}
+
+std::string Trainer::last_good_checkpoint(int64_t failed_step) const {
+  if (!saver_) return "";
+  const auto at = checkpoint::latest(config_.checkpoint.dir);
+  if (!at) return " No checkpoint has been committed yet.";
+  // The first step after a resume failed: the weights it ran with are the resumed checkpoint's.
+  if (resumed_ && failed_step == resumed_step_ + 1) {
+    namespace fs = std::filesystem;
+    std::string before;
+    for (const auto& e : fs::directory_iterator(config_.checkpoint.dir)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_directory() && name.rfind("step-", 0) == 0 && name.size() == 13 &&
+          fs::exists(e.path() / "index.json") && name < fs::path(*at).filename().string() &&
+          name > before)
+        before = name;
+    }
+    return " This run resumed from " + *at +
+           ", so that checkpoint holds the broken model; the last good one is the one before it" +
+           (before.empty() ? " (there is none: start over with checkpoint.resume=false and "
+                             "checkpoint.overwrite=true)"
+                           : ", " + before + ": point " + config_.checkpoint.dir +
+                                 "/latest at it (echo " + before + " > " +
+                                 config_.checkpoint.dir + "/latest) and rerun.");
+  }
+  return " The last good checkpoint is " + *at + " (latest).";
 }
 
 // Checkpoints --------------------------------------------------------------------------------
@@ -142,6 +185,8 @@ void Trainer::stage_checkpoint(int64_t steps_done) {
                             {"model", config_.model.type},
                             {"train_loader", {{"epoch", pos.epoch}, {"step", pos.step}}},
                             {"global_batch", config_.train.batch_size * dp_size_},
+                            {"seq_len", config_.train.seq_len},
+                            {"sequences_per_step", sequences_per_step()},
                             {"philox", {{"seed", rng.seed}, {"offset", rng.offset}}},
                             {"config", nlohmann::json::parse(config_.to_json())}};
   std::vector<checkpoint::Piece> pieces;
@@ -239,6 +284,22 @@ void Trainer::resume_from(const std::string& folder) {
   }
   random::set_state(
       {meta["philox"].at("seed").get<uint64_t>(), meta["philox"].at("offset").get<uint64_t>()});
+  // The data position is a count of sequences of seq_len tokens: another length, or another
+  // number of sequences per step, would resume elsewhere in the data (and change the math).
+  if (meta.contains("seq_len"))
+    VESCALE_CHECK(meta["seq_len"].get<int64_t>() == config_.train.seq_len, "checkpoint ", folder,
+                  " was trained with train.seq_len=", meta["seq_len"].get<int64_t>(),
+                  ", this run has ", config_.train.seq_len, "; resume with --set train.seq_len=",
+                  meta["seq_len"].get<int64_t>(), ", or start a new run in another checkpoint.dir");
+  if (meta.contains("sequences_per_step"))
+    VESCALE_CHECK(meta["sequences_per_step"].get<int64_t>() == sequences_per_step(), "checkpoint ",
+                  folder, " took ", meta["sequences_per_step"].get<int64_t>(),
+                  " sequences per step (its global batch), this run takes ", sequences_per_step(),
+                  " (train.batch_size ", config_.train.batch_size, " x ", microbatches(),
+                  " micro-batches x ", dp_size_,
+                  " data ranks); set train.batch_size so that the product is ",
+                  meta["sequences_per_step"].get<int64_t>(),
+                  ", or start a new run in another checkpoint.dir");
   // The position counts global batches; another dp size or batch size maps it through samples.
   LoaderPosition pos{meta["train_loader"].at("epoch").get<int64_t>(),
                      meta["train_loader"].at("step").get<int64_t>()};

@@ -1,6 +1,7 @@
 #include "train/trainer_internal.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 
 #include "vescale/dtensor/dtensor.h"
@@ -8,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <mutex>
 
 #include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
@@ -15,6 +17,18 @@
 #include "vescale/dist/object_collectives.h"
 
 namespace vescale::train {
+
+at::Tensor cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_cpu_rng_state(const at::Tensor& s) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(s);
+}
 
 std::string message_of(const std::exception& e) {
   return error_text(e, /*with_stack=*/log::level() == "debug" || log::level() == "trace");
@@ -100,6 +114,12 @@ Bf16Autocast::~Bf16Autocast() {
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return kernels::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
                                 targets.reshape({-1}));
+}
+
+std::string gib(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
 }
 
 }  // namespace vescale::train

@@ -22,6 +22,11 @@ struct Trainer::Sampler {
   TextTokenizer tokenizer;
 };
 
+// libtorch's default CPU generator (plain-tensor dropout, libtorch's inits), saved and put
+// back: by activation checkpointing's replay and around work that must not advance it.
+at::Tensor cpu_rng_state();
+void set_cpu_rng_state(const at::Tensor& s);
+
 // An exception's message without libtorch's C++ stack (kept at --log-level debug).
 std::string message_of(const std::exception& e);
 
@@ -72,6 +77,7 @@ std::string new_run_id();
 
 // 1234567 -> "1.23M"; seconds -> "h:mm:ss".
 std::string human(double x, const char* unit);
+std::string gib(double bytes);  // "12.34 GiB"
 std::string hms(double seconds);
 
 }  // namespace vescale::train

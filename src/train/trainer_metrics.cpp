@@ -49,6 +49,16 @@ double Trainer::memory_gb() const {
 }
 
 void Trainer::log_step(const StepMetrics& m) {
+  // Per MoE layer: max / mean of the tokens per expert (1 = perfectly balanced), for both sinks.
+  std::vector<double> imbalance(m.expert_loads.size());
+  double worst = 0;
+  for (size_t i = 0; i < m.expert_loads.size(); ++i) {
+    const auto& load = m.expert_loads[i];
+    double sum = 0, max = 0;
+    for (double x : load) sum += x, max = std::max(max, x);
+    imbalance[i] = sum > 0 ? max / (sum / static_cast<double>(load.size())) : 0;
+    worst = std::max(worst, imbalance[i]);
+  }
   if (tensorboard_) {
     auto& tb = *tensorboard_;
     tb.add_scalar("train/loss", m.step, m.loss);
@@ -59,6 +69,11 @@ void Trainer::log_step(const StepMetrics& m) {
     if (peak_.flops > 0) tb.add_scalar("perf/mfu", m.step, m.mfu);
     tb.add_scalar("perf/memory_gb", m.step, m.memory_gb);
     if (m.val_loss) tb.add_scalar("val/loss", m.step, *m.val_loss);
+    if (!imbalance.empty()) {
+      for (size_t i = 0; i < imbalance.size(); ++i)
+        tb.add_scalar("moe/imbalance/" + model_.moe.layers.at(i), m.step, imbalance[i]);
+      tb.add_scalar("moe/imbalance_max", m.step, worst);
+    }
     tb.flush();
   }
   if (metrics_) {
@@ -72,26 +87,13 @@ void Trainer::log_step(const StepMetrics& m) {
     if (peak_.flops > 0) j["mfu"] = m.mfu;
     j["memory_gb"] = m.memory_gb;
     if (m.val_loss) j["val_loss"] = *m.val_loss;
-    if (!m.expert_loads.empty()) {
-      // Per MoE layer: tokens per expert and max / mean (1 = perfectly balanced).
+    if (!imbalance.empty()) {
       nlohmann::ordered_json layers = nlohmann::ordered_json::object();
-      double worst = 0;
-      for (size_t i = 0; i < m.expert_loads.size(); ++i) {
-        const auto& load = m.expert_loads[i];
-        double sum = 0, max = 0;
-        for (double x : load) sum += x, max = std::max(max, x);
-        const double imbalance = sum > 0 ? max / (sum / static_cast<double>(load.size())) : 0;
-        worst = std::max(worst, imbalance);
-        layers[model_.moe.layers.at(i)] = {{"tokens", load}, {"imbalance", imbalance}};
-      }
+      for (size_t i = 0; i < imbalance.size(); ++i)
+        layers[model_.moe.layers.at(i)] = {{"tokens", m.expert_loads[i]},
+                                           {"imbalance", imbalance[i]}};
       j["experts"] = std::move(layers);
       j["expert_imbalance_max"] = worst;
-      if (tensorboard_) {
-        for (const auto& [layer, v] : j["experts"].items())
-          tensorboard_->add_scalar("moe/imbalance/" + layer, m.step, v["imbalance"].get<double>());
-        tensorboard_->add_scalar("moe/imbalance_max", m.step, worst);
-        tensorboard_->flush();
-      }
     }
     *metrics_ << j.dump() << '\n';
     metrics_->flush();

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -391,5 +392,198 @@ TEST_CASE("a hung pipeline stage stops every rank within the timeout, naming the
   CHECK(r.seconds < 60);
   CHECK_THAT(log, Contains("waited in vain for the gradient of stage 0") &&
                       Contains("from pipeline rank 1 (world rank 1)"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a collapsed model never becomes latest, and resuming a dead checkpoint names the one before",
+          "[reliability]") {
+  const std::string dir = scratch("collapse"), ckpt = dir + "/ckpt";
+  const std::string base = TRAIN + CONFIG + TINY + " --set checkpoint.dir=" + ckpt;
+  // The first week's case: lr 1e6 blows the weights up in step 1 (they reach 1e8 from 0.02), and
+  // step 2 runs on a model with uniform outputs and a zero gradient. The guard sees the update
+  // explode at step 2, before any checkpoint is committed.
+  auto r = run_command(base + " --set train.steps=30 --set checkpoint.every=2 --set train.lr=1e6");
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK(r.seconds < 60);
+  CHECK_THAT(r.err, Contains("step 2: the parameters' norm grew from ") &&
+                        Contains("in the last update: it exploded") &&
+                        Contains("No checkpoint has been committed yet."));
+  CHECK_FALSE(fs::exists(ckpt + "/latest"));
+  check_no_stack(r);
+  // A dead checkpoint made with the guard off (max_loss_spike=0: only NaN/inf stop): 2 sane
+  // steps, then a third at lr 1e6, committed as latest at once (the last step).
+  fs::remove_all(ckpt);
+  const std::string every = " --set checkpoint.every=1";
+  REQUIRE(run_command(base + every + " --set train.steps=2").code == 0);
+  r = run_command(base + every + " --set train.steps=3 --set train.lr=1e6 --set train.max_loss_spike=0");
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE(latest(ckpt) == "step-00000003");
+  // Resumed with a sane lr, the dead model fails its first step, and the message says the good
+  // checkpoint is the one before the resumed one, and how to go back to it.
+  r = run_command(base + every + " --set train.steps=8");
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Contains("step 4: ") && Contains("This run resumed from " + ckpt +
+                                                     "/step-00000003, so that checkpoint holds "
+                                                     "the broken model; the last good one is the "
+                                                     "one before it, step-00000002") &&
+                        Contains("(echo step-00000002 > " + ckpt + "/latest)"));
+  CHECK(latest(ckpt) == "step-00000003");  // nothing of the failed run was committed
+  // Following the advice trains on from step 2.
+  std::ofstream(ckpt + "/latest") << "step-00000002\n";
+  r = run_command(base + every + " --set train.steps=5");
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Contains("done: 3 steps (3-5, resumed after step 2)"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("validation ids are checked before step 1, and the final checkpoint precedes the last evaluation",
+          "[reliability]") {
+  const std::string dir = scratch("val_ids"), ckpt = dir + "/ckpt";
+  // A validation file with an id past llama_tiny's 256.
+  std::vector<int64_t> tokens(4000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i % 200);
+  tokens[1500] = 700;
+  vescale::train::write_token_file(dir + "/val.bin", tokens);
+  const std::string data =
+      " --set data.train=builtin:corpus_train.bin --set data.val=" + dir + "/val.bin";
+  auto r = run_command(TRAIN + CONFIG + TINY + data + " --set train.steps=50 --set checkpoint.dir=" +
+                       ckpt + " --set train.eval_steps=100");
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Contains("data.val: '" + dir + "/val.bin' holds token id 700 (token 1500 of "
+                             "the file), outside model.vocab_size = 256"));
+  CHECK_THAT(r.out + r.err, !Contains("step 1/50"));
+  // Ids the evaluation never reads (past eval_steps' batches) do not stop the run.
+  r = run_command(TRAIN + CONFIG + TINY + data + " --set train.steps=2 --set train.eval_steps=1");
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  // The last step: its checkpoint is committed before the evaluation runs (an evaluation that
+  // failed could then lose no trained step).
+  r = run_command(TRAIN + CONFIG + TINY + " --set train.steps=3 --set checkpoint.dir=" + ckpt);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  const size_t saved = r.err.find("checkpoint " + ckpt + "/step-00000003: saved");
+  const size_t evaluated = r.err.find("step 3/3 |");
+  REQUIRE(saved != std::string::npos);
+  REQUIRE(evaluated != std::string::npos);
+  CHECK(saved < evaluated);
+  CHECK_THAT(r.err.substr(evaluated), Contains("val loss"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a collective timeout on the dp and tp paths is one line naming step, phase, group and rank",
+          "[reliability]") {
+  const std::string dir = scratch("timeout");
+  for (const std::string& layout : {std::string(" --set parallel.mesh={\\\"dp\\\":2}"), TP2}) {
+    INFO(layout);
+    // Rank 1 is frozen with SIGSTOP after step 2: rank 0 waits in a collective of the step.
+    auto r = run_command("VESCALE_COLLECTIVE_TIMEOUT_S=5 " + TRAIN +
+                             (layout == TP2 ? "" : " --nproc-per-node 2") + CONFIG + TINY +
+                             layout + " --set train.steps=1000000 > " + dir +
+                             "/log 2>&1 & pid=$!; for i in $(seq 600); do grep -qE \"step +2/\" " +
+                             dir + "/log && break; sleep 0.1; done; " +
+                             "kill -STOP $(pgrep -P $pid | sort -n | tail -1); wait $pid; echo \"exit $?\"",
+                         120);
+    const std::string log = slurp(dir + "/log");
+    INFO(r.out << r.err << log);
+    CHECK_THAT(r.out, Contains("exit 1"));
+    CHECK(r.seconds < 60);
+    CHECK_THAT(log, Contains("vescale-train: step ") && Contains(" on group '") &&
+                        Contains("did not finish within 5000 ms: rank 1 did not answer"));
+    // One line: the step and the phase lead it, and no libtorch stack follows.
+    std::smatch m;
+    CHECK(std::regex_search(log, m, std::regex("vescale-train: step [0-9]+: [a-z ]+: [a-z_]+ #[0-9]+ on group")));
+    CHECK_THAT(log, !Contains("Exception raised from") && !Contains("frame #"));
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a model that cannot fit is refused before it is built, with the dry-run figures and the fixes",
+          "[reliability]") {
+  // LLaMA-3 8B on one rank, as the first week tried it: no plan, one process.
+  auto r = run_command(TRAIN + " --config " VESCALE_SOURCE_DIR "/configs/llama3_8b.json" +
+                           " --set train.steps=1 --set parallel.mesh={\\\"dp\\\":1}"
+                           " --set parallel.plan= --set log.metrics_jsonl=",
+                       60);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK(r.seconds < 30);
+  CHECK_THAT(r.err, Contains("model.llama does not fit: each rank needs about ") &&
+                        Contains("the --dry-run estimate) but has ") &&
+                        Contains("more ranks (--nproc-per-node") &&
+                        Contains("train.allow_oversubscribe=true"));
+  check_no_stack(r);
+}
+
+TEST_CASE("two runs on one checkpoint.dir: the second is refused naming the first, a dead one's lock is taken over",
+          "[reliability]") {
+  const std::string dir = scratch("lock"), ckpt = dir + "/ckpt";
+  const std::string run = TRAIN + " --nproc-per-node 2" + CONFIG + TINY +
+                          " --set checkpoint.every=2 --set checkpoint.dir=" + ckpt;
+  // The first run trains on; the second starts beside it, then the first is killed (-9: its lock
+  // file stays, naming a dead process) and a third takes the lock over.
+  auto r = run_command(run + " --set train.steps=1000000 > " + dir + "/first.log 2>&1 & pid=$!; " +
+                           "for i in $(seq 600); do [ -f " + ckpt +
+                           "/latest ] && break; sleep 0.1; done; " + run +
+                           " --set train.steps=3 > " + dir + "/second.log 2>&1; echo \"second $?\"; " +
+                           "kill -9 $pid; wait $pid; sleep 1; " + run +
+                           " --set train.steps=$(( 10#$(tr -dc 0-9 < " + ckpt + "/latest) + 2 ))" +
+                           " > " + dir + "/third.log 2>&1; echo \"third $?\"",
+                       240);
+  const std::string second = slurp(dir + "/second.log"), third = slurp(dir + "/third.log");
+  INFO(r.out << r.err << second << third);
+  CHECK_THAT(r.out, Contains("second 1"));
+  CHECK_THAT(second, Contains("checkpoint.dir '" + ckpt + "' is in use by another run (it holds "
+                              "the lock: host=") &&
+                         Contains(" pid=") && Contains(" started=") && Contains("delete " + ckpt + "/.lock"));
+  CHECK_THAT(second, !Contains("step 1/3"));
+  CHECK_THAT(r.out, Contains("third 0"));
+  CHECK_THAT(third, Contains("took over the lock of a process that is gone (host="));
+  CHECK_FALSE(fs::exists(ckpt + "/.lock"));  // released at the end
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a bad --timeline path fails before step 1, a failed save leaves no .tmp, and a resume with another seq_len or global batch is refused",
+          "[reliability]") {
+  const std::string dir = scratch("early"), ckpt = dir + "/ckpt";
+  auto r = run_command(TRAIN + CONFIG + TINY + " --set train.steps=5 --timeline /proc/vescale_x/t.json");
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Contains("log.timeline.out's folder '/proc/vescale_x' cannot be created"));
+  CHECK_THAT(r.out + r.err, !Contains("step 1/5"));
+  // Files over 64 KiB fail (as on a full disk): the rank file of the step-2 save cannot be written.
+  // (SIGXFSZ ignored: the write returns EFBIG instead of killing the process.)
+  r = run_command("trap \"\" XFSZ; ulimit -f 64; " + TRAIN + CONFIG + TINY +
+                  " --set train.steps=4 --set checkpoint.every=2 --set checkpoint.async=false "
+                  "--set checkpoint.dir=" + ckpt);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Contains("checkpoint: writing " + ckpt + "/step-00000002 failed on rank(s) 0") &&
+                        Contains("the unfinished save was removed"));
+  CHECK_FALSE(fs::exists(ckpt + "/step-00000002.tmp"));
+  CHECK_FALSE(fs::exists(ckpt + "/step-00000002"));
+  // A checkpoint of seq_len 32 and 2 sequences per step.
+  fs::remove_all(ckpt);
+  REQUIRE(run_command(TRAIN + CONFIG + TINY + " --set train.steps=2 --set checkpoint.dir=" + ckpt).code == 0);
+  r = run_command(TRAIN + CONFIG + TINY + " --set train.steps=4 --set train.seq_len=64 --set checkpoint.dir=" + ckpt);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Contains("was trained with train.seq_len=32, this run has 64; resume with "
+                             "--set train.seq_len=32"));
+  r = run_command(TRAIN + CONFIG + TINY + " --set train.steps=4 --set train.batch_size=4 --set checkpoint.dir=" + ckpt);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Contains("took 2 sequences per step (its global batch), this run takes 4 "
+                             "(train.batch_size 4 x 1 micro-batches x 1 data ranks)"));
+  // The same global batch at another layout resumes (2 data ranks of 1 sequence).
+  r = run_command(TRAIN + " --nproc-per-node 2" + CONFIG + TINY +
+                  " --set train.steps=3 --set train.batch_size=1 --set checkpoint.dir=" + ckpt);
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out + r.err, Contains("after step 2"));
   fs::remove_all(dir);
 }

@@ -125,6 +125,44 @@ TEST_CASE("vescale-train names config errors", "[train_app]") {
   CHECK_THAT(r.out, Contains("data.train: '/no/such_*.bin' matches no file"));
 }
 
+TEST_CASE("vescale-train shows what it will run: --print-config, shipped configs by name, --set named in errors",
+          "[train_app]") {
+  // A shipped config by its bare name; every --set applied, paths resolved.
+  auto r = run(TRAIN + " --config nanogpt_tiny --print-config --set train.steps=7 "
+                       "--set data.train=[builtin:corpus_train.bin,builtin:corpus_val.bin]");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const auto cfg = nlohmann::json::parse(r.out);
+  CHECK(cfg["train"]["steps"] == 7);
+  CHECK(cfg["model"]["type"] == "gpt");
+  CHECK(cfg["data"]["train"] ==
+        nlohmann::json::array({"builtin:corpus_train.bin", "builtin:corpus_val.bin"}));
+  // The same list as JSON, into a field the file gives as a string.
+  const std::string one = "/tmp/vescale_train_app." + std::to_string(::getpid()) + ".json";
+  std::ofstream(one) << R"({"model": {"type": "gpt"}, "data": {"train": "a.bin"}})";
+  r = run(TRAIN + " --config " + one + " --print-config --set 'data.train=[\"x.bin\",\"y.bin\"]'");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out)["data"]["train"].size() == 2);
+  std::remove(one.c_str());
+  // A value's error names the --set that gave it, not the file.
+  r = run(TRAIN + " --config nanogpt_tiny --print-config --set train.steps=-5");
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out, Contains("vescale-train: --set train.steps=-5: train.steps: must be >= 1"));
+  r = run(TRAIN + " --config nanogpt_tiny --print-config --set train.eval_every=often");
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out, Contains("--set train.eval_every=often: train.eval_every: expected an integer"));
+  // Source locations only at --log-level debug.
+  CHECK_THAT(r.out, !Contains(".cpp:"));
+  r = run(TRAIN + " --config nanogpt_tiny --print-config --set train.eval_every=often --log-level debug");
+  CHECK_THAT(r.out, Contains("config.cpp:") || Contains("json_schema.cpp:"));
+  // An unknown name lists the shipped configs.
+  r = run(TRAIN + " --config nanogpt_huge");
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out, Contains("'nanogpt_huge' is neither a file nor a shipped config") &&
+                        Contains("llama_tiny, llama_tiny_bpe, mixtral_8x7b"));
+}
+
 namespace {
 std::vector<double> losses_of(const std::string& jsonl) {
   std::ifstream f(jsonl);

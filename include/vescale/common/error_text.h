@@ -1,13 +1,13 @@
 // What a user is shown of an exception: libtorch's errors (c10::Error) without the C++ stack they
-// carry, which names no file or field of ours.
+// carry, and ours without their source locations: neither names a file or field of the user's.
 #pragma once
 #include <exception>
 #include <string>
 
 namespace vescale {
 
-// e.what(), for a c10::Error without its stack and trailing blank space; `with_stack` keeps it
-// (--log-level debug).
+// e.what() as a user sees it: a c10::Error without its C++ stack, and without the source
+// locations ("  [src/x.cpp:12]") our errors carry; `with_stack` keeps both (--log-level debug).
 std::string error_text(const std::exception& e, bool with_stack = false);
 
 }  // namespace vescale

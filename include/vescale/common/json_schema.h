@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,11 @@ std::string short_dump(const json& v);
 // "an integer", "a string", ... for messages.
 std::string a_type(const json& v);
 
+// Where the value at `key` (a dotted path) came from: the entry of `origins` (path -> "--set
+// k=v") for it or a section above it, else `file` ("config 't.json'").
+std::string origin_of(const std::map<std::string, std::string>* origins, const std::string& key,
+                      const std::string& file);
+
 class Reader {
  public:
   // `what` and `source` name the file in messages ("config 't.json': ..."); `path` is this
@@ -32,6 +38,11 @@ class Reader {
 
   // A note for unknown-key messages of this section (model: "for model.type 'gpt'").
   void set_context(std::string c) { context_ = std::move(c); }
+  // Where values came from other than the file: key path -> "--set train.steps=-5", which then
+  // names the value in messages instead of the file. Sub-sections share it; must outlive them.
+  void set_origins(const std::map<std::string, std::string>* origins) { origins_ = origins; }
+  // "config 't.json'", or the --set that gave key path `full_key`.
+  std::string origin(const std::string& full_key) const;
 
   // Each reads key `k` into `out` when present (else leaves the default), checking its type.
   void field(const char* k, int64_t& out);
@@ -48,6 +59,7 @@ class Reader {
   void object(const char* k, F&& read) {
     if (const json* v = raw(k)) {
       Reader sub(*v, key(k), source_, what_);
+      sub.set_origins(origins_);
       read(sub);
       sub.finish();
     }
@@ -71,6 +83,7 @@ class Reader {
   std::string what_;
   std::vector<std::string> known_;
   std::string context_;
+  const std::map<std::string, std::string>* origins_ = nullptr;
 };
 
 class Writer {

@@ -10,6 +10,11 @@ namespace vescale::log {
 // else info on rank 0 and warn elsewhere. Unknown level names throw.
 void init(int rank, const std::string& level = "");
 
+// Whether init() has run. Until it does, logging goes through rank 0's format and level (as
+// init(0) gives); dist::init() calls init(rank) when nobody has, so an embedding program logs
+// exactly as the apps do.
+bool initialized();
+
 // The level name in effect ("info", "warn", ...).
 std::string level();
 

@@ -12,5 +12,7 @@ void cuda_set_device(int device);
 std::string cuda_device_name();
 // Bytes of the current device's memory in use (total - free, every process's); 0 without CUDA.
 long long cuda_memory_used();
+// Bytes of the current device's memory in all; 0 without CUDA.
+long long cuda_memory_total();
 
 }  // namespace vescale::dist

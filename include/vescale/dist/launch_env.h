@@ -15,6 +15,11 @@ struct LaunchEnv {
   // Which launcher the values came from: "vescale-run", "torchrun" (also Slurm with exported
   // RANK/WORLD_SIZE), "openmpi", "pmi" (MPICH/Hydra, Intel MPI), "slurm", or "none" (one process).
   std::string source = "none";
+  // torchrun's elastic agent (TORCHELASTIC_*): it serves the store on MASTER_PORT itself, so
+  // every rank joins it as a client; the run id and the restart count name the attempt.
+  bool agent_store = false;
+  int restart_count = 0, max_restarts = 0;
+  std::string run_id;
 };
 
 // Parses a launch environment. Precedence: torchrun-style RANK/WORLD_SIZE, then Open MPI's
@@ -25,5 +30,13 @@ LaunchEnv parse_launch_env(const std::map<std::string, std::string>& env);
 
 // The same, over this process's environment.
 LaunchEnv launch_env_from_process();
+
+// "torchrun", or "torchrun (run id abc, restart 1 of 3, the agent's store)": for the start line.
+std::string describe(const LaunchEnv& env);
+
+// Intra-op threads for one of `local_world_size` ranks on this node: the CPUs this process may
+// use (its affinity: all of them unless a launcher or taskset bound it) shared evenly, at least
+// 1. Without it every rank takes every core and N ranks oversubscribe the machine N times.
+int threads_per_rank(int local_world_size);
 
 }  // namespace vescale::dist

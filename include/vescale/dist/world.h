@@ -21,7 +21,8 @@ struct InitOptions {
   std::chrono::milliseconds timeout{0};
 };
 
-// Reads the launch env and joins the world. Collective: every rank must call it.
+// Reads the launch env and joins the world. Collective: every rank must call it. Process-wide:
+// without OMP_NUM_THREADS, several ranks on one node get threads_per_rank() intra-op threads each.
 void init(const InitOptions& options = {});
 bool is_initialized();
 // Shuts the process groups down collectively. Call before a normal exit.

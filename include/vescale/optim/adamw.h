@@ -66,6 +66,7 @@ class AdamW : public Optimizer {
   void zero_grad() override;
   // Global-norm clipping over every parameter (optim/clip_grad.h).
   at::Tensor clip_grad_norm_(double max_norm) override;
+  at::Tensor param_sum_of_squares() const override;
 
   void set_lr(double lr) override { options_.lr = lr; }
   double lr() const { return options_.lr; }

@@ -23,6 +23,9 @@ at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_nor
 // squares of the gradients (fp32, a DTensor for DTensor grads; undefined if none has one),
 // the clip factor min(1, max_norm / (norm + 1e-6)), and every gradient times a factor.
 at::Tensor grad_sum_of_squares(const std::vector<at::Tensor>& params);
+// The sum of squares of the tensors' local values (a DTensor's shard; meta tensors skipped), a
+// 0-dim fp32 tensor with no communication; undefined when there are none.
+at::Tensor local_sum_of_squares(const std::vector<at::Tensor>& tensors);
 at::Tensor clip_factor(const at::Tensor& norm, double max_norm);
 void scale_grads_(const std::vector<at::Tensor>& params, const at::Tensor& factor);
 

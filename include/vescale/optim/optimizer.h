@@ -41,6 +41,12 @@ class Optimizer {
   virtual at::Tensor clip_grad_norm_(double max_norm) = 0;
   virtual void step() = 0;
   virtual void zero_grad() = 0;
+  // The sum of squares of the parameter values this rank updates (its shards, its ZeRO slices),
+  // a 0-dim fp32 tensor on their device: no communication, nothing read back. Undefined while
+  // they do not exist yet (ZeRO 1/2 before the first step). Summed over the ranks it weighs
+  // every parameter by its number of holders, a fixed weighting from step to step: what the
+  // divergence guard compares across an update.
+  virtual at::Tensor param_sum_of_squares() const = 0;
 
   // Checkpoints. Collective where the implementation needs it; every rank calls them in order.
   // The state to save now.

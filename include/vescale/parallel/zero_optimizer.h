@@ -44,6 +44,8 @@ class ZeroOptimizer : public optim::Optimizer {
   // Updates this rank's slices, then all-gathers each bucket's parameters.
   void step() override;
   void zero_grad() override;
+  // Over this rank's fp32 slices and the parameters outside the buckets.
+  at::Tensor param_sum_of_squares() const override;
   // Stage 3: makes every parameter whole again (to read or save them); the next forward of a
   // unit releases its parameters again. The destructor does this too.
   void gather_params() override;

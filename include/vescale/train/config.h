@@ -77,9 +77,14 @@ struct TrainConfig {
   double eps = 1e-8;
   double grad_clip = 1.0;  // max global grad norm; 0 turns clipping off
   // Divergence guard: a loss above this many times the median of the last 20 steps (after
-  // warmup), or above it times ln(vocab_size) at any step, stops the run before its update and
-  // before the checkpoint it would make; 0 turns the guard off (NaN/inf always stop).
+  // warmup), or above it times ln(vocab_size) at any step, a collapsed model (a zero gradient,
+  // the loss pinned at ln(vocab_size)), or parameters growing 10x in one update stop the run
+  // before its update and before the checkpoint it would make; 0 turns these checks off
+  // (NaN/inf always stop). train/divergence_guard.h.
   double max_loss_spike = 3.0;
+  // Start even when the dry-run estimate of a rank's memory exceeds what its device (or its
+  // share of the host) has; by default that is an error before the model is built.
+  bool allow_oversubscribe = false;
   uint64_t seed = 1234;
   std::string dtype = "fp32";  // fp32 | bf16 (autocast with fp32 master weights)
   bool activation_checkpointing = false;

@@ -56,6 +56,17 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
 // allocated).
 std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh);
 
+// Before the model is built: the estimate's peak per rank (memory_per_rank) against
+// `available_bytes`, what this rank may use (`where` says what that is: "its GPU (80.0 GiB)",
+// "its share of the host's available memory"). Throws with the dry-run figures and what would
+// make the model fit, unless train.allow_oversubscribe. available_bytes <= 0: unknown, no check.
+void check_fits(const Config& config, const mesh::MeshShape& mesh, double available_bytes,
+                const std::string& where);
+
+// What a rank may use: its GPU's memory on "cuda*", else the host's available memory (and the
+// cgroup's limit, if lower) shared by `local_ranks`; `where` gets the words for it. 0: unknown.
+double rank_memory_bytes(const std::string& device, int local_ranks, std::string& where);
+
 // What --print-schedule prints: the pipeline schedule of the config's plan on its mesh, one line
 // per pipeline rank (schedule.h's render_timeline), simulated with a forward, an input-gradient
 // and a weight-gradient step of one unit each per layer (a stage's actions scale with its layers).

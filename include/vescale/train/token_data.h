@@ -29,6 +29,9 @@ class TokenDataset {
   void copy(int64_t begin, int64_t n, int64_t* out) const;
   // The file that holds global token i, and its index there.
   std::pair<std::string, int64_t> locate(int64_t i) const;
+  // Throws, naming `field`, the file, the token and the id, when a token of [begin, begin + n)
+  // (clipped to the data) is not below vocab_size.
+  void check_ids(int64_t begin, int64_t n, int64_t vocab_size, const std::string& field) const;
 
  private:
   struct Shard;

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "vescale/checkpoint/distributed_checkpoint.h"
+#include "vescale/checkpoint/root_lock.h"
+#include "vescale/dist/process_group.h"
 #include "vescale/parallel/grad_reducer.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/optim/optimizer.h"
@@ -36,6 +38,7 @@ class TensorBoardWriter;  // tensorboard_writer.h
 struct StepMetrics {
   int64_t step = 0;  // 1-based
   double loss = 0, lr = 0, grad_norm = 0;
+  double param_norm = 0;  // of the parameters this step ran with, as the guard weighs them (0: unknown)
   double step_ms = 0, tokens_per_s = 0, mfu = 0;  // mfu 0 without a peak (peak_flops.h)
   double memory_gb = 0;  // rank 0's device memory in use (GPU), or its peak resident set (CPU)
   std::optional<double> val_loss;
@@ -83,6 +86,8 @@ class Trainer {
   Model& model() { return model_; }
   const Config& config() const { return config_; }
   int64_t tokens_per_step() const;  // over all data-parallel ranks
+  // The global batch: batch_size x micro-batches x data ranks.
+  int64_t sequences_per_step() const { return tokens_per_step() / config_.train.seq_len; }
   // Micro-batches per step: train.grad_accum, or the plan's pipeline.microbatches.
   int64_t microbatches() const;
   // The pipeline schedule this rank runs; null without a pipeline plan.
@@ -103,6 +108,13 @@ class Trainer {
                              std::vector<checkpoint::Piece>& pieces);
   void load_optimizer_state(const std::string& folder);
   void check_outputs();
+  // Refuses a model whose dry-run estimate exceeds this rank's memory (train.allow_oversubscribe).
+  void check_memory_fits() const;
+  // Starts measuring the parameters for the guard; read_param_norm() waits for it (0: unknown).
+  void measure_params();
+  double read_param_norm();
+  // Which checkpoint is the last good one, for the guard's message.
+  std::string last_good_checkpoint(int64_t failed_step) const;
   // Starts a save; without checkpoint.async, also waits until it is written. Commits nothing.
   void stage_checkpoint(int64_t steps_done);
   void open_metrics();
@@ -148,6 +160,12 @@ class Trainer {
   std::string run_id_;
   int stopped_by_ = 0;
   std::unique_ptr<DivergenceGuard> guard_;
+  // The guard's view of the parameters: their sum of squares after the last update, summed over
+  // the world in the background until the next step reads it (measure_params, read_param_norm).
+  at::Tensor param_sq_;
+  dist::Work param_sq_work_;
+  double prev_lr_ = 0;  // the last update's learning rate
+  std::unique_ptr<checkpoint::RootLock> lock_;  // on checkpoint.dir, rank 0
   const char* doing_ = "";        // the part of the step running, for error messages
   std::string optimizer_resume_;  // a checkpoint whose optimizer state loads once the optimizer can
   std::unique_ptr<PipelineTraining> pipeline_;

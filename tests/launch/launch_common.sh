@@ -1,0 +1,32 @@
+# Shared by the launcher tests (sourced): one tiny 2-rank llama_tiny run (dp=2, a few steps)
+# started by vescale-train's own launcher, the reference every other launcher must match
+# bitwise: same math, same losses and gradient norms.
+#   reference_run DIR          -> DIR/reference.jsonl
+#   same_losses A.jsonl B.jsonl   exits 1 naming the first step that differs
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+TRAIN_ARGS=(--config "$root/configs/llama_tiny.json" --set train.batch_size=2 --set train.seq_len=32
+            --set train.steps=4 --set train.log_every=1 --set 'parallel.mesh={"dp":2}')
+
+reference_run() {
+  "$train" "${TRAIN_ARGS[@]}" --nproc-per-node 2 --set log.metrics_jsonl=\"$1/reference.jsonl\" \
+    > "$1/reference.log" 2>&1 || { cat "$1/reference.log"; echo "the reference run failed" >&2; exit 1; }
+}
+
+same_losses() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+rows = [[json.loads(l) for l in open(p)] for p in sys.argv[1:3]]
+a, b = rows
+if len(a) != len(b) or not a:
+    sys.exit(f"{len(a)} steps in {sys.argv[1]}, {len(b)} in {sys.argv[2]}")
+for x, y in zip(a, b):
+    for k in ("loss", "grad_norm"):
+        if x[k] != y[k]:
+            sys.exit(f"step {x['step']}: {k} {x[k]!r} vs {y[k]!r}")
+print(f"{len(a)} steps, losses {[r['loss'] for r in a]} equal bitwise")
+PY
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}

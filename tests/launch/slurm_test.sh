@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# vescale-train launched by a real single-node Slurm (Debian's slurm-wlm): the test starts its own
+# slurmctld and slurmd from a private folder (config, state, logs; nothing under /etc), runs
+# `srun -N1 -n2 vescale-train ...`, and stops them. The losses must equal the same config launched
+# by vescale-train --nproc-per-node 2. Exit 77 (skipped) only where the daemons cannot start.
+# Usage: slurm_test.sh vescale-train
+set -uo pipefail
+train=$1
+SKIP=77
+PATH=$PATH:/usr/sbin:/sbin
+for exe in slurmctld slurmd srun sinfo scontrol squeue scancel; do
+  command -v "$exe" > /dev/null || { echo "SKIPPED: $exe not found (scripts/setup installs slurm-wlm)"; exit $SKIP; }
+done
+# A caller inside a Slurm job would leak its job's variables into our srun.
+for v in $(compgen -e | grep -E '^(SLURM|SLURMD|SBATCH|SALLOC|SRUN)_' || true); do unset "$v"; done
+
+top=$(mktemp -d /tmp/vescale-slurm.XXXXXX)  # short: socket paths are limited to 108 bytes
+chmod 755 "$top"
+mkdir -p "$top"/{state,spool,log,munge}
+export SLURM_CONF=$top/slurm.conf
+ctld= slurmd_pid= munged=
+stop_all() {
+  local rc=$? p
+  trap - EXIT
+  if [ -n "$ctld" ] && kill -0 "$ctld" 2> /dev/null; then
+    squeue -h -o %A 2> /dev/null | xargs -r scancel 2> /dev/null
+    scontrol shutdown > /dev/null 2>&1
+  fi
+  for p in $slurmd_pid $ctld $munged; do kill -TERM "$p" 2> /dev/null; done
+  sleep 0.5
+  # slurmstepd and the tasks are not our children: find them by this cluster's SLURM_CONF.
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    [ "$p" = $$ ] && continue
+    { tr "\\0" "\\n" < "/proc/$p/environ"; } 2> /dev/null | grep -qx "SLURM_CONF=$SLURM_CONF" && kill -KILL "$p" 2> /dev/null
+  done
+  for p in $slurmd_pid $ctld $munged; do kill -KILL "$p" 2> /dev/null; wait "$p" 2> /dev/null; done
+  [ $rc -eq 0 ] || [ $rc -eq $SKIP ] || { echo "--- slurm logs"; tail -n 20 "$top"/log/*; }
+  rm -rf "$top"
+  exit $rc
+}
+trap stop_all EXIT
+skip() { echo "SKIPPED: $*"; tail -n 5 "$top"/log/* 2> /dev/null; exit $SKIP; }
+
+# Authentication: auth/none needs no daemon (Slurm 22.05 ships it); else a private munged.
+if compgen -G '/usr/lib/*/slurm-wlm/auth_none.so' > /dev/null || compgen -G '/usr/lib*/slurm/auth_none.so' > /dev/null; then
+  auth=$'AuthType=auth/none\nCredType=cred/none'
+else
+  command -v munged > /dev/null || skip "neither auth/none nor munged is available"
+  mungekey -c -k "$top/munge/key" > /dev/null 2>&1 || skip "mungekey failed"
+  munged -F --force --socket="$top/munge/sock" --key-file="$top/munge/key" --pid-file="$top/munge/pid" \
+    --log-file="$top/log/munged.log" --seed-file="$top/munge/seed" > /dev/null 2>&1 &
+  munged=$!
+  sleep 0.5
+  auth=$'AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket='"$top/munge/sock"
+fi
+port=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+cat > "$SLURM_CONF" <<CONF
+ClusterName=vescaletest
+SlurmctldHost=localhost
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+SlurmUser=$(id -un)
+SlurmdUser=$(id -un)
+$auth
+StateSaveLocation=$top/state
+SlurmdSpoolDir=$top/spool
+SlurmctldPidFile=$top/slurmctld.pid
+SlurmdPidFile=$top/slurmd.pid
+SlurmctldLogFile=$top/log/slurmctld.log
+SlurmdLogFile=$top/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+SlurmdParameters=config_overrides
+ReturnToService=2
+MailProg=/bin/true
+KillWait=5
+NodeName=vescalenode NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
+PartitionName=test Nodes=vescalenode Default=YES MaxTime=INFINITE State=UP
+CONF
+# -D: in the foreground, our children (a daemonized slurmctld returns 0 even when it dies).
+slurmctld -D -f "$SLURM_CONF" > "$top/log/slurmctld.out" 2>&1 &
+ctld=$!
+slurmd -D -f "$SLURM_CONF" -N vescalenode > "$top/log/slurmd.out" 2>&1 &
+slurmd_pid=$!
+for _ in $(seq 150); do
+  kill -0 "$ctld" 2> /dev/null || skip "slurmctld exited at start"
+  kill -0 "$slurmd_pid" 2> /dev/null || skip "slurmd exited at start"
+  state=$(sinfo -h -n vescalenode -o %T 2> /dev/null)
+  [ "$state" = idle ] && break
+  case $state in inval* | drain*) skip "the node is '$state'" ;; esac
+  sleep 0.2
+done
+[ "$state" = idle ] || skip "the node did not become idle (state '$state')"
+echo "slurm: $(slurmctld -V) up on ports $port/$((port + 1))"
+
+dir=$top/run
+mkdir -p "$dir"
+source "$(dirname "$0")/launch_common.sh"
+reference_run "$dir"
+timeout 300 srun -N1 -n2 "$train" "${TRAIN_ARGS[@]}" --set log.metrics_jsonl=\"$dir/srun.jsonl\" \
+  > "$dir/srun.log" 2>&1 || { cat "$dir/srun.log"; echo "srun -N1 -n2 vescale-train failed" >&2; exit 1; }
+grep -q "launched by slurm" "$dir/srun.log" || { cat "$dir/srun.log"; echo "no slurm launch line" >&2; exit 1; }
+same_losses "$dir/reference.jsonl" "$dir/srun.jsonl" || exit 1
+echo "slurm: ok"
