@@ -10,6 +10,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "vescale/common/check.h"
@@ -60,12 +62,28 @@ std::string now_utc() {
   return buf;
 }
 
+// The locks this process holds, by file: its Trainers share one (an embedder's runs one after
+// another, a test's resumed copy beside the first), counted.
+struct Held {
+  int fd = -1;
+  int users = 0;
+};
+std::mutex g_mu;
+std::map<std::string, Held> g_held;
+
 }  // namespace
 
 RootLock::RootLock(const std::string& root, const std::string& who) {
   std::error_code ec;
   std::filesystem::create_directories(root, ec);
   path_ = (std::filesystem::path(root) / kFile).string();
+  const std::string key = std::filesystem::weakly_canonical(path_, ec).string();
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (auto it = g_held.find(key); it != g_held.end()) {
+    ++it->second.users;
+    fd_ = it->second.fd;
+    return;
+  }
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   VESCALE_CHECK(fd_ >= 0, "checkpoint.dir '", root, "': cannot create its lock file '", path_,
                 "': ", std::strerror(errno), "; choose a folder this user can write");
@@ -96,10 +114,17 @@ RootLock::RootLock(const std::string& root, const std::string& who) {
     VESCALE_FAIL("checkpoint.dir '", root, "': cannot write its lock file '", path_,
                  "': ", std::strerror(errno), " (a full disk?); free space or choose another folder");
   }
+  g_held[key] = {fd_, 1};
 }
 
 RootLock::~RootLock() {
   if (fd_ < 0) return;
+  std::error_code ec;
+  const std::string key = std::filesystem::weakly_canonical(path_, ec).string();
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_held.find(key);
+  if (it != g_held.end() && --it->second.users > 0) return;
+  if (it != g_held.end()) g_held.erase(it);
   ::unlink(path_.c_str());
   ::close(fd_);  // drops the flock
 }

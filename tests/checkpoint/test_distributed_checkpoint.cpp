@@ -6,11 +6,15 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 
 #include "vescale/checkpoint/distributed_checkpoint.h"
+#include "vescale/checkpoint/root_lock.h"
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/common/check.h"
 
@@ -223,4 +227,55 @@ TEST_CASE("flat_range_boxes cuts a flat range into boxes that hold exactly its e
     }
   }
   CHECK_THROWS_WITH(ckpt::flat_range_boxes({2, 3}, 4, 7), Contains("not inside"));
+}
+
+namespace {
+std::string slurp_file(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+}  // namespace
+
+TEST_CASE("a root's lock: shared within a process, refused to a live holder, taken from a dead one",
+          "[checkpoint]") {
+  const fs::path root = fs::temp_directory_path() / ("vescale_lock_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const std::string lock = (root / ckpt::RootLock::kFile).string();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  {
+    ckpt::RootLock a(root.string(), "first");
+    CHECK_THAT(slurp_file(lock), Contains("host=" + std::string(host) + " pid=" +
+                                          std::to_string(::getpid()) + " started=") &&
+                                     Contains(" who=first"));
+    {
+      ckpt::RootLock b(root.string(), "second");  // this process's: shared
+    }
+    CHECK(fs::exists(lock));  // the first still holds it
+  }
+  CHECK_FALSE(fs::exists(lock));
+  // A live process on this host named in the file (pid 1 always lives): refused, file untouched.
+  const std::string live = "host=" + std::string(host) + " pid=1 started=2026-01-01T00:00:00Z who=x\n";
+  std::ofstream(lock) << live;
+  CHECK_THROWS_WITH(ckpt::RootLock(root.string(), "third"),
+                    Contains("is in use by another run (its lock file names a live process or "
+                             "another host: host=") &&
+                        Contains("pid=1 ") && Contains("delete " + lock));
+  CHECK(slurp_file(lock) == live);
+  // Another host's: refused the same way (its process cannot be checked from here).
+  std::ofstream(lock) << "host=elsewhere-node pid=12 started=2026-01-01T00:00:00Z who=x\n";
+  CHECK_THROWS_WITH(ckpt::RootLock(root.string(), "third"), Contains("host=elsewhere-node"));
+  // A dead process of this host: taken over, and the caller is told what was there.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  const std::string dead = "host=" + std::string(host) + " pid=" + std::to_string(child) +
+                           " started=2026-01-01T00:00:00Z who=x";
+  std::ofstream(lock) << dead << "\n";
+  {
+    ckpt::RootLock d(root.string(), "fourth");
+    CHECK(d.took_over() == dead);
+    CHECK_THAT(slurp_file(lock), Contains(" who=fourth"));
+  }
+  fs::remove_all(root);
 }

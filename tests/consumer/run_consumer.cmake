@@ -33,7 +33,38 @@ endif()
 file(MAKE_DIRECTORY ${WORK_DIR}/run)
 execute_process(COMMAND ${WORK_DIR}/prefix/bin/vescale-run --nproc-per-node 2 --
                         ${WORK_DIR}/build/consumer
-                WORKING_DIRECTORY ${WORK_DIR}/run RESULT_VARIABLE rc)
+                WORKING_DIRECTORY ${WORK_DIR}/run RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
 if(rc)
   message(FATAL_ERROR "the consumer failed: ${rc}")
 endif()
+# An embedder logs as the apps do ("[rank 0] 12:34:56.789 info ..."), not in spdlog's default.
+if(NOT err MATCHES "\\[rank 0\\] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]\\.[0-9][0-9][0-9] info model llama")
+  message(FATAL_ERROR "the consumer's log lines are not in the apps' format")
+endif()
+
+# The installed prefix alone: vescale-train finds its shipped configs by name, their plans, the
+# built-in data and the BPE vocabulary under share/vescale, and no message names this build.
+foreach(name nanogpt_tiny llama_tiny_bpe)
+  execute_process(COMMAND ${WORK_DIR}/prefix/bin/vescale-train --config ${name} --set train.steps=2
+                          --set train.batch_size=2 --set train.seq_len=32 --set train.sample_every=0
+                          --set "log.metrics_jsonl=\"\""
+                  WORKING_DIRECTORY ${WORK_DIR}/run RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${out}${err}")
+  if(rc)
+    message(FATAL_ERROR "the installed vescale-train --config ${name} failed: ${rc}")
+  endif()
+  # (The prefix itself lies inside the build folder: look for the build's own folders.)
+  foreach(path ${BUILD_DIR}/data ${BUILD_DIR}/share ${BUILD_DIR}/apps ${SOURCE_ROOT}/configs
+               ${SOURCE_ROOT}/data)
+    string(FIND "${out}${err}" "${path}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "the installed vescale-train names a path of the build (${path})")
+    endif()
+  endforeach()
+  if(NOT err MATCHES "done: 2 steps")
+    message(FATAL_ERROR "the installed vescale-train --config ${name} did not train")
+  endif()
+endforeach()

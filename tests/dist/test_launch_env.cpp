@@ -1,4 +1,7 @@
 #include <catch2/catch.hpp>
+#include <sched.h>
+
+#include <algorithm>
 
 #include "vescale/common/check.h"
 #include "vescale/dist/launch_env.h"
@@ -145,4 +148,35 @@ TEST_CASE("inconsistent launch envs are rejected with the variable named", "[env
           {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NTASKS_PER_NODE", "8"}}),
       Contains("SLURM_NTASKS_PER_NODE=8 must be in [1, SLURM_NTASKS=4]"));
   CHECK_THROWS_AS(parse_launch_env({{"RANK", "x"}, {"WORLD_SIZE", "1"}}), vescale::Error);
+}
+
+TEST_CASE("torchrun's elastic agent: its store, run id and restart count are read", "[env]") {
+  auto e = parse_launch_env({{"RANK", "0"},
+                             {"WORLD_SIZE", "2"},
+                             {"MASTER_PORT", "29400"},
+                             {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                             {"TORCHELASTIC_RESTART_COUNT", "1"},
+                             {"TORCHELASTIC_MAX_RESTARTS", "3"},
+                             {"TORCHELASTIC_RUN_ID", "job7"}});
+  CHECK(e.source == "torchrun");
+  CHECK(e.agent_store);  // rank 0 too joins the agent's store as a client
+  CHECK(e.restart_count == 1);
+  CHECK(e.max_restarts == 3);
+  CHECK(e.run_id == "job7");
+  CHECK(vescale::dist::describe(e) == "torchrun (run id job7, restart 1 of 3, the agent's store)");
+  // torchrun's own spelling only ("True"); without the agent, rank 0 serves the store.
+  e = parse_launch_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"},
+                        {"TORCHELASTIC_USE_AGENT_STORE", "False"}});
+  CHECK_FALSE(e.agent_store);
+  CHECK(vescale::dist::describe(e) == "torchrun");
+}
+
+TEST_CASE("threads per rank share this process's cores among the local ranks", "[env]") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+  const int cores = CPU_COUNT(&set);
+  CHECK(vescale::dist::threads_per_rank(1) == cores);
+  CHECK(vescale::dist::threads_per_rank(2) == std::max(1, cores / 2));
+  CHECK(vescale::dist::threads_per_rank(4 * cores) == 1);  // never 0
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # vescale-train launched by a real single-node Slurm (Debian's slurm-wlm): the test starts its own
 # slurmctld and slurmd from a private folder (config, state, logs; nothing under /etc), runs
-# `srun -N1 -n2 vescale-train ...`, and stops them. The losses must equal the same config launched
-# by vescale-train --nproc-per-node 2. Exit 77 (skipped) only where the daemons cannot start.
+# `srun -N1 -n2 vescale-train ...` and docs/dist.md's sbatch script (MASTER_ADDR from scontrol show
+# hostnames) at one node, and stops them. The losses must equal the same config launched by
+# vescale-train --nproc-per-node 2. Exit 77 (skipped) only where the daemons cannot start.
 # Usage: slurm_test.sh vescale-train
 set -uo pipefail
 train=$1
@@ -80,18 +81,18 @@ SlurmdParameters=config_overrides
 ReturnToService=2
 MailProg=/bin/true
 KillWait=5
-NodeName=vescalenode NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
-PartitionName=test Nodes=vescalenode Default=YES MaxTime=INFINITE State=UP
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
+PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
 # -D: in the foreground, our children (a daemonized slurmctld returns 0 even when it dies).
 slurmctld -D -f "$SLURM_CONF" > "$top/log/slurmctld.out" 2>&1 &
 ctld=$!
-slurmd -D -f "$SLURM_CONF" -N vescalenode > "$top/log/slurmd.out" 2>&1 &
+slurmd -D -f "$SLURM_CONF" -N localhost > "$top/log/slurmd.out" 2>&1 &
 slurmd_pid=$!
 for _ in $(seq 150); do
   kill -0 "$ctld" 2> /dev/null || skip "slurmctld exited at start"
   kill -0 "$slurmd_pid" 2> /dev/null || skip "slurmd exited at start"
-  state=$(sinfo -h -n vescalenode -o %T 2> /dev/null)
+  state=$(sinfo -h -n localhost -o %T 2> /dev/null)
   [ "$state" = idle ] && break
   case $state in inval* | drain*) skip "the node is '$state'" ;; esac
   sleep 0.2
@@ -107,4 +108,21 @@ timeout 300 srun -N1 -n2 "$train" "${TRAIN_ARGS[@]}" --set log.metrics_jsonl=\"$
   > "$dir/srun.log" 2>&1 || { cat "$dir/srun.log"; echo "srun -N1 -n2 vescale-train failed" >&2; exit 1; }
 grep -q "launched by slurm" "$dir/srun.log" || { cat "$dir/srun.log"; echo "no slurm launch line" >&2; exit 1; }
 same_losses "$dir/reference.jsonl" "$dir/srun.jsonl" || exit 1
+
+# docs/dist.md's sbatch script, at one node of 2 tasks: MASTER_ADDR from scontrol show hostnames.
+{
+  echo '#!/bin/bash'
+  echo '#SBATCH --nodes=1'
+  echo '#SBATCH --ntasks-per-node=2'
+  echo '#SBATCH --cpus-per-task=1'
+  echo 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+  echo "export MASTER_PORT=$(free_port)"
+  echo 'export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK'
+  printf 'srun'
+  printf ' %q' "$(realpath "$train")" "${TRAIN_ARGS[@]}" --set "log.metrics_jsonl=\"$dir/sbatch.jsonl\""
+  echo
+} > "$dir/job.sh"
+timeout 300 sbatch --wait -o "$dir/sbatch.log" "$dir/job.sh" > /dev/null \
+  || { cat "$dir/job.sh" "$dir/sbatch.log"; echo "sbatch --wait failed" >&2; exit 1; }
+same_losses "$dir/reference.jsonl" "$dir/sbatch.jsonl" || { cat "$dir/sbatch.log"; exit 1; }
 echo "slurm: ok"

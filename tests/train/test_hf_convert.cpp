@@ -37,7 +37,10 @@ void export_trained(const std::string& name, const std::string& base,
   const fs::path out = kOut / name;
   fs::remove_all(out);
   const auto files = export_hf(ck.string(), out.string(), {"fp32", 64 << 10});
-  CHECK(files.back() == "config.json");
+  for (const char* f : {"config.json", "generation_config.json"})
+    CHECK(std::find(files.begin(), files.end(), f) != files.end());
+  // A byte-level run has no tokenizer to copy.
+  CHECK(std::find(files.begin(), files.end(), "tokenizer.json") == files.end());
   CHECK(std::find(files.begin(), files.end(), "model.safetensors.index.json") != files.end());
   // Every file but the index is below the limit, or holds a single tensor.
   for (const auto& f : files) {

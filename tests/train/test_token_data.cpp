@@ -199,7 +199,8 @@ TEST_CASE("data files: \"builtin:NAME\" is a file of the built-in data next to t
   vescale::train::DataConfig d;
   d.train = {"builtin:corpus_train.bin"};
   d.val = {"builtin:corpus_val.bin"};
-  // The test binary sits in build/tests; the build writes the built-in data to build/data.
+  // The test binary sits in build/tests; the built-in data is in build/share/vescale/data (a
+  // link to build/data), as an install has it in <prefix>/share/vescale/data.
   const auto train = vescale::train::data_files(d, "train");
   REQUIRE(train.size() == 1);
   CHECK(std::filesystem::path(train[0]).filename() == "corpus_train.bin");
@@ -207,7 +208,8 @@ TEST_CASE("data files: \"builtin:NAME\" is a file of the built-in data next to t
   CHECK(vescale::train::TokenDataset(train).size() > 1000);
   d.train = {"builtin:no_such.bin"};
   CHECK_THROWS_WITH(vescale::train::data_files(d, "train"),
-                    Catch::Contains("no_such.bin' matches no file; build the built-in data"));
+                    Catch::Contains("share/vescale/data/no_such.bin' matches no file; build and "
+                                    "install it (the builtin_data target, then cmake --install)"));
   // A config keeps the prefix (it is not a path next to the config file).
   const auto c = vescale::train::Config::from_json(
       R"({"data": {"train": "builtin:corpus_train.bin", "val": "builtin:corpus_val.bin"}})",

@@ -156,6 +156,13 @@ TEST_CASE("vescale-train shows what it will run: --print-config, shipped configs
   CHECK_THAT(r.out, !Contains(".cpp:"));
   r = run(TRAIN + " --config nanogpt_tiny --print-config --set train.eval_every=often --log-level debug");
   CHECK_THAT(r.out, Contains("config.cpp:") || Contains("json_schema.cpp:"));
+  // At debug level the resolved config opens the log.
+  r = run(TRAIN + " --config nanogpt_tiny --set train.steps=1 --set train.batch_size=1 "
+                  "--set log.metrics_jsonl= --log-level debug");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("debug config ") && Contains("nanogpt_tiny.json resolved:") &&
+                        Contains("\"steps\": 1"));
   // An unknown name lists the shipped configs.
   r = run(TRAIN + " --config nanogpt_huge");
   CHECK(r.code == 1);

@@ -311,6 +311,65 @@ TEST_CASE("divergence guard: NaN/inf always, spikes over the median after warmup
   CHECK_THROWS(w.check(26, 3.5, 1.0));
 }
 
+TEST_CASE("divergence guard: a collapsed model (zero gradient, loss pinned at ln(vocab)) and an exploding update fail",
+          "[trainer][guard]") {
+  using vescale::train::DivergenceGuard;
+  const double uniform = std::log(256.0);  // 5.545
+  DivergenceGuard g({.max_loss_spike = 3, .warmup_steps = 0, .vocab_size = 256, .lr = 1e6, .grad_clip = 1});
+  // Step 1 at the initial weights (norm 185): nothing to compare with yet.
+  g.check({.step = 1, .loss = 6.45, .grad_norm = 1.96, .prev_lr = 0, .param_norm = 185});
+  // The update grew the weights 244000-fold: caught at the next step, whatever its loss.
+  CHECK_THROWS_WITH(g.check({.step = 2, .loss = 5.0, .grad_norm = 1.0, .prev_lr = 5e4, .param_norm = 4.5e7}),
+                    Contains("step 2: the parameters' norm grew from 185 to 4.5e+07 (x2.432e+05) "
+                             "in the last update: it exploded; stopping before the update"));
+  // Up to 10x is growth, not an explosion (a failed step is not remembered: 185 is the reference).
+  g.check({.step = 2, .loss = 6.3, .grad_norm = 1.0, .prev_lr = 5e4, .param_norm = 1850});
+  // A gradient of exactly zero with a positive loss: nothing can learn any more.
+  CHECK_THROWS_WITH(g.check({.step = 3, .loss = uniform, .grad_norm = 0, .prev_lr = 1e-3}),
+                    Contains("step 3: the gradient is exactly zero while the loss is 5.545 = "
+                             "ln(vocab_size), the loss of uniform outputs: the model collapsed"));
+  CHECK_THROWS_WITH(g.check({.step = 3, .loss = 4.0, .grad_norm = 0, .prev_lr = 1e-3}),
+                    Contains("the gradient is exactly zero while the loss is 4: the model collapsed"));
+  // The loss at ln(vocab) once (an untrained head gives it) passes; twice in a row across an
+  // update it is pinned there.
+  g.check({.step = 3, .loss = uniform, .grad_norm = 0.5, .prev_lr = 1e-3});
+  CHECK_THROWS_WITH(g.check({.step = 4, .loss = uniform * (1 + 1e-7), .grad_norm = 0.5, .prev_lr = 1e-3}),
+                    Contains("step 4: the loss is pinned at ln(vocab_size) = 5.545 (uniform "
+                             "outputs) for two steps in a row: the model collapsed"));
+  // ... unless no update happened between them (lr 0), or the loss moved off it.
+  g.check({.step = 4, .loss = uniform, .grad_norm = 0.5, .prev_lr = 0});
+  g.check({.step = 5, .loss = uniform + 1e-3, .grad_norm = 0.5, .prev_lr = 1e-3});
+  // max_loss_spike 0 turns the heuristics off: only NaN and inf stop.
+  DivergenceGuard off({.max_loss_spike = 0, .warmup_steps = 0, .vocab_size = 256});
+  off.check({.step = 1, .loss = 6, .grad_norm = 1, .prev_lr = 0, .param_norm = 1});
+  off.check({.step = 2, .loss = uniform, .grad_norm = 0, .prev_lr = 1, .param_norm = 1e9});
+  CHECK_THROWS(off.check({.step = 3, .loss = uniform, .grad_norm = NAN, .prev_lr = 1}));
+}
+
+TEST_CASE("the memory check refuses a model larger than a rank's memory, naming the figures and the fixes",
+          "[trainer]") {
+  Config c = tiny({});
+  const vescale::mesh::MeshShape one({{"dp", 1}}, 1);
+  const double need = vescale::train::memory_per_rank(c, one).total();
+  REQUIRE(need > 0);
+  vescale::train::check_fits(c, one, need * 1.01, "its test budget");  // fits
+  CHECK_THROWS_WITH(vescale::train::check_fits(c, one, need / 2, "its test budget"),
+                    Contains("does not fit: each rank needs about ") &&
+                        Contains("the --dry-run estimate) but has ") && Contains("its test budget") &&
+                        Contains("ZeRO over the data ranks (parallel.zero=1, 2 or 3)") &&
+                        Contains("activation checkpointing (train.activation_checkpointing=true)") &&
+                        Contains("or set train.allow_oversubscribe=true"));
+  c.train.allow_oversubscribe = true;
+  vescale::train::check_fits(c, one, need / 2, "its test budget");
+  vescale::train::check_fits(tiny({}), one, 0, "unknown");  // nothing known: no check
+  // The host's share: the same memory split over more local ranks.
+  std::string where;
+  const double alone = vescale::train::rank_memory_bytes("cpu", 1, where);
+  CHECK_THAT(where, Contains("the host's available memory"));
+  CHECK(vescale::train::rank_memory_bytes("cpu", 4, where) == Approx(alone / 4).epsilon(0.05));
+  CHECK_THAT(where, Contains("/ 4 local ranks"));
+}
+
 TEST_CASE("grad accumulation over micro-batches equals one big batch", "[trainer]") {
   // batch 4 x accum 2 takes the same 8 samples as batch 8 x accum 1 (the loader's order).
   Trainer big(tiny({"train.batch_size=8", "train.grad_accum=1"}));
