@@ -67,6 +67,18 @@ std::vector<std::tuple<int64_t, double, double>> metrics(const std::string& path
   return out;
 }
 
+// Runs a 2-rank vescale-train with a 5 s collective timeout and these `args`, freezes its last
+// rank with SIGSTOP once step 2 is logged (the others then wait on it), and waits for the run;
+// stdout says "exit <code>", `log` holds the run's output.
+CommandResult run_and_freeze_last_rank(const std::string& args, const std::string& log) {
+  return run_command("VESCALE_COLLECTIVE_TIMEOUT_S=5 " + TRAIN + " --nproc-per-node 2" + CONFIG +
+                         TINY + args + " --set train.steps=1000000 > " + log +
+                         " 2>&1 & pid=$!; for i in $(seq 600); do grep -qE \"step +2/\" " + log +
+                         " && break; sleep 0.1; done; " +
+                         "kill -STOP $(pgrep -P $pid | sort -n | tail -1); wait $pid; echo \"exit $?\"",
+                     120);
+}
+
 }  // namespace
 
 TEST_CASE("token ids past model.vocab_size stop the run at their batch, naming the file and the id",
@@ -378,14 +390,8 @@ TEST_CASE("a hung pipeline stage stops every rank within the timeout, naming the
           "[reliability]") {
   const std::string dir = scratch("pp_hang");
   // Rank 1 (the last stage) is frozen with SIGSTOP after step 2: rank 0 waits for its gradient.
-  auto r = run_command(
-      "VESCALE_COLLECTIVE_TIMEOUT_S=5 " + TRAIN + " --nproc-per-node 2" + CONFIG + TINY +
-          " --set train.steps=1000000 --set parallel.mesh={\\\"pp\\\":2} --set parallel.plan=" +
-          PLANS + "llama_pp.json > " + dir + "/log 2>&1 & pid=$!; " +
-          "for i in $(seq 600); do grep -qE \"step +2/\" " + dir +
-          "/log && break; sleep 0.1; done; " +
-          "kill -STOP $(pgrep -P $pid | sort -n | tail -1); wait $pid; echo \"exit $?\"",
-      120);
+  auto r = run_and_freeze_last_rank(
+      " --set parallel.mesh={\\\"pp\\\":2} --set parallel.plan=" + PLANS + "llama_pp.json", dir + "/log");
   const std::string log = slurp(dir + "/log");
   INFO(r.out << r.err << log);
   CHECK_THAT(r.out, Contains("exit 1"));
@@ -479,16 +485,11 @@ TEST_CASE("validation ids are checked before step 1, and the final checkpoint pr
 TEST_CASE("a collective timeout on the dp and tp paths is one line naming step, phase, group and rank",
           "[reliability]") {
   const std::string dir = scratch("timeout");
-  for (const std::string& layout : {std::string(" --set parallel.mesh={\\\"dp\\\":2}"), TP2}) {
+  const std::string tp = " --set parallel.mesh={\\\"tp\\\":2} --set parallel.plan=" + PLANS + "llama_tp.json";
+  for (const std::string& layout : {std::string(" --set parallel.mesh={\\\"dp\\\":2}"), tp}) {
     INFO(layout);
     // Rank 1 is frozen with SIGSTOP after step 2: rank 0 waits in a collective of the step.
-    auto r = run_command("VESCALE_COLLECTIVE_TIMEOUT_S=5 " + TRAIN +
-                             (layout == TP2 ? "" : " --nproc-per-node 2") + CONFIG + TINY +
-                             layout + " --set train.steps=1000000 > " + dir +
-                             "/log 2>&1 & pid=$!; for i in $(seq 600); do grep -qE \"step +2/\" " +
-                             dir + "/log && break; sleep 0.1; done; " +
-                             "kill -STOP $(pgrep -P $pid | sort -n | tail -1); wait $pid; echo \"exit $?\"",
-                         120);
+    auto r = run_and_freeze_last_rank(layout, dir + "/log");
     const std::string log = slurp(dir + "/log");
     INFO(r.out << r.err << log);
     CHECK_THAT(r.out, Contains("exit 1"));
