@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
       const bool stopped = !out.empty() && std::find(s.stop_ids.begin(), s.stop_ids.end(),
                                                      out.back()) != s.stop_ids.end();
       if (stopped)
-        std::fprintf(stderr, "vescale-generate: stopped at an end-of-text token: %zu of %zu tokens\n",
+        std::fprintf(stderr,
+                     "vescale-generate: stopped at an end-of-text token: %zu of %zu tokens\n",
                      out.size(), asked);
       else
         std::fprintf(stderr, "vescale-generate: stopped at max_seq_len %lld: %zu of %zu tokens\n",

@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
       return vescale::dist::launch(launch, cmd);
     }
     if (!timeline.empty()) overrides.push_back("log.timeline.out=" + timeline);
-    const auto cfg = vescale::train::Config::from_file(vescale::train::find_config(config), overrides);
+    const auto cfg =
+        vescale::train::Config::from_file(vescale::train::find_config(config), overrides);
     if (print_config) {
       std::printf("%s\n", cfg.to_json().c_str());
       return 0;

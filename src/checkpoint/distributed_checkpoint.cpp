@@ -180,8 +180,8 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
         {"chunks", std::move(list)}};
   }
   // Identical on every rank when all hold the same tensors; otherwise the union, each chunk once.
-  const bool same_everywhere =
-      std::all_of(every_names.begin(), every_names.end(), [&](const std::string& n) { return n == names; });
+  const bool same_everywhere = std::all_of(every_names.begin(), every_names.end(),
+                                           [&](const std::string& n) { return n == names; });
   json tensors = same_everywhere ? mine : json::object();
   if (!same_everywhere) {
     const auto every_entry = all_gather_text(mine.dump());
@@ -523,8 +523,8 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
           throw;
         }
         const uint64_t want = files[file].at("bytes").get<uint64_t>();
-        VESCALE_CHECK(f->file_size() == want, "checkpoint: ", path, " is corrupt: ",
-                      f->file_size(), " bytes, the index says ", want);
+        VESCALE_CHECK(f->file_size() == want, "checkpoint: ", path, " is corrupt: ", f->file_size(),
+                      " bytes, the index says ", want);
       }
       VESCALE_CHECK(f->contains(chunk_key), "checkpoint: ", file, " in ", folder,
                     " lacks the chunk of '", key, "' its index lists");

@@ -112,7 +112,8 @@ RootLock::RootLock(const std::string& root, const std::string& who) {
     ::close(fd_);
     fd_ = -1;
     VESCALE_FAIL("checkpoint.dir '", root, "': cannot write its lock file '", path_,
-                 "': ", std::strerror(errno), " (a full disk?); free space or choose another folder");
+                 "': ", std::strerror(errno),
+                 " (a full disk?); free space or choose another folder");
   }
   g_held[key] = {fd_, 1};
 }

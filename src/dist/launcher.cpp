@@ -166,8 +166,8 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
   const int world = o.nnodes * o.nproc_per_node;
   // Each rank's share of the cores, unless the caller chose (torchrun does the same).
   const char* omp = std::getenv("OMP_NUM_THREADS");
-  const std::string threads = omp && *omp ? std::string(omp)
-                                          : std::to_string(threads_per_rank(o.nproc_per_node));
+  const std::string threads =
+      omp && *omp ? std::string(omp) : std::to_string(threads_per_rank(o.nproc_per_node));
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -199,7 +199,8 @@ int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
         {"VESCALE_LAUNCHED",
          "1"},  // apps that launch themselves (vescale-train) know they're a rank
     };
-    r.pid = spawn(argv, o.rank_name.empty() ? "" : o.rank_name + "[rank " + std::to_string(r.rank) + "]",
+    r.pid = spawn(argv,
+                  o.rank_name.empty() ? "" : o.rank_name + "[rank " + std::to_string(r.rank) + "]",
                   env, out_p[1], err_p[1]);
     ::close(out_p[1]);
     ::close(err_p[1]);

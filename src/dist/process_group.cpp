@@ -96,8 +96,8 @@ void Work::wait(std::chrono::milliseconds timeout) {
         who = missing_members(g.store, g.rank, g.global_ranks, impl_->seq,
                               std::min(timeout / 2, std::chrono::milliseconds(10000)));
       }
-      throw TimeoutError(detail::cat(impl_->what, " did not finish within ", timeout.count(),
-                                     " ms", who.empty() ? "" : ": " + who,
+      throw TimeoutError(detail::cat(impl_->what, " did not finish within ", timeout.count(), " ms",
+                                     who.empty() ? "" : ": " + who,
                                      ". Raise VESCALE_COLLECTIVE_TIMEOUT_S if this wait is "
                                      "expected",
                                      detail));
@@ -220,11 +220,13 @@ Work make_work(const ProcessGroup::Impl& g, const char* op, Issued w,
   impl->group_impl = g.shared_from_this();
   impl->seq = w.seq;
   impl->peer = w.peer;
-  // "all_reduce #42 on group 'mesh0/dp' (rank 0 of 2)", "recv on group 'pp' (rank 1 of 2) from rank 0"
-  impl->what = w.peer >= 0 ? detail::cat(describe(g, op), std::string_view(op) == "send" ? " to" : " from",
-                                         " rank ", w.peer)
-                           : detail::cat(op, " #", w.seq, " on group '", g.name, "' (rank ", g.rank,
-                                         " of ", g.size, ")");
+  // "all_reduce #42 on group 'mesh0/dp' (rank 0 of 2)", "recv on group 'pp' (rank 1 of 2) from rank
+  // 0"
+  impl->what = w.peer >= 0
+                   ? detail::cat(describe(g, op), std::string_view(op) == "send" ? " to" : " from",
+                                 " rank ", w.peer)
+                   : detail::cat(op, " #", w.seq, " on group '", g.name, "' (rank ", g.rank, " of ",
+                                 g.size, ")");
   return Work(std::move(impl));
 }
 

@@ -99,7 +99,8 @@ void init(const InitOptions& options) {
 
   // N ranks on one machine each taking every core oversubscribe it N times: share the cores
   // unless the user (or torchrun, which sets 1) chose with OMP_NUM_THREADS.
-  if (const char* omp = std::getenv("OMP_NUM_THREADS"); (!omp || !*omp) && state->env.local_world_size > 1)
+  if (const char* omp = std::getenv("OMP_NUM_THREADS");
+      (!omp || !*omp) && state->env.local_world_size > 1)
     at::set_num_threads(threads_per_rank(state->env.local_world_size));
 
   state->store = make_store(state->env, state->timeout);

@@ -58,11 +58,11 @@ void DivergenceGuard::check(const StepHealth& h) {
                   ": the gradient is exactly zero while the loss is ", num(loss),
                   at_uniform ? " = ln(vocab_size), the loss of uniform outputs" : "",
                   ": the model collapsed and cannot learn from here", stop, knobs, off);
-    VESCALE_CHECK(
-        !(at_uniform && h.prev_lr > 0 && !recent_.empty() &&
-          std::abs(recent_.back() - uniform) <= kPinned * uniform),
-        "step ", step, ": the loss is pinned at ln(vocab_size) = ", num(uniform),
-        " (uniform outputs) for two steps in a row: the model collapsed", stop, knobs, off);
+    VESCALE_CHECK(!(at_uniform && h.prev_lr > 0 && !recent_.empty() &&
+                    std::abs(recent_.back() - uniform) <= kPinned * uniform),
+                  "step ", step, ": the loss is pinned at ln(vocab_size) = ", num(uniform),
+                  " (uniform outputs) for two steps in a row: the model collapsed", stop, knobs,
+                  off);
   }
   if (k > 0 && uniform > 0) {
     VESCALE_CHECK(loss <= k * uniform, "step ", step, ": the loss ", num(loss),

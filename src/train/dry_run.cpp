@@ -127,7 +127,8 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
       if (!held.count(name)) continue;
       const auto b = param_bytes(name, shape);
       s.param_bytes += b[0], s.grad_bytes += b[1], s.optimizer_bytes += b[2];
-      if (m.experts && plan::fqn_match(model.moe.expert_params, name)) s.expert_bytes += b[0] + b[1] + b[2];
+      if (m.experts && plan::fqn_match(model.moe.expert_params, name))
+        s.expert_bytes += b[0] + b[1] + b[2];
     }
   };
   // `flight` micro-batch-stages of `blocks_per_stage` blocks each; one block recomputed at a time.
@@ -149,11 +150,13 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
     VESCALE_CHECK(!layers.empty(), "model.type '", config.model.type,
                   "' cannot be pipelined yet (its builder lists no pipeline layers)");
     const int ranks = static_cast<int>(mesh.size(pipe->dim));
-    const auto schedule = parallel::pipeline::make_schedule(
-        pipe->schedule, ranks, static_cast<int>(pipe->microbatches), static_cast<int>(pipe->chunks));
+    const auto schedule = parallel::pipeline::make_schedule(pipe->schedule, ranks,
+                                                            static_cast<int>(pipe->microbatches),
+                                                            static_cast<int>(pipe->chunks));
     std::vector<std::string> layer_names;
     for (const auto& l : layers) layer_names.push_back(l.name);
-    auto starts = parallel::pipeline::stage_starts(layer_names, *pipe, schedule.stages, plan->source());
+    auto starts =
+        parallel::pipeline::stage_starts(layer_names, *pipe, schedule.stages, plan->source());
     starts.push_back(static_cast<int64_t>(layers.size()));
     const auto sim = parallel::pipeline::simulate(schedule);
     for (int r = 0; r < ranks; ++r) {
@@ -164,9 +167,11 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
       for (int st : mine)
         for (int64_t l = starts[st]; l < starts[st + 1]; ++l) {
           modules.insert(modules.end(), layers[l].modules.begin(), layers[l].modules.end());
-          if (l > 0 && l + 1 < static_cast<int64_t>(layers.size())) ++s.blocks;  // not embedding, head
+          if (l > 0 && l + 1 < static_cast<int64_t>(layers.size()))
+            ++s.blocks;  // not embedding, head
         }
-      s.layers = layer_names[starts[mine.front()]] + " .. " + layer_names[starts[mine.back() + 1] - 1];
+      s.layers =
+          layer_names[starts[mine.front()]] + " .. " + layer_names[starts[mine.back() + 1] - 1];
       s.in_flight = sim.peak_in_flight[r];  // micro-batch-stages, each of one stage's blocks
       add_params(s, params_of(modules));
       add_activations(s, static_cast<double>(s.blocks) / static_cast<double>(mine.size()),
@@ -202,10 +207,11 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
          "; zero " + std::to_string(m.zero) + (m.sequence_parallel ? "; sequence parallel" : "") +
          "\n";
   const auto& t = config.train;
-  out += "per rank (fp32 weights and grads; AdamW exp_avg + exp_avg_sq, under ZeRO plus an fp32 "
-         "slice of the weights; activations of " +
-         std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) + " tokens per micro-batch in " +
-         t.dtype + ", estimated):\n";
+  out +=
+      "per rank (fp32 weights and grads; AdamW exp_avg + exp_avg_sq, under ZeRO plus an fp32 "
+      "slice of the weights; activations of " +
+      std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) +
+      " tokens per micro-batch in " + t.dtype + ", estimated):\n";
   char line[512];
   std::snprintf(line, sizeof(line), "  %-7s %-30s %6s %9s %9s %9s %11s %11s%s\n", "pp rank",
                 "layers", "flight", "params", "grads", "optimizer", "activations", "act. (ckpt)",
@@ -232,14 +238,17 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
                 gib(peak).c_str(), t.activation_checkpointing ? "on" : "off",
                 gib(m.param_bytes).c_str(), gib(m.grad_bytes).c_str(),
                 gib(m.optimizer_bytes).c_str(), gib(m.activation_bytes).c_str(),
-                peak <= 0.9 * device ? "fits" : peak <= device ? "fits without 10% headroom" : "does not fit",
+                peak <= 0.9 * device ? "fits"
+                : peak <= device     ? "fits without 10% headroom"
+                                     : "does not fit",
                 100.0 * (1.0 - peak / device));
   out += line;
   return out;
 }
 
 std::string schedule_report(const Config& config) {
-  VESCALE_CHECK(!config.parallel.plan.empty(), "--print-schedule: parallel.plan is empty; name a "
+  VESCALE_CHECK(!config.parallel.plan.empty(),
+                "--print-schedule: parallel.plan is empty; name a "
                 "plan with a \"pipeline\" section (e.g. configs/plans/llama_pp.json)");
   const plan::Plan plan = plan::Plan::from_json_file(config.parallel.plan);
   VESCALE_CHECK(plan.pipeline(), "--print-schedule: plan '", plan.source(),
@@ -250,14 +259,15 @@ std::string schedule_report(const Config& config) {
     if (name == spec.dim) ranks = size;
   VESCALE_CHECK(ranks >= 1, "--print-schedule: parallel.mesh must give the pipeline dim '",
                 spec.dim, "' a size (e.g. --set 'parallel.mesh={\"", spec.dim, "\": 4}')");
-  const auto schedule = parallel::pipeline::make_schedule(
-      spec.schedule, static_cast<int>(ranks), static_cast<int>(spec.microbatches),
-      static_cast<int>(spec.chunks));
+  const auto schedule = parallel::pipeline::make_schedule(spec.schedule, static_cast<int>(ranks),
+                                                          static_cast<int>(spec.microbatches),
+                                                          static_cast<int>(spec.chunks));
   // Per-stage costs: the layers a stage holds, as the even split gives them.
   const double layers = static_cast<double>(config.model.options->n_layers() + 2);
   const double per_stage = layers / schedule.stages;
   parallel::pipeline::ActionCosts costs{per_stage, per_stage, per_stage, 0};
-  return parallel::pipeline::render_timeline(schedule, parallel::pipeline::simulate(schedule, costs));
+  return parallel::pipeline::render_timeline(schedule,
+                                             parallel::pipeline::simulate(schedule, costs));
 }
 
 }  // namespace vescale::train

@@ -113,7 +113,8 @@ std::vector<std::string> write_tokenizer_files(const fs::path& out, const Config
     write_text(out / "tokenizer_config.json", tc.dump(2));
     written.push_back("tokenizer_config.json");
     const auto stops = ours.stop_ids();
-    if (!stops.empty()) generation["eos_token_id"] = stops.size() == 1 ? json(stops[0]) : json(stops);
+    if (!stops.empty())
+      generation["eos_token_id"] = stops.size() == 1 ? json(stops[0]) : json(stops);
     if (!bos.empty()) {
       for (const auto& t : tok.value("added_tokens", json::array()))
         if (t.value("content", "") == bos) generation["bos_token_id"] = t.value("id", 0);
@@ -232,8 +233,8 @@ std::string import_hf(const std::string& hf_dir, const std::string& root, bool o
   // conversion instead of its own steps.
   if (checkpoint::has_checkpoints(root)) {
     const auto at = checkpoint::latest(root);
-    VESCALE_CHECK(overwrite, "vescale-convert: --to-checkpoint ", root, " already holds checkpoints",
-                  at ? " (latest: " + *at + ")" : "",
+    VESCALE_CHECK(overwrite, "vescale-convert: --to-checkpoint ", root,
+                  " already holds checkpoints", at ? " (latest: " + *at + ")" : "",
                   "; writing there would repoint its latest. Choose an empty folder, or pass "
                   "--overwrite to remove them first");
     for (const auto& e : fs::directory_iterator(root)) {

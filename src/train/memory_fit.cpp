@@ -80,11 +80,13 @@ void check_fits(const Config& config, const mesh::MeshShape& mesh, double availa
   const auto& t = config.train;
   std::string fixes = "more ranks (--nproc-per-node, more nodes)";
   if (config.parallel.plan.empty())
-    fixes += ", a plan that shards the model (parallel.plan, e.g. a tp or pp plan in configs/plans)";
+    fixes +=
+        ", a plan that shards the model (parallel.plan, e.g. a tp or pp plan in configs/plans)";
   if (m.zero < 3)
     fixes += m.zero < 1 ? ", ZeRO over the data ranks (parallel.zero=1, 2 or 3)"
                         : ", ZeRO-3 (parallel.zero=3)";
-  if (!t.activation_checkpointing) fixes += ", activation checkpointing (train.activation_checkpointing=true)";
+  if (!t.activation_checkpointing)
+    fixes += ", activation checkpointing (train.activation_checkpointing=true)";
   fixes += ", a smaller train.batch_size or train.seq_len";
   VESCALE_FAIL("model.", config.model.type, " does not fit: each rank needs about ", gib(need),
                " (params ", gib(m.param_bytes), ", grads ", gib(m.grad_bytes), ", optimizer ",

@@ -90,7 +90,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     device_ = dist::device_string();
   }
   on_all_ranks([&] { check_outputs(); });
-  check_memory_fits();
+  on_all_ranks([&] { check_memory_fits(); });  // hosts differ: one short rank stops them all
   // One seed for everything: libtorch's generator (model init, plain-tensor dropout) and ours.
   torch::manual_seed(t.seed);
   random::manual_seed(t.seed);
@@ -540,13 +540,13 @@ std::vector<StepMetrics> Trainer::run() {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // What this process ran: a resumed run says so.
     const std::string ran =
-        resumed_step_ > 0 ? std::to_string(all.size()) + (all.size() == 1 ? " step (" : " steps (") +
-                                std::to_string(all.front().step) + "-" +
-                                std::to_string(all.back().step) + ", resumed after step " +
-                                std::to_string(resumed_step_) + ")"
-                          : std::to_string(all.size()) + (all.size() == 1 ? " step" : " steps");
-    log::info("done: " + ran + " in " + hms(secs) + "; loss " +
-              std::to_string(all.front().loss) + " -> " + std::to_string(all.back().loss) +
+        resumed_step_ > 0
+            ? std::to_string(all.size()) + (all.size() == 1 ? " step (" : " steps (") +
+                  std::to_string(all.front().step) + "-" + std::to_string(all.back().step) +
+                  ", resumed after step " + std::to_string(resumed_step_) + ")"
+            : std::to_string(all.size()) + (all.size() == 1 ? " step" : " steps");
+    log::info("done: " + ran + " in " + hms(secs) + "; loss " + std::to_string(all.front().loss) +
+              " -> " + std::to_string(all.back().loss) +
               (all.back().val_loss ? ", val loss " + std::to_string(*all.back().val_loss)
                                    : std::string()));
   }

@@ -41,8 +41,9 @@ void check_writable_dir(const std::string& dir, const std::string& field) {
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   // A block, not a byte: a full disk often still takes a few bytes.
   const std::string block(4096, 'x');
-  const bool ok = fd >= 0 && ::write(fd, block.data(), block.size()) ==
-                                 static_cast<ssize_t>(block.size()) && ::fsync(fd) == 0;
+  const bool ok = fd >= 0 &&
+                  ::write(fd, block.data(), block.size()) == static_cast<ssize_t>(block.size()) &&
+                  ::fsync(fd) == 0;
   const int err = errno;
   if (fd >= 0) ::close(fd);
   fs::remove(probe, ec);
@@ -75,8 +76,8 @@ void Trainer::check_outputs() {
     if (rank_ == 0) {
       lock_ = std::make_unique<checkpoint::RootLock>(ck.dir, "vescale-train");
       if (!lock_->took_over().empty())
-        log::warn("checkpoint.dir '" + ck.dir + "': took over the lock of a process that is gone (" +
-                  lock_->took_over() + ")");
+        log::warn("checkpoint.dir '" + ck.dir +
+                  "': took over the lock of a process that is gone (" + lock_->took_over() + ")");
     }
     if (!ck.resume && !ck.overwrite && checkpoint::has_checkpoints(ck.dir)) {
       const auto at = checkpoint::latest(ck.dir);
@@ -120,11 +121,11 @@ std::string Trainer::last_good_checkpoint(int64_t failed_step) const {
     }
     return " This run resumed from " + *at +
            ", so that checkpoint holds the broken model; the last good one is the one before it" +
-           (before.empty() ? " (there is none: start over with checkpoint.resume=false and "
-                             "checkpoint.overwrite=true)"
-                           : ", " + before + ": point " + config_.checkpoint.dir +
-                                 "/latest at it (echo " + before + " > " +
-                                 config_.checkpoint.dir + "/latest) and rerun.");
+           (before.empty()
+                ? " (there is none: start over with checkpoint.resume=false and "
+                  "checkpoint.overwrite=true)"
+                : ", " + before + ": point " + config_.checkpoint.dir + "/latest at it (echo " +
+                      before + " > " + config_.checkpoint.dir + "/latest) and rerun.");
   }
   return " The last good checkpoint is " + *at + " (latest).";
 }
@@ -289,8 +290,9 @@ void Trainer::resume_from(const std::string& folder) {
   if (meta.contains("seq_len"))
     VESCALE_CHECK(meta["seq_len"].get<int64_t>() == config_.train.seq_len, "checkpoint ", folder,
                   " was trained with train.seq_len=", meta["seq_len"].get<int64_t>(),
-                  ", this run has ", config_.train.seq_len, "; resume with --set train.seq_len=",
-                  meta["seq_len"].get<int64_t>(), ", or start a new run in another checkpoint.dir");
+                  ", this run has ", config_.train.seq_len,
+                  "; resume with --set train.seq_len=", meta["seq_len"].get<int64_t>(),
+                  ", or start a new run in another checkpoint.dir");
   if (meta.contains("sequences_per_step"))
     VESCALE_CHECK(meta["sequences_per_step"].get<int64_t>() == sequences_per_step(), "checkpoint ",
                   folder, " took ", meta["sequences_per_step"].get<int64_t>(),

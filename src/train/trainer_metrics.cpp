@@ -62,6 +62,7 @@ void Trainer::log_step(const StepMetrics& m) {
   if (tensorboard_) {
     auto& tb = *tensorboard_;
     tb.add_scalar("train/loss", m.step, m.loss);
+    if (m.param_norm > 0) tb.add_scalar("train/param_norm", m.step, m.param_norm);
     tb.add_scalar("train/lr", m.step, m.lr);
     tb.add_scalar("train/grad_norm", m.step, m.grad_norm);
     tb.add_scalar("perf/step_ms", m.step, m.step_ms);
@@ -84,6 +85,7 @@ void Trainer::log_step(const StepMetrics& m) {
                              {"step_ms", m.step_ms},
                              {"tokens", m.step * tokens_per_step()},
                              {"tokens_per_s", m.tokens_per_s}};
+    if (m.param_norm > 0) j["param_norm"] = m.param_norm;  // as the divergence guard weighs it
     if (peak_.flops > 0) j["mfu"] = m.mfu;
     j["memory_gb"] = m.memory_gb;
     if (m.val_loss) j["val_loss"] = *m.val_loss;

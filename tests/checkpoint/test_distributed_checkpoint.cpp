@@ -245,8 +245,8 @@ TEST_CASE("a root's lock: shared within a process, refused to a live holder, tak
   ::gethostname(host, sizeof host - 1);
   {
     ckpt::RootLock a(root.string(), "first");
-    CHECK_THAT(slurp_file(lock), Contains("host=" + std::string(host) + " pid=" +
-                                          std::to_string(::getpid()) + " started=") &&
+    CHECK_THAT(slurp_file(lock), Contains("host=" + std::string(host) +
+                                          " pid=" + std::to_string(::getpid()) + " started=") &&
                                      Contains(" who=first"));
     {
       ckpt::RootLock b(root.string(), "second");  // this process's: shared
@@ -255,7 +255,8 @@ TEST_CASE("a root's lock: shared within a process, refused to a live holder, tak
   }
   CHECK_FALSE(fs::exists(lock));
   // A live process on this host named in the file (pid 1 always lives): refused, file untouched.
-  const std::string live = "host=" + std::string(host) + " pid=1 started=2026-01-01T00:00:00Z who=x\n";
+  const std::string live =
+      "host=" + std::string(host) + " pid=1 started=2026-01-01T00:00:00Z who=x\n";
   std::ofstream(lock) << live;
   CHECK_THROWS_WITH(ckpt::RootLock(root.string(), "third"),
                     Contains("is in use by another run (its lock file names a live process or "

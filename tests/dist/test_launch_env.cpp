@@ -165,7 +165,9 @@ TEST_CASE("torchrun's elastic agent: its store, run id and restart count are rea
   CHECK(e.run_id == "job7");
   CHECK(vescale::dist::describe(e) == "torchrun (run id job7, restart 1 of 3, the agent's store)");
   // torchrun's own spelling only ("True"); without the agent, rank 0 serves the store.
-  e = parse_launch_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"},
+  e = parse_launch_env({{"RANK", "0"},
+                        {"WORLD_SIZE", "2"},
+                        {"MASTER_PORT", "1"},
                         {"TORCHELASTIC_USE_AGENT_STORE", "False"}});
   CHECK_FALSE(e.agent_store);
   CHECK(vescale::dist::describe(e) == "torchrun");

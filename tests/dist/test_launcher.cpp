@@ -151,22 +151,26 @@ TEST_CASE("ranks share the cores unless OMP_NUM_THREADS says otherwise, and ps n
   const int cores = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
   const std::string share = std::to_string(std::max(1, cores / 2));
   // vescale-run passes OMP_NUM_THREADS on to any program, as torchrun does.
-  auto r = run("env -u OMP_NUM_THREADS " + RUN + " --nproc-per-node 2 -- bash -c \"echo threads=\\$OMP_NUM_THREADS\"");
+  auto r = run("env -u OMP_NUM_THREADS " + RUN +
+               " --nproc-per-node 2 -- bash -c \"echo threads=\\$OMP_NUM_THREADS\"");
   INFO(r.out << r.err);
   CHECK_THAT(r.out, Contains("[rank 0] threads=" + share) && Contains("[rank 1] threads=" + share));
-  r = run("OMP_NUM_THREADS=3 " + RUN + " --nproc-per-node 2 -- bash -c \"echo threads=\\$OMP_NUM_THREADS\"");
+  r = run("OMP_NUM_THREADS=3 " + RUN +
+          " --nproc-per-node 2 -- bash -c \"echo threads=\\$OMP_NUM_THREADS\"");
   CHECK_THAT(r.out, Contains("[rank 0] threads=3") && Contains("[rank 1] threads=3"));
   // vescale-train's ranks log their count, and run as vescale-train[rank k], not exe.
   const std::string dir = "/tmp/vescale_launcher_test." + std::to_string(::getpid()) + ".threads";
   std::filesystem::create_directories(dir);
-  const std::string train = TRAIN + " --nproc-per-node 2 --config " VESCALE_SOURCE_DIR
-                            "/configs/llama_tiny.json --set train.batch_size=2 "
-                            "--set train.seq_len=32 --set train.log_every=1 --set log.metrics_jsonl=";
+  const std::string train =
+      TRAIN + " --nproc-per-node 2 --config " VESCALE_SOURCE_DIR
+              "/configs/llama_tiny.json --set train.batch_size=2 "
+              "--set train.seq_len=32 --set train.log_every=1 --set log.metrics_jsonl=";
   r = vescale::testing::run_command(
       "env -u OMP_NUM_THREADS " + train + " --set train.steps=1000000 > " + dir +
           "/log 2>&1 & pid=$!; for i in $(seq 600); do grep -qE \"step +2/\" " + dir +
           "/log && break; sleep 0.1; done; for p in $(pgrep -P $pid); do "
-          "echo \"comm $(cat /proc/$p/comm) args $(tr \"\\0\" \" \" < /proc/$p/cmdline | cut -c1-40)\"; "
+          "echo \"comm $(cat /proc/$p/comm) args $(tr \"\\0\" \" \" < /proc/$p/cmdline | cut "
+          "-c1-40)\"; "
           "done; kill $pid; wait $pid",
       120);
   const std::string log = slurp(dir + "/log");
@@ -174,7 +178,8 @@ TEST_CASE("ranks share the cores unless OMP_NUM_THREADS says otherwise, and ps n
   CHECK_THAT(r.out, Contains("comm vescale-train args vescale-train[rank 0] --nproc-per-node") &&
                         Contains("comm vescale-train args vescale-train[rank 1] --nproc-per-node"));
   CHECK_THAT(log, Contains("[rank 0] DeviceMesh(dp=2; rank 0 at [0]) (launched by vescale-run, "
-                           "device cpu, " + share + " intra-op thread"));
+                           "device cpu, " +
+                           share + " intra-op thread"));
   CHECK_THAT(log, Contains("[rank 1] DeviceMesh(dp=2; rank 1 at [1])"));
   r = run("OMP_NUM_THREADS=2 " + train + " --set train.steps=1");
   INFO(r.out << r.err);

@@ -118,6 +118,7 @@ def check(expected_path, log_dir):
 
 # The trainer's tags for the metrics JSONL's keys.
 TRAINER_TAGS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
+                "param_norm": "train/param_norm",
                 "step_ms": "perf/step_ms", "tokens_per_s": "perf/tokens_per_s", "mfu": "perf/mfu",
                 "memory_gb": "perf/memory_gb", "val_loss": "val/loss"}
 

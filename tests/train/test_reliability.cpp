@@ -71,12 +71,13 @@ std::vector<std::tuple<int64_t, double, double>> metrics(const std::string& path
 // rank with SIGSTOP once step 2 is logged (the others then wait on it), and waits for the run;
 // stdout says "exit <code>", `log` holds the run's output.
 CommandResult run_and_freeze_last_rank(const std::string& args, const std::string& log) {
-  return run_command("VESCALE_COLLECTIVE_TIMEOUT_S=5 " + TRAIN + " --nproc-per-node 2" + CONFIG +
-                         TINY + args + " --set train.steps=1000000 > " + log +
-                         " 2>&1 & pid=$!; for i in $(seq 600); do grep -qE \"step +2/\" " + log +
-                         " && break; sleep 0.1; done; " +
-                         "kill -STOP $(pgrep -P $pid | sort -n | tail -1); wait $pid; echo \"exit $?\"",
-                     120);
+  return run_command(
+      "VESCALE_COLLECTIVE_TIMEOUT_S=5 " + TRAIN + " --nproc-per-node 2" + CONFIG + TINY + args +
+          " --set train.steps=1000000 > " + log +
+          " 2>&1 & pid=$!; for i in $(seq 600); do grep -qE \"step +2/\" " + log +
+          " && break; sleep 0.1; done; " +
+          "kill -STOP $(pgrep -P $pid | sort -n | tail -1); wait $pid; echo \"exit $?\"",
+      120);
 }
 
 }  // namespace
@@ -391,7 +392,8 @@ TEST_CASE("a hung pipeline stage stops every rank within the timeout, naming the
   const std::string dir = scratch("pp_hang");
   // Rank 1 (the last stage) is frozen with SIGSTOP after step 2: rank 0 waits for its gradient.
   auto r = run_and_freeze_last_rank(
-      " --set parallel.mesh={\\\"pp\\\":2} --set parallel.plan=" + PLANS + "llama_pp.json", dir + "/log");
+      " --set parallel.mesh={\\\"pp\\\":2} --set parallel.plan=" + PLANS + "llama_pp.json",
+      dir + "/log");
   const std::string log = slurp(dir + "/log");
   INFO(r.out << r.err << log);
   CHECK_THAT(r.out, Contains("exit 1"));
@@ -401,8 +403,9 @@ TEST_CASE("a hung pipeline stage stops every rank within the timeout, naming the
   fs::remove_all(dir);
 }
 
-TEST_CASE("a collapsed model never becomes latest, and resuming a dead checkpoint names the one before",
-          "[reliability]") {
+TEST_CASE(
+    "a collapsed model never becomes latest, and resuming a dead checkpoint names the one before",
+    "[reliability]") {
   const std::string dir = scratch("collapse"), ckpt = dir + "/ckpt";
   const std::string base = TRAIN + CONFIG + TINY + " --set checkpoint.dir=" + ckpt;
   // The first week's case: lr 1e6 blows the weights up in step 1 (they reach 1e8 from 0.02), and
@@ -422,7 +425,8 @@ TEST_CASE("a collapsed model never becomes latest, and resuming a dead checkpoin
   fs::remove_all(ckpt);
   const std::string every = " --set checkpoint.every=1";
   REQUIRE(run_command(base + every + " --set train.steps=2").code == 0);
-  r = run_command(base + every + " --set train.steps=3 --set train.lr=1e6 --set train.max_loss_spike=0");
+  r = run_command(base + every +
+                  " --set train.steps=3 --set train.lr=1e6 --set train.max_loss_spike=0");
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   REQUIRE(latest(ckpt) == "step-00000003");
@@ -431,10 +435,11 @@ TEST_CASE("a collapsed model never becomes latest, and resuming a dead checkpoin
   r = run_command(base + every + " --set train.steps=8");
   INFO(r.out << r.err);
   CHECK(r.code == 1);
-  CHECK_THAT(r.err, Contains("step 4: ") && Contains("This run resumed from " + ckpt +
-                                                     "/step-00000003, so that checkpoint holds "
-                                                     "the broken model; the last good one is the "
-                                                     "one before it, step-00000002") &&
+  CHECK_THAT(r.err, Contains("step 4: ") &&
+                        Contains("This run resumed from " + ckpt +
+                                 "/step-00000003, so that checkpoint holds "
+                                 "the broken model; the last good one is the "
+                                 "one before it, step-00000002") &&
                         Contains("(echo step-00000002 > " + ckpt + "/latest)"));
   CHECK(latest(ckpt) == "step-00000003");  // nothing of the failed run was committed
   // Following the advice trains on from step 2.
@@ -446,8 +451,10 @@ TEST_CASE("a collapsed model never becomes latest, and resuming a dead checkpoin
   fs::remove_all(dir);
 }
 
-TEST_CASE("validation ids are checked before step 1, and the final checkpoint precedes the last evaluation",
-          "[reliability]") {
+TEST_CASE(
+    "validation ids are checked before step 1, and the final checkpoint precedes the last "
+    "evaluation",
+    "[reliability]") {
   const std::string dir = scratch("val_ids"), ckpt = dir + "/ckpt";
   // A validation file with an id past llama_tiny's 256.
   std::vector<int64_t> tokens(4000);
@@ -456,12 +463,14 @@ TEST_CASE("validation ids are checked before step 1, and the final checkpoint pr
   vescale::train::write_token_file(dir + "/val.bin", tokens);
   const std::string data =
       " --set data.train=builtin:corpus_train.bin --set data.val=" + dir + "/val.bin";
-  auto r = run_command(TRAIN + CONFIG + TINY + data + " --set train.steps=50 --set checkpoint.dir=" +
-                       ckpt + " --set train.eval_steps=100");
+  auto r = run_command(TRAIN + CONFIG + TINY + data +
+                       " --set train.steps=50 --set checkpoint.dir=" + ckpt +
+                       " --set train.eval_steps=100");
   INFO(r.out << r.err);
   CHECK(r.code == 1);
   CHECK(r.seconds < 30);
-  CHECK_THAT(r.err, Contains("data.val: '" + dir + "/val.bin' holds token id 700 (token 1500 of "
+  CHECK_THAT(r.err, Contains("data.val: '" + dir +
+                             "/val.bin' holds token id 700 (token 1500 of "
                              "the file), outside model.vocab_size = 256"));
   CHECK_THAT(r.out + r.err, !Contains("step 1/50"));
   // Ids the evaluation never reads (past eval_steps' batches) do not stop the run.
@@ -482,10 +491,12 @@ TEST_CASE("validation ids are checked before step 1, and the final checkpoint pr
   fs::remove_all(dir);
 }
 
-TEST_CASE("a collective timeout on the dp and tp paths is one line naming step, phase, group and rank",
-          "[reliability]") {
+TEST_CASE(
+    "a collective timeout on the dp and tp paths is one line naming step, phase, group and rank",
+    "[reliability]") {
   const std::string dir = scratch("timeout");
-  const std::string tp = " --set parallel.mesh={\\\"tp\\\":2} --set parallel.plan=" + PLANS + "llama_tp.json";
+  const std::string tp =
+      " --set parallel.mesh={\\\"tp\\\":2} --set parallel.plan=" + PLANS + "llama_tp.json";
   for (const std::string& layout : {std::string(" --set parallel.mesh={\\\"dp\\\":2}"), tp}) {
     INFO(layout);
     // Rank 1 is frozen with SIGSTOP after step 2: rank 0 waits in a collective of the step.
@@ -498,14 +509,16 @@ TEST_CASE("a collective timeout on the dp and tp paths is one line naming step, 
                         Contains("did not finish within 5000 ms: rank 1 did not answer"));
     // One line: the step and the phase lead it, and no libtorch stack follows.
     std::smatch m;
-    CHECK(std::regex_search(log, m, std::regex("vescale-train: step [0-9]+: [a-z ]+: [a-z_]+ #[0-9]+ on group")));
+    CHECK(std::regex_search(
+        log, m, std::regex("vescale-train: step [0-9]+: [a-z ]+: [a-z_]+ #[0-9]+ on group")));
     CHECK_THAT(log, !Contains("Exception raised from") && !Contains("frame #"));
   }
   fs::remove_all(dir);
 }
 
-TEST_CASE("a model that cannot fit is refused before it is built, with the dry-run figures and the fixes",
-          "[reliability]") {
+TEST_CASE(
+    "a model that cannot fit is refused before it is built, with the dry-run figures and the fixes",
+    "[reliability]") {
   // LLaMA-3 8B on one rank, as the first week tried it: no plan, one process.
   auto r = run_command(TRAIN + " --config " VESCALE_SOURCE_DIR "/configs/llama3_8b.json" +
                            " --set train.steps=1 --set parallel.mesh={\\\"dp\\\":1}"
@@ -521,28 +534,31 @@ TEST_CASE("a model that cannot fit is refused before it is built, with the dry-r
   check_no_stack(r);
 }
 
-TEST_CASE("two runs on one checkpoint.dir: the second is refused naming the first, a dead one's lock is taken over",
-          "[reliability]") {
+TEST_CASE(
+    "two runs on one checkpoint.dir: the second is refused naming the first, a dead one's lock is "
+    "taken over",
+    "[reliability]") {
   const std::string dir = scratch("lock"), ckpt = dir + "/ckpt";
   const std::string run = TRAIN + " --nproc-per-node 2" + CONFIG + TINY +
                           " --set checkpoint.every=2 --set checkpoint.dir=" + ckpt;
   // The first run trains on; the second starts beside it, then the first is killed (-9: its lock
   // file stays, naming a dead process) and a third takes the lock over.
-  auto r = run_command(run + " --set train.steps=1000000 > " + dir + "/first.log 2>&1 & pid=$!; " +
-                           "for i in $(seq 600); do [ -f " + ckpt +
-                           "/latest ] && break; sleep 0.1; done; " + run +
-                           " --set train.steps=3 > " + dir + "/second.log 2>&1; echo \"second $?\"; " +
-                           "kill -9 $pid; wait $pid; sleep 1; " + run +
-                           " --set train.steps=$(( 10#$(tr -dc 0-9 < " + ckpt + "/latest) + 2 ))" +
-                           " > " + dir + "/third.log 2>&1; echo \"third $?\"",
-                       240);
+  auto r = run_command(
+      run + " --set train.steps=1000000 > " + dir + "/first.log 2>&1 & pid=$!; " +
+          "for i in $(seq 600); do [ -f " + ckpt + "/latest ] && break; sleep 0.1; done; " + run +
+          " --set train.steps=3 > " + dir + "/second.log 2>&1; echo \"second $?\"; " +
+          "kill -9 $pid; wait $pid; sleep 1; " + run + " --set train.steps=$(( 10#$(tr -dc 0-9 < " +
+          ckpt + "/latest) + 2 ))" + " > " + dir + "/third.log 2>&1; echo \"third $?\"",
+      240);
   const std::string second = slurp(dir + "/second.log"), third = slurp(dir + "/third.log");
   INFO(r.out << r.err << second << third);
   CHECK_THAT(r.out, Contains("second 1"));
   CHECK(r.seconds < 200);
-  CHECK_THAT(second, Contains("checkpoint.dir '" + ckpt + "' is in use by another run (it holds "
+  CHECK_THAT(second, Contains("checkpoint.dir '" + ckpt +
+                              "' is in use by another run (it holds "
                               "the lock: host=") &&
-                         Contains(" pid=") && Contains(" started=") && Contains("delete " + ckpt + "/.lock"));
+                         Contains(" pid=") && Contains(" started=") &&
+                         Contains("delete " + ckpt + "/.lock"));
   CHECK_THAT(second, !Contains("step 1/3"));
   CHECK_THAT(r.out, Contains("third 0"));
   CHECK_THAT(third, Contains("took over the lock of a process that is gone (host="));
@@ -550,10 +566,13 @@ TEST_CASE("two runs on one checkpoint.dir: the second is refused naming the firs
   fs::remove_all(dir);
 }
 
-TEST_CASE("a bad --timeline path fails before step 1, a failed save leaves no .tmp, and a resume with another seq_len or global batch is refused",
-          "[reliability]") {
+TEST_CASE(
+    "a bad --timeline path fails before step 1, a failed save leaves no .tmp, and a resume with "
+    "another seq_len or global batch is refused",
+    "[reliability]") {
   const std::string dir = scratch("early"), ckpt = dir + "/ckpt";
-  auto r = run_command(TRAIN + CONFIG + TINY + " --set train.steps=5 --timeline /proc/vescale_x/t.json");
+  auto r =
+      run_command(TRAIN + CONFIG + TINY + " --set train.steps=5 --timeline /proc/vescale_x/t.json");
   INFO(r.out << r.err);
   CHECK(r.code == 1);
   CHECK(r.seconds < 30);
@@ -563,22 +582,27 @@ TEST_CASE("a bad --timeline path fails before step 1, a failed save leaves no .t
   // (SIGXFSZ ignored: the write returns EFBIG instead of killing the process.)
   r = run_command("trap \"\" XFSZ; ulimit -f 64; " + TRAIN + CONFIG + TINY +
                   " --set train.steps=4 --set checkpoint.every=2 --set checkpoint.async=false "
-                  "--set checkpoint.dir=" + ckpt);
+                  "--set checkpoint.dir=" +
+                  ckpt);
   INFO(r.out << r.err);
   CHECK(r.code == 1);
-  CHECK_THAT(r.err, Contains("checkpoint: writing " + ckpt + "/step-00000002 failed on rank(s) 0") &&
-                        Contains("the unfinished save was removed"));
+  CHECK_THAT(r.err,
+             Contains("checkpoint: writing " + ckpt + "/step-00000002 failed on rank(s) 0") &&
+                 Contains("the unfinished save was removed"));
   CHECK_FALSE(fs::exists(ckpt + "/step-00000002.tmp"));
   CHECK_FALSE(fs::exists(ckpt + "/step-00000002"));
   // A checkpoint of seq_len 32 and 2 sequences per step.
   fs::remove_all(ckpt);
-  REQUIRE(run_command(TRAIN + CONFIG + TINY + " --set train.steps=2 --set checkpoint.dir=" + ckpt).code == 0);
-  r = run_command(TRAIN + CONFIG + TINY + " --set train.steps=4 --set train.seq_len=64 --set checkpoint.dir=" + ckpt);
+  REQUIRE(run_command(TRAIN + CONFIG + TINY + " --set train.steps=2 --set checkpoint.dir=" + ckpt)
+              .code == 0);
+  r = run_command(TRAIN + CONFIG + TINY +
+                  " --set train.steps=4 --set train.seq_len=64 --set checkpoint.dir=" + ckpt);
   INFO(r.out << r.err);
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Contains("was trained with train.seq_len=32, this run has 64; resume with "
                              "--set train.seq_len=32"));
-  r = run_command(TRAIN + CONFIG + TINY + " --set train.steps=4 --set train.batch_size=4 --set checkpoint.dir=" + ckpt);
+  r = run_command(TRAIN + CONFIG + TINY +
+                  " --set train.steps=4 --set train.batch_size=4 --set checkpoint.dir=" + ckpt);
   INFO(r.out << r.err);
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Contains("took 2 sequences per step (its global batch), this run takes 4 "

@@ -106,7 +106,8 @@ TEST_CASE("vescale-train --dry-run reports LLaMA-3 70B without memory", "[train_
   CHECK_THAT(r.out, Contains("per rank"));
   // The recipe (pp=8 x tp=8 with sequence parallelism, checkpointed) fits an 80 GB device with
   // room to spare on 64 GPUs, and on 128 (dp=2, ZeRO-1 halves the optimizer state).
-  CHECK_THAT(r.out, Contains("layers.70 .. output") && Contains("an 80 GB device fits (68% headroom)"));
+  CHECK_THAT(r.out,
+             Contains("layers.70 .. output") && Contains("an 80 GB device fits (68% headroom)"));
   r = run(TRAIN + " --dry-run --config " + CONFIGS +
           "llama3_70b.json --set 'parallel.mesh={\"pp\":8,\"dp\":2,\"tp\":8}'");
   CHECK_THAT(r.out, Contains("an 80 GB device fits (77% headroom)"));
@@ -125,11 +126,14 @@ TEST_CASE("vescale-train names config errors", "[train_app]") {
   CHECK_THAT(r.out, Contains("data.train: '/no/such_*.bin' matches no file"));
 }
 
-TEST_CASE("vescale-train shows what it will run: --print-config, shipped configs by name, --set named in errors",
-          "[train_app]") {
+TEST_CASE(
+    "vescale-train shows what it will run: --print-config, shipped configs by name, --set named in "
+    "errors",
+    "[train_app]") {
   // A shipped config by its bare name; every --set applied, paths resolved.
-  auto r = run(TRAIN + " --config nanogpt_tiny --print-config --set train.steps=7 "
-                       "--set data.train=[builtin:corpus_train.bin,builtin:corpus_val.bin]");
+  auto r = run(TRAIN +
+               " --config nanogpt_tiny --print-config --set train.steps=7 "
+               "--set data.train=[builtin:corpus_train.bin,builtin:corpus_val.bin]");
   INFO(r.out);
   REQUIRE(r.code == 0);
   const auto cfg = nlohmann::json::parse(r.out);
@@ -151,14 +155,17 @@ TEST_CASE("vescale-train shows what it will run: --print-config, shipped configs
   CHECK_THAT(r.out, Contains("vescale-train: --set train.steps=-5: train.steps: must be >= 1"));
   r = run(TRAIN + " --config nanogpt_tiny --print-config --set train.eval_every=often");
   CHECK(r.code == 1);
-  CHECK_THAT(r.out, Contains("--set train.eval_every=often: train.eval_every: expected an integer"));
+  CHECK_THAT(r.out,
+             Contains("--set train.eval_every=often: train.eval_every: expected an integer"));
   // Source locations only at --log-level debug.
   CHECK_THAT(r.out, !Contains(".cpp:"));
-  r = run(TRAIN + " --config nanogpt_tiny --print-config --set train.eval_every=often --log-level debug");
+  r = run(TRAIN +
+          " --config nanogpt_tiny --print-config --set train.eval_every=often --log-level debug");
   CHECK_THAT(r.out, Contains("config.cpp:") || Contains("json_schema.cpp:"));
   // At debug level the resolved config opens the log.
-  r = run(TRAIN + " --config nanogpt_tiny --set train.steps=1 --set train.batch_size=1 "
-                  "--set log.metrics_jsonl= --log-level debug");
+  r = run(TRAIN +
+          " --config nanogpt_tiny --set train.steps=1 --set train.batch_size=1 "
+          "--set log.metrics_jsonl= --log-level debug");
   INFO(r.out);
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Contains("debug config ") && Contains("nanogpt_tiny.json resolved:") &&
@@ -224,20 +231,21 @@ TEST_CASE("vescale-train applies the config's plan on any mesh and trains like w
                                       {4, R"({"dp":2,"tp":2})", "plans/llama_dp_tp.json", 2}});
 }
 
-TEST_CASE("vescale-train under the shipped pipeline plans trains like world 1 with the true loss "
-          "in rank 0's log",
-          "[train_app]") {
+TEST_CASE(
+    "vescale-train under the shipped pipeline plans trains like world 1 with the true loss "
+    "in rank 0's log",
+    "[train_app]") {
   // The plans' 8 micro-batches are world 1's 8 accumulated batches.
-  const std::string common = " --config " + CONFIGS +
-                             "llama_tiny.json --set train.steps=8 --set train.seq_len=32 " +
-                             "--set train.warmup_steps=2 --set train.log_every=4 " +
-                             "--set train.grad_accum=8 ";
+  const std::string common =
+      " --config " + CONFIGS + "llama_tiny.json --set train.steps=8 --set train.seq_len=32 " +
+      "--set train.warmup_steps=2 --set train.log_every=4 " + "--set train.grad_accum=8 ";
   check_runs_match_the_first(common, {{1, R"({"dp":1})", "", 2},
                                       {2, R"({"pp":2})", "plans/llama_pp.json", 2},
                                       {4, R"({"pp":2,"dp":2})", "plans/llama_pp_dp.json", 1}});
-  auto r = run(TRAIN + " --config " + CONFIGS +
-               "llama_tiny.json --set 'parallel.mesh={\"pp\":4}' --set parallel.plan=plans/llama_pp.json "
-               "--print-schedule");
+  auto r = run(
+      TRAIN + " --config " + CONFIGS +
+      "llama_tiny.json --set 'parallel.mesh={\"pp\":4}' --set parallel.plan=plans/llama_pp.json "
+      "--print-schedule");
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Contains("pipeline schedule 1f1b: 4 ranks, 4 stages") &&
                         Contains("bubble 27.3% simulated, 27.3% textbook"));

@@ -118,9 +118,10 @@ TEST_CASE("dry-run memory splits Shard(d) params over the mesh, torch.chunk styl
   std::remove(plan.c_str());
 }
 
-TEST_CASE("dry-run under a pipeline: each pp rank holds its stages, and the schedule's in-flight "
-          "micro-batches of activations",
-          "[trainer]") {
+TEST_CASE(
+    "dry-run under a pipeline: each pp rank holds its stages, and the schedule's in-flight "
+    "micro-batches of activations",
+    "[trainer]") {
   // LLaMA, 4 blocks + embedding + head = 6 layers over pp=2: [tok_embeddings, layers.0..1],
   // [layers.2..3, output]. 1F1B at 4 micro-batches: rank 0 holds 2 in flight, rank 1 one.
   auto c = Config::from_file(VESCALE_SOURCE_DIR "/configs/llama_tiny.json",
@@ -162,7 +163,8 @@ TEST_CASE("FLOPs per token: 6 x matmul parameters + attention", "[trainer]") {
   // docs/train.md's worked example, llama_tiny at T = 128: per layer wq, wo 128 x 128, wk, wv
   // 64 x 128, w1, w2, w3 384 x 128 = 196608; 4 layers + the untied head 256 x 128 = 819200
   // weights; 6 x 819200 + 12 x 4 x 128 x 128 = 5701632.
-  const auto llama = Config::from_file(std::string(VESCALE_SOURCE_DIR) + "/configs/llama_tiny.json");
+  const auto llama =
+      Config::from_file(std::string(VESCALE_SOURCE_DIR) + "/configs/llama_tiny.json");
   CHECK(flops_per_token(llama.model, 128) == 5701632.0);
 }
 
@@ -311,31 +313,37 @@ TEST_CASE("divergence guard: NaN/inf always, spikes over the median after warmup
   CHECK_THROWS(w.check(26, 3.5, 1.0));
 }
 
-TEST_CASE("divergence guard: a collapsed model (zero gradient, loss pinned at ln(vocab)) and an exploding update fail",
-          "[trainer][guard]") {
+TEST_CASE(
+    "divergence guard: a collapsed model (zero gradient, loss pinned at ln(vocab)) and an "
+    "exploding update fail",
+    "[trainer][guard]") {
   using vescale::train::DivergenceGuard;
   const double uniform = std::log(256.0);  // 5.545
-  DivergenceGuard g({.max_loss_spike = 3, .warmup_steps = 0, .vocab_size = 256, .lr = 1e6, .grad_clip = 1});
+  DivergenceGuard g(
+      {.max_loss_spike = 3, .warmup_steps = 0, .vocab_size = 256, .lr = 1e6, .grad_clip = 1});
   // Step 1 at the initial weights (norm 185): nothing to compare with yet.
   g.check({.step = 1, .loss = 6.45, .grad_norm = 1.96, .prev_lr = 0, .param_norm = 185});
   // The update grew the weights 244000-fold: caught at the next step, whatever its loss.
-  CHECK_THROWS_WITH(g.check({.step = 2, .loss = 5.0, .grad_norm = 1.0, .prev_lr = 5e4, .param_norm = 4.5e7}),
-                    Contains("step 2: the parameters' norm grew from 185 to 4.5e+07 (x2.432e+05) "
-                             "in the last update: it exploded; stopping before the update"));
+  CHECK_THROWS_WITH(
+      g.check({.step = 2, .loss = 5.0, .grad_norm = 1.0, .prev_lr = 5e4, .param_norm = 4.5e7}),
+      Contains("step 2: the parameters' norm grew from 185 to 4.5e+07 (x2.432e+05) "
+               "in the last update: it exploded; stopping before the update"));
   // Up to 10x is growth, not an explosion (a failed step is not remembered: 185 is the reference).
   g.check({.step = 2, .loss = 6.3, .grad_norm = 1.0, .prev_lr = 5e4, .param_norm = 1850});
   // A gradient of exactly zero with a positive loss: nothing can learn any more.
   CHECK_THROWS_WITH(g.check({.step = 3, .loss = uniform, .grad_norm = 0, .prev_lr = 1e-3}),
                     Contains("step 3: the gradient is exactly zero while the loss is 5.545 = "
                              "ln(vocab_size), the loss of uniform outputs: the model collapsed"));
-  CHECK_THROWS_WITH(g.check({.step = 3, .loss = 4.0, .grad_norm = 0, .prev_lr = 1e-3}),
-                    Contains("the gradient is exactly zero while the loss is 4: the model collapsed"));
+  CHECK_THROWS_WITH(
+      g.check({.step = 3, .loss = 4.0, .grad_norm = 0, .prev_lr = 1e-3}),
+      Contains("the gradient is exactly zero while the loss is 4: the model collapsed"));
   // The loss at ln(vocab) once (an untrained head gives it) passes; twice in a row across an
   // update it is pinned there.
   g.check({.step = 3, .loss = uniform, .grad_norm = 0.5, .prev_lr = 1e-3});
-  CHECK_THROWS_WITH(g.check({.step = 4, .loss = uniform * (1 + 1e-7), .grad_norm = 0.5, .prev_lr = 1e-3}),
-                    Contains("step 4: the loss is pinned at ln(vocab_size) = 5.545 (uniform "
-                             "outputs) for two steps in a row: the model collapsed"));
+  CHECK_THROWS_WITH(
+      g.check({.step = 4, .loss = uniform * (1 + 1e-7), .grad_norm = 0.5, .prev_lr = 1e-3}),
+      Contains("step 4: the loss is pinned at ln(vocab_size) = 5.545 (uniform "
+               "outputs) for two steps in a row: the model collapsed"));
   // ... unless no update happened between them (lr 0), or the loss moved off it.
   g.check({.step = 4, .loss = uniform, .grad_norm = 0.5, .prev_lr = 0});
   g.check({.step = 5, .loss = uniform + 1e-3, .grad_norm = 0.5, .prev_lr = 1e-3});
@@ -346,19 +354,22 @@ TEST_CASE("divergence guard: a collapsed model (zero gradient, loss pinned at ln
   CHECK_THROWS(off.check({.step = 3, .loss = uniform, .grad_norm = NAN, .prev_lr = 1}));
 }
 
-TEST_CASE("the memory check refuses a model larger than a rank's memory, naming the figures and the fixes",
-          "[trainer]") {
+TEST_CASE(
+    "the memory check refuses a model larger than a rank's memory, naming the figures and the "
+    "fixes",
+    "[trainer]") {
   Config c = tiny({});
   const vescale::mesh::MeshShape one({{"dp", 1}}, 1);
   const double need = vescale::train::memory_per_rank(c, one).total();
   REQUIRE(need > 0);
   vescale::train::check_fits(c, one, need * 1.01, "its test budget");  // fits
-  CHECK_THROWS_WITH(vescale::train::check_fits(c, one, need / 2, "its test budget"),
-                    Contains("does not fit: each rank needs about ") &&
-                        Contains("the --dry-run estimate) but has ") && Contains("its test budget") &&
-                        Contains("ZeRO over the data ranks (parallel.zero=1, 2 or 3)") &&
-                        Contains("activation checkpointing (train.activation_checkpointing=true)") &&
-                        Contains("or set train.allow_oversubscribe=true"));
+  CHECK_THROWS_WITH(
+      vescale::train::check_fits(c, one, need / 2, "its test budget"),
+      Contains("does not fit: each rank needs about ") &&
+          Contains("the --dry-run estimate) but has ") && Contains("its test budget") &&
+          Contains("ZeRO over the data ranks (parallel.zero=1, 2 or 3)") &&
+          Contains("activation checkpointing (train.activation_checkpointing=true)") &&
+          Contains("or set train.allow_oversubscribe=true"));
   c.train.allow_oversubscribe = true;
   vescale::train::check_fits(c, one, need / 2, "its test budget");
   vescale::train::check_fits(tiny({}), one, 0, "unknown");  // nothing known: no check
@@ -433,8 +444,9 @@ TEST_CASE(
   };
   const Out want = run(plain, true), got = run(ckpt, true);
   CHECK(got.ce == want.ce);
-  CHECK(got.aux == want.aux);                         // the forward's own value, once
-  CHECK(want.aux > cfg.model.as<models::MixtralOptions>().aux_loss_coef);  // coef x (~top_k when balanced)
+  CHECK(got.aux == want.aux);  // the forward's own value, once
+  CHECK(want.aux >
+        cfg.model.as<models::MixtralOptions>().aux_loss_coef);  // coef x (~top_k when balanced)
   for (auto& [name, g] : want.grads) {
     INFO(name << ": max |diff| " << max_diff(got.grads.at(name), g));
     CHECK(max_diff(got.grads.at(name), g) <= 1e-6);
@@ -499,14 +511,16 @@ TEST_CASE("the aux-loss-free expert bias moves once per step towards balance and
   t.step(1);
   t.save_checkpoint(2);
   t.finish_checkpoint();
-  const auto saved = impl->layers->ptr<models::MixtralBlockImpl>(1)->feed_forward->expert_bias.clone();
+  const auto saved =
+      impl->layers->ptr<models::MixtralBlockImpl>(1)->feed_forward->expert_bias.clone();
   CHECK(saved.abs().sum().item<double>() > 0);
   // A resumed trainer starts from the saved bias, not zeros.
   auto cfg2 = cfg;
   cfg2.checkpoint.resume = true;
   Trainer r(cfg2);
   auto* impl2 = dynamic_cast<models::MixtralImpl*>(r.model().module.get());
-  CHECK(at::equal(impl2->layers->ptr<models::MixtralBlockImpl>(1)->feed_forward->expert_bias, saved));
+  CHECK(
+      at::equal(impl2->layers->ptr<models::MixtralBlockImpl>(1)->feed_forward->expert_bias, saved));
   std::filesystem::remove_all(dir);
 }
 
@@ -605,8 +619,8 @@ TEST_CASE("a run resumed from its checkpoint continues bitwise", "[trainer][chec
   CHECK(std::filesystem::exists(dir / "step-00000006" / "index.json"));
   CHECK_FALSE(std::filesystem::exists(dir / "step-00000003"));
   // The index records the config that trained it.
-  const auto meta =
-      nlohmann::json::parse(vescale::checkpoint::read_info((dir / "step-00000006").string()).metadata);
+  const auto meta = nlohmann::json::parse(
+      vescale::checkpoint::read_info((dir / "step-00000006").string()).metadata);
   CHECK(meta.at("config").at("train").at("steps") == 6);
   CHECK(meta.at("config").at("model").at("type") == "gpt");
   std::ifstream metrics(dir / "metrics.jsonl");

@@ -1,7 +1,7 @@
-// ZeRO (docs/parallel.md, docs/parallel.md): AdamW with its state sharded over the ranks that reduce each
-// gradient bucket. Every bucket of the GradReducer is cut into equal slices over its reduction
-// group; a rank keeps the moments and an fp32 copy of the parameters of its slice only, steps
-// that slice, and all-gathers the updated parameters.
+// ZeRO (docs/parallel.md, docs/parallel.md): AdamW with its state sharded over the ranks that
+// reduce each gradient bucket. Every bucket of the GradReducer is cut into equal slices over its
+// reduction group; a rank keeps the moments and an fp32 copy of the parameters of its slice only,
+// steps that slice, and all-gathers the updated parameters.
 //
 //   stage 1: buckets are all-reduced, each rank keeps only its slice of the result;
 //   stage 2: buckets are reduce-scattered, full gradients are freed as soon as they are sent;

@@ -135,7 +135,7 @@ struct TimelineConfig {
 };
 
 struct LogConfig {
-  std::string metrics_jsonl;   // one JSON object per step, written by rank 0; empty: none
+  std::string metrics_jsonl;  // one JSON object per step, written by rank 0; empty: none
   // A folder for TensorBoard event files (the same scalars, the samples as text), written by
   // rank 0; empty: none.
   std::string tensorboard;

@@ -42,7 +42,7 @@ struct MemoryEstimate {
   int64_t parameters = 0;  // total count, unsharded
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   double activation_bytes = 0;  // as configured (train.activation_checkpointing)
-  int64_t zero = 0;  // the ZeRO stage they assume (the config's, else the plan's)
+  int64_t zero = 0;             // the ZeRO stage they assume (the config's, else the plan's)
   bool sequence_parallel = false;
   bool experts = false;  // a mixture-of-experts model: the stages' expert_bytes are filled
   std::vector<StageMemory> stages;  // one per pipeline rank; one entry without a pipeline

@@ -38,7 +38,8 @@ class TensorBoardWriter;  // tensorboard_writer.h
 struct StepMetrics {
   int64_t step = 0;  // 1-based
   double loss = 0, lr = 0, grad_norm = 0;
-  double param_norm = 0;  // of the parameters this step ran with, as the guard weighs them (0: unknown)
+  double param_norm =
+      0;  // of the parameters this step ran with, as the guard weighs them (0: unknown)
   double step_ms = 0, tokens_per_s = 0, mfu = 0;  // mfu 0 without a peak (peak_flops.h)
   double memory_gb = 0;  // rank 0's device memory in use (GPU), or its peak resident set (CPU)
   std::optional<double> val_loss;
@@ -164,9 +165,9 @@ class Trainer {
   // the world in the background until the next step reads it (measure_params, read_param_norm).
   at::Tensor param_sq_;
   dist::Work param_sq_work_;
-  double prev_lr_ = 0;  // the last update's learning rate
+  double prev_lr_ = 0;                          // the last update's learning rate
   std::unique_ptr<checkpoint::RootLock> lock_;  // on checkpoint.dir, rank 0
-  const char* doing_ = "";        // the part of the step running, for error messages
+  const char* doing_ = "";                      // the part of the step running, for error messages
   std::string optimizer_resume_;  // a checkpoint whose optimizer state loads once the optimizer can
   std::unique_ptr<PipelineTraining> pipeline_;
   std::unique_ptr<TimelineWindow> timeline_;  // with log.timeline set
