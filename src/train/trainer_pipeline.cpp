@@ -17,7 +17,7 @@
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/parallel/pipeline/stages.h"
-#include "vescale/plan/parallelize.h"
+#include "vescale/parallel/parallelize.h"
 #include "vescale/train/model_factory.h"
 #include "vescale/train/trainer.h"
 
@@ -154,7 +154,7 @@ void Trainer::setup_pipeline(const plan::Plan& plan) {
   } else {
     stage_plan = plan;
   }
-  plan::parallelize(*model_.module, stage_plan, p->stage_mesh,
+  parallel::parallelize(*model_.module, stage_plan, p->stage_mesh,
                     {.init = model_.init, .plain_on_one_device = true});
   p->full_model = model_.module;
   model_.module = root;
@@ -279,7 +279,17 @@ double Trainer::pipeline_forward_backward(const std::vector<DataLoader::Batch>& 
   // The last stage's sum, to every rank (the log and the divergence guard read it on each).
   at::Tensor value = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(dev));
   if (p.runner->runs_last_stage()) value.copy_(plain_value(sum).to(at::kDouble).reshape({1}));
-  p.pp_group.broadcast(value, p.schedule.stage_rank.back()).wait();
+  const int last = p.schedule.stage_rank.back();
+  try {
+    p.pp_group.broadcast(value, last).wait();
+  } catch (const TimeoutError& e) {
+    // As the runner's waits: name the stage's rank the loss should have come from.
+    throw TimeoutError("pipeline: rank " + std::to_string(rank_) +
+                       " waited in vain for the loss of the last stage from pipeline rank " +
+                       std::to_string(last) + " (world rank " +
+                       std::to_string(p.pp_group.global_ranks().at(last)) +
+                       "), which hung or failed: " + e.what());
+  }
   return value.item<double>() / static_cast<double>(batches.size());
 }
 

@@ -398,7 +398,10 @@ TEST_CASE("a hung pipeline stage stops every rank within the timeout, naming the
   INFO(r.out << r.err << log);
   CHECK_THAT(r.out, Contains("exit 1"));
   CHECK(r.seconds < 60);
-  CHECK_THAT(log, Contains("waited in vain for the gradient of stage 0") &&
+  // Rank 0 waits for the gradient of stage 0, or, when rank 1 was stopped after its backward
+  // (the log lags a loaded machine), for the loss of the last stage: both name rank 1.
+  CHECK_THAT(log, (Contains("waited in vain for the gradient of stage 0") ||
+                   Contains("waited in vain for the loss of the last stage")) &&
                       Contains("from pipeline rank 1 (world rank 1)"));
   fs::remove_all(dir);
 }
