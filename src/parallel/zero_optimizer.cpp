@@ -49,7 +49,7 @@ struct ZeroOptimizer::Impl {
   std::vector<Unit> units;
   std::vector<size_t> param_nbytes;  // per reducer param: its local storage
   bool sharded = false;              // stage 3 hooks installed (after the first step)
-  std::vector<std::pair<const torch::nn::Module*, vescale::nn::ForwardHooks>> saved_hooks;
+  std::vector<vescale::nn::HookHandle> gather_links;  // stage 3: each unit's, once sharded
 
   explicit Impl(GradReducer::State& s) : rs(s) {}
 
@@ -144,16 +144,12 @@ void ZeroOptimizer::Impl::release(size_t u) {
 // forward, and after the last bucket of its gradients is sent.
 void ZeroOptimizer::Impl::install_hooks() {
   for (size_t u = 1; u < units.size(); ++u) {
-    const torch::nn::Module* m = rs.unit_modules[u - 1].get();
-    const vescale::nn::ForwardHooks* existing = vescale::nn::forward_hooks(m);
-    vescale::nn::ForwardHooks hooks = existing ? *existing : vescale::nn::ForwardHooks{};
-    saved_hooks.emplace_back(m, hooks);
-    auto inner = hooks.around;
-    hooks.around = [this, u, inner](const std::vector<at::Tensor>& in,
-                                    const vescale::nn::ForwardHooks::Forward& fwd) {
+    vescale::nn::ForwardHooks hooks;
+    hooks.around = [this, u](const std::vector<at::Tensor>& in,
+                             const vescale::nn::ForwardHooks::Forward& fwd) {
       ensure_full(u);
       if (u + 1 < units.size()) start_gather(u + 1);
-      at::Tensor out = inner ? inner(in, fwd) : fwd(in);
+      at::Tensor out = fwd(in);
       if (out.requires_grad())
         out.register_hook([this, u](const at::Tensor&) {
           ensure_full(u);
@@ -162,7 +158,8 @@ void ZeroOptimizer::Impl::install_hooks() {
       release(u);
       return out;
     };
-    vescale::nn::set_forward_hooks(m, std::move(hooks));
+    gather_links.push_back(vescale::nn::add_forward_hook(
+        *rs.unit_modules[u - 1], vescale::nn::HookSlot::ZeroGather, std::move(hooks)));
   }
   rs.on_bucket_sent = [this](size_t k) {
     Unit& unit = units[rs.buckets[k].unit];
@@ -172,8 +169,7 @@ void ZeroOptimizer::Impl::install_hooks() {
 }
 
 void ZeroOptimizer::Impl::remove_hooks() {
-  for (auto& [m, hooks] : saved_hooks) vescale::nn::set_forward_hooks(m, hooks);
-  saved_hooks.clear();
+  gather_links.clear();
   rs.on_bucket_sent = nullptr;
 }
 

@@ -5,8 +5,9 @@
 #include <torch/nn/modules/dropout.h>
 #include <torch/types.h>
 
-#include "vescale/nn/module_hooks.h"
 #include "vescale/common/check.h"
+#include "vescale/nn/module_hooks.h"
+#include "vescale/nn/routed_experts.h"
 #include "vescale/common/logging.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/random/random.h"
@@ -31,16 +32,7 @@ std::function<at::Tensor(const at::Tensor&)> reshard_to(const mesh::DeviceMesh& 
   };
 }
 
-std::vector<BoundaryInstaller>& installers() {
-  static std::vector<BoundaryInstaller> list;
-  return list;
-}
-
 }  // namespace
-
-void register_boundary_installer(BoundaryInstaller installer) {
-  installers().push_back(std::move(installer));
-}
 
 std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model, const Plan& plan,
                                                        const mesh::DeviceMesh& mesh,
@@ -89,7 +81,7 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
                                const vescale::nn::ForwardHooks::Forward&) {
         return random::dropout(xs.at(0), dropout->options.p(), dropout->is_training());
       };
-      vescale::nn::set_forward_hooks(dropout, std::move(hooks));
+      vescale::nn::add_forward_hook(*dropout, vescale::nn::HookSlot::Plan, std::move(hooks)).detach();
     }
     log::info("parallelize: " + std::to_string(placements.size()) + " parameters on " +
               mesh.to_string() +
@@ -109,9 +101,18 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
                   "' lists several outputs; modules here return one tensor");
     if (!spec->output.empty())
       hooks.output = reshard_to(mesh, spec->output[0], m.key() + ".output");
-    vescale::nn::set_forward_hooks(m.value().get(), std::move(hooks));
+    // The module's for its life (remove_forward_hooks removes it).
+    vescale::nn::add_forward_hook(*m.value(), vescale::nn::HookSlot::Plan, std::move(hooks)).detach();
   }
-  for (const auto& install : installers()) install(model, plan, mesh);
+  if (options.boundaries) {
+    options.boundaries(model, plan, mesh);
+  } else {
+    for (const auto& m : model.named_modules("", true))
+      VESCALE_CHECK(dynamic_cast<const vescale::nn::RoutedExperts*>(m.value().get()) == nullptr,
+                    "parallelize: '", m.key(), "' is a mixture-of-experts module, whose boundary ",
+                    "(dispatch, local experts, combine) lives above plan/; parallelize the model ",
+                    "with parallel::parallelize (vescale/parallel/parallelize.h)");
+  }
   size_t sharded = 0;
   for (auto& [name, pl] : placements)
     for (auto& x : pl) sharded += x.is_shard() ? 1 : 0;
@@ -122,8 +123,10 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
 }
 
 void remove_forward_hooks(torch::nn::Module& model) {
-  for (const auto& m : model.named_modules("", true))
-    vescale::nn::set_forward_hooks(m.value().get(), {});
+  for (const auto& m : model.named_modules("", true)) {
+    vescale::nn::remove_forward_hook(*m.value(), vescale::nn::HookSlot::Plan);
+    vescale::nn::remove_forward_hook(*m.value(), vescale::nn::HookSlot::Experts);
+  }
 }
 
 }  // namespace vescale::plan

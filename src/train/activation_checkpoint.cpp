@@ -7,6 +7,7 @@
 #include <torch/autograd.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "vescale/nn/module_hooks.h"
@@ -133,28 +134,27 @@ at::Tensor checkpoint(const std::vector<at::Tensor>& inputs, const BlockForward&
   return outputs[0];
 }
 
-int enable_activation_checkpointing(torch::nn::Module& root, const std::string& pattern,
-                                    const SideOutputs& side_outputs) {
-  int wrapped = 0;
+std::vector<nn::HookHandle> enable_activation_checkpointing(torch::nn::Module& root,
+                                                            const std::string& pattern,
+                                                            const SideOutputs& side_outputs) {
+  std::vector<nn::HookHandle> links;
   for (const auto& item : root.named_modules()) {
     if (!component_match(pattern, item.key())) continue;
-    const torch::nn::Module* m = item.value().get();
-    vescale::nn::ForwardHooks hooks;
-    if (const auto* existing = vescale::nn::forward_hooks(m)) hooks = *existing;
-    VESCALE_CHECK(!hooks.around, "activation checkpointing: module '", item.key(),
-                  "' already has an 'around' hook; wrap it only once");
+    const auto slots = nn::hook_slots(*item.value());
+    VESCALE_CHECK(std::find(slots.begin(), slots.end(), nn::HookSlot::Checkpoint) == slots.end(),
+                  "activation checkpointing: module '", item.key(),
+                  "' is checkpointed already; enable it once");
     std::vector<at::Tensor*> side;
     if (side_outputs) side = side_outputs(*item.value());
-    hooks.around = [side](const std::vector<at::Tensor>& xs,
-                          const vescale::nn::ForwardHooks::Forward& f) {
+    nn::ForwardHooks link;
+    link.around = [side](const std::vector<at::Tensor>& xs, const nn::ForwardHooks::Forward& f) {
       return checkpoint(xs, f, side);
     };
-    vescale::nn::set_forward_hooks(m, std::move(hooks));
-    ++wrapped;
+    links.push_back(nn::add_forward_hook(*item.value(), nn::HookSlot::Checkpoint, std::move(link)));
   }
-  VESCALE_CHECK(wrapped > 0, "activation checkpointing: no module matches '", pattern,
+  VESCALE_CHECK(!links.empty(), "activation checkpointing: no module matches '", pattern,
                 "' ('*' stands for one name component, like h.* for h.0, h.1, ...)");
-  return wrapped;
+  return links;
 }
 
 }  // namespace vescale::train

@@ -28,7 +28,7 @@
 #include "vescale/nn/module_hooks.h"
 #include "vescale/optim/adamw.h"
 #include "vescale/optim/lr_schedule.h"
-#include "vescale/plan/parallelize.h"
+#include "vescale/parallel/parallelize.h"
 #include "vescale/plan/plan.h"
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
@@ -115,7 +115,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     if (plan.pipeline()) {
       setup_pipeline(plan);  // this rank's stages, parallelized on the stage's mesh
     } else {
-      plan::parallelize(*model_.module, plan, *mesh_,
+      parallel::parallelize(*model_.module, plan, *mesh_,
                         {.init = model_.init, .plain_on_one_device = true});
     }
     // Before the reducer and the optimizer see them (ZeRO-3 reshapes the parameters' storage).
@@ -147,8 +147,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   dtensor::set_static_eager(config_.parallel.static_eager);
   // A pipeline stage may hold no block (only the embedding, say).
   if (t.activation_checkpointing && (!pipeline_ || has_block(*model_.module, model_.block_pattern)))
-    enable_activation_checkpointing(*model_.module, model_.block_pattern,
-                                    model_.block_side_outputs);
+    checkpointed_ = enable_activation_checkpointing(*model_.module, model_.block_pattern,
+                                                    model_.block_side_outputs);
   // Around the checkpointing hook, so a block's forward span is the forward it runs.
   if (config_.log.timeline.on())
     timeline_ = std::make_unique<TimelineWindow>(config_, mesh_ ? &*mesh_ : nullptr, *model_.module,
@@ -225,7 +225,6 @@ Trainer::~Trainer() {
   if (pipeline_) pipeline_->runner.reset();
   optimizer_.reset();  // ZeRO before the reducer it steps
   reducer_.reset();
-  if (config_.train.activation_checkpointing) vescale::nn::clear_all_forward_hooks();
 }
 
 void Trainer::check_memory_fits() const {

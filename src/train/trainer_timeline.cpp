@@ -46,11 +46,10 @@ struct BackwardMark : torch::autograd::Function<BackwardMark<kOpens>> {
 
 // Forward and backward spans for one block: forward around the call, backward between the
 // marks on its first input and its output.
-nn::ForwardHooks timed(nn::ForwardHooks hooks, uint32_t name) {
-  auto inner = hooks.around;
-  hooks.around = [inner, name](const std::vector<at::Tensor>& xs,
-                               const nn::ForwardHooks::Forward& f) {
-    if (!timeline::enabled()) return inner ? inner(xs, f) : f(xs);
+nn::ForwardHooks timed(uint32_t name) {
+  nn::ForwardHooks hooks;
+  hooks.around = [name](const std::vector<at::Tensor>& xs, const nn::ForwardHooks::Forward& f) {
+    if (!timeline::enabled()) return f(xs);
     const bool backward = at::GradMode::is_enabled() && !nn::recomputing();
     std::vector<at::Tensor> in = xs;
     if (backward && !in.empty() && in[0].defined() && in[0].requires_grad())
@@ -59,7 +58,7 @@ nn::ForwardHooks timed(nn::ForwardHooks hooks, uint32_t name) {
     {
       timeline::Scope span(nn::recomputing() ? timeline::Kind::Recompute : timeline::Kind::Forward,
                            name);
-      out = inner ? inner(in, f) : f(in);
+      out = f(in);
     }
     if (backward && out.defined() && out.requires_grad())
       out = BackwardMark<true>::apply(out, static_cast<int64_t>(name));
@@ -99,16 +98,13 @@ TimelineWindow::TimelineWindow(const Config& config, const mesh::DeviceMesh* mes
   for (const auto& item : model.named_modules()) {
     if (!component_match(block_pattern, item.key())) continue;
     const torch::nn::Module* m = item.value().get();
-    const nn::ForwardHooks* existing = nn::forward_hooks(m);
-    previous_.emplace_back(m, existing ? std::optional<nn::ForwardHooks>(*existing) : std::nullopt);
-    nn::set_forward_hooks(
-        m, timed(existing ? *existing : nn::ForwardHooks{}, timeline::intern(item.key())));
+    links_.push_back(nn::add_forward_hook(*m, nn::HookSlot::Timeline,
+                                          timed(timeline::intern(item.key()))));
   }
 }
 
 TimelineWindow::~TimelineWindow() {
   timeline::set_enabled(false);
-  for (auto& [m, hooks] : previous_) nn::set_forward_hooks(m, hooks ? *hooks : nn::ForwardHooks{});
 }
 
 void TimelineWindow::before_step(int64_t step) {

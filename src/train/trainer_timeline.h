@@ -42,7 +42,7 @@ class TimelineWindow {
   int64_t first_ = 0, last_ = -1;
   int64_t begin_ns_ = 0;
   std::vector<timeline::ClockSample> clock_;
-  std::vector<std::pair<const torch::nn::Module*, std::optional<nn::ForwardHooks>>> previous_;
+  std::vector<nn::HookHandle> links_;  // each block's span link (nn::HookSlot::Timeline)
 };
 
 }  // namespace vescale::train

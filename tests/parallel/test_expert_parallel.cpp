@@ -18,7 +18,7 @@
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/parallel/expert/expert_parallel.h"
-#include "vescale/plan/parallelize.h"
+#include "vescale/parallel/parallelize.h"
 #include "vescale/train/trainer.h"
 
 using namespace vescale;
@@ -93,7 +93,7 @@ Grads grads_of(const models::MixtralOptions& o, const at::Tensor& tokens,
                const plan::Plan* plan, const mesh::DeviceMesh* mesh) {
   models::Mixtral model(o);
   set_weights(*model);
-  if (plan) plan::parallelize(*model, *plan, *mesh);  // keeps the weights set above
+  if (plan) parallel::parallelize(*model, *plan, *mesh);  // keeps the weights set above
   auto input = tokens.narrow(1, 0, tokens.size(1) - 1), target = tokens.narrow(1, 1, tokens.size(1) - 1);
   if (plan) input = testing::model_input(input, *mesh), target = testing::model_input(target, *mesh);
   auto logits = model->forward(input);  // before aux_loss, which reads the router logits

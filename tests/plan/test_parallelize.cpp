@@ -19,8 +19,10 @@
 #include "common/train_util.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
+#include "vescale/parallel/parallelize.h"
 #include "vescale/plan/parallelize.h"
 #include "vescale/random/random.h"
+#include "vescale/train/activation_checkpoint.h"
 
 using namespace vescale;
 
@@ -90,8 +92,9 @@ Trained train_planned(const Options& o, const plan::Plan& plan, const mesh::Devi
                       RunOptions run = {}) {
   random::manual_seed(1234);
   Model model(o);
-  plan::parallelize(*model, plan, mesh,
-                    {.init = [&] { model->init_weights(); }, .plain_on_one_device = run.plain});
+  // parallel::parallelize: plan::parallelize, and the experts' boundary for Mixtral.
+  parallel::parallelize(*model, plan, mesh,
+                        {.init = [&] { model->init_weights(); }, .plain_on_one_device = run.plain});
   if (run.plain)
     for (auto& p : model->named_parameters()) {
       INFO(p.key());
@@ -394,8 +397,8 @@ void check_tp_step_collectives(const std::string& file, const Options& o, int64_
   auto mesh = mesh::DeviceMesh::init({{"tp", dist::world_size()}});
   random::manual_seed(1234);
   Model model(o);
-  plan::parallelize(*model, plan::Plan::from_json_file(repo_file(file)), mesh,
-                    {.init = [&] { model->init_weights(); }});
+  parallel::parallelize(*model, plan::Plan::from_json_file(repo_file(file)), mesh,
+                        {.init = [&] { model->init_weights(); }});
   auto full = batch(0, o.vocab_size);
   auto x = model_input(full.slice(1, 0, kSeq).contiguous(), mesh);
   auto y = model_input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
@@ -431,4 +434,54 @@ TEST_CASE("a TP step makes Megatron's all-reduces and no other collective",
   const int64_t G = tiny_gpt().n_layer;
   check_tp_step_collectives<models::GPT>("configs/plans/gpt2_tp.json", tiny_gpt(), 4 * G + 4,
                                          2 * G);
+}
+
+TEST_CASE("two models in one process keep their own hooks: parallelized differently, hooks removed one at a time",
+          "[plan][world2]") {
+  auto mesh = mesh::DeviceMesh::init({{"tp", dist::world_size()}});
+  const auto o = tiny_llama(kSeq);
+  auto build = [&](const char* plan_file) {
+    random::manual_seed(1234);
+    models::Llama m(o);
+    parallel::parallelize(*m, plan::Plan::from_json_file(repo_file(plan_file)), mesh,
+                          {.init = [&] { m->init_weights(); }});
+    return m;
+  };
+  auto slots = [](models::Llama& m, const std::string& name) {
+    for (const auto& item : m->named_modules())
+      if (item.key() == name) return nn::hook_slots(*item.value());
+    FAIL("no module " << name);
+    return std::vector<nn::HookSlot>{};
+  };
+  using Slots = std::vector<nn::HookSlot>;
+  // The same weights under two plans: sequence-parallel and plain tensor-parallel (both hook
+  // layers.*.attention, each its own way).
+  models::Llama sp = build("configs/plans/llama_tp_sp.json"), tp = build("configs/plans/llama_tp.json");
+  const auto x = model_input(batch(0, o.vocab_size).slice(1, 0, kSeq).contiguous(), mesh);
+  auto logits = [&](models::Llama& m) {
+    torch::NoGradGuard no_grad;
+    return dtensor::full_tensor(m->forward(x));
+  };
+  const at::Tensor want_sp = logits(sp), want_tp = logits(tp);
+  CHECK(at::allclose(want_sp, want_tp, 1e-5, 1e-5));  // one model, two layouts
+  CHECK(slots(sp, "layers.0.attention") == Slots{nn::HookSlot::Plan});
+  CHECK(slots(tp, "layers.0.attention") == Slots{nn::HookSlot::Plan});
+  // Activation checkpointing on one model's blocks adds a link there only.
+  auto checkpointed = train::enable_activation_checkpointing(*sp, "layers.*");
+  REQUIRE(checkpointed.size() == static_cast<size_t>(o.n_layers));
+  CHECK(slots(sp, "layers.0") == Slots{nn::HookSlot::Checkpoint});
+  CHECK(slots(tp, "layers.0").empty());
+  CHECK(at::equal(logits(tp), want_tp));
+  CHECK(at::equal(logits(sp), want_sp));
+  // The first model's plan hooks go; its checkpointing link and the other model's hooks stay.
+  plan::remove_forward_hooks(*sp);
+  CHECK(slots(sp, "layers.0.attention").empty());
+  CHECK(slots(sp, "layers.0") == Slots{nn::HookSlot::Checkpoint});
+  CHECK(slots(tp, "layers.0.attention") == Slots{nn::HookSlot::Plan});
+  CHECK(at::equal(logits(tp), want_tp));
+  checkpointed.clear();
+  CHECK(slots(sp, "layers.0").empty());
+  CHECK(at::equal(logits(tp), want_tp));
+  plan::remove_forward_hooks(*tp);
+  CHECK(slots(tp, "layers.0.attention").empty());
 }

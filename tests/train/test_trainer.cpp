@@ -186,11 +186,12 @@ TEST_CASE("activation checkpointing gives the same grads, dropout included", "[t
   torch::manual_seed(11);
   auto l0 = loss(plain);
   l0.backward();
-  CHECK(enable_activation_checkpointing(*ckpt, "h.*") == 3);
+  auto checkpointed = enable_activation_checkpointing(*ckpt, "h.*");
+  CHECK(checkpointed.size() == 3);
   torch::manual_seed(11);
   auto l1 = loss(ckpt);
   l1.backward();
-  vescale::nn::clear_all_forward_hooks();
+  checkpointed.clear();
   CHECK(l0.item<double>() == l1.item<double>());
   auto g0 = grads_of(*plain), g1 = grads_of(*ckpt);
   for (auto& [name, g] : g0) {
@@ -203,7 +204,7 @@ TEST_CASE("activation checkpointing gives the same grads, dropout included", "[t
   auto a = plain->forward(tokens);
   auto b = plain->forward(tokens);
   CHECK_FALSE(at::allclose(a, b));
-  CHECK_THROWS_WITH(enable_activation_checkpointing(*plain, "blocks.*"),
+  CHECK_THROWS_WITH((void)enable_activation_checkpointing(*plain, "blocks.*"),
                     Contains("no module matches 'blocks.*'"));
 }
 
@@ -424,8 +425,9 @@ TEST_CASE(
   Model plain = build_model(cfg.model);
   torch::manual_seed(3);
   Model ckpt = build_model(cfg.model);
-  REQUIRE(enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern,
-                                          ckpt.block_side_outputs) == 2);
+  const auto checkpointed =
+      enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern, ckpt.block_side_outputs);
+  REQUIRE(checkpointed.size() == 2);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
   const auto tokens = at::randint(256, {4, 33}, gen, at::kLong);
   const auto x = tokens.slice(1, 0, 32), y = tokens.slice(1, 1, 33);
@@ -456,7 +458,6 @@ TEST_CASE(
   const std::string router = "layers.1.feed_forward.router.weight";
   CHECK(max_diff(ce_only.grads.at(router), want.grads.at(router)) > 1e-6);
   CHECK(max_diff(ce_only.grads.at("output.weight"), want.grads.at("output.weight")) == 0);
-  vescale::nn::clear_all_forward_hooks();
 }
 
 TEST_CASE("expert loads count each training forward once, also under activation checkpointing",
@@ -466,8 +467,9 @@ TEST_CASE("expert loads count each training forward once, also under activation 
   const auto cfg = tiny_mixtral();
   const auto& o = cfg.model.as<models::MixtralOptions>();
   Model ckpt = build_model(cfg.model);
-  REQUIRE(enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern,
-                                          ckpt.block_side_outputs) == 2);
+  const auto checkpointed =
+      enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern, ckpt.block_side_outputs);
+  REQUIRE(checkpointed.size() == 2);
   const auto tokens = at::randint(256, {4, 17}, at::kLong);
   ckpt.module->train();
   ckpt.forward(tokens.slice(1, 0, 16)).sum().backward();
@@ -484,7 +486,6 @@ TEST_CASE("expert loads count each training forward once, also under activation 
     ckpt.forward(tokens.slice(1, 0, 16));
   }
   for (const auto& l : ckpt.moe.take_loads()) CHECK(!l.defined());  // reset, and eval not counted
-  vescale::nn::clear_all_forward_hooks();
 }
 
 TEST_CASE("the aux-loss-free expert bias moves once per step towards balance and is checkpointed",

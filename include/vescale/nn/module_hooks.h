@@ -2,12 +2,16 @@
 // and register_forward_hook; libtorch's C++ modules have neither. Models call their submodules
 // through vescale::nn::call(sub, args...), which runs the hooks some framework installed on `sub`
 // (vescale's parallelize reshards inputs and outputs this way) and is a plain call otherwise.
-// Nothing here knows about parallelism.
+// Several users hook one module (the plan's boundary, ZeRO-3, the timeline, activation
+// checkpointing, the experts' boundary): each adds a link to the module's chain in its slot and
+// keeps a handle; the chain's order is fixed (HookSlot). Nothing here knows about parallelism.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -19,6 +23,7 @@ class Module;
 
 namespace vescale::nn {
 
+// One link of a module's hook chain: what one user adds around the module's forward.
 struct ForwardHooks {
   // inputs[k] rewrites the k-th tensor argument (an empty function leaves it alone).
   std::vector<std::function<at::Tensor(const at::Tensor&)>> inputs;
@@ -31,14 +36,58 @@ struct ForwardHooks {
   std::function<at::Tensor(const std::vector<at::Tensor>&, const Forward&)> around;
 };
 
-// Process-wide: one table for every module of the process (parallelize fills it;
-// plan::remove_forward_hooks empties one model's part). Install hooks before running forward
-// (the table is read without locks). Installing an empty ForwardHooks removes a module's hooks;
-// clear_all_forward_hooks() empties the whole table, every model's.
-void set_forward_hooks(const torch::nn::Module* module, ForwardHooks hooks);
-void clear_all_forward_hooks();
-// The module's hooks, or nullptr; one relaxed load when none are installed anywhere.
+// The users of a module's chain, outermost first. Each module has at most one link per slot,
+// and the chain nests them in this order whatever order they were added in:
+//   inputs  of every link, outer links first, before any around;
+//   around  outer links wrap inner ones, which wrap the forward;
+//   output  inner links first, after every around.
+enum class HookSlot : int {
+  Plan,        // plan::parallelize: the forward entries' resharding; dropout on one device
+  ZeroGather,  // ZeRO-3: a unit's parameters gathered around its forward, released after
+  Timeline,    // the timeline window: a block's forward and backward spans
+  Checkpoint,  // activation checkpointing: the block rerun in backward
+  Experts,     // the mixture-of-experts boundary: dispatch, the local experts, combine
+};
+const char* to_string(HookSlot slot);
+std::ostream& operator<<(std::ostream& os, HookSlot slot);
+
+// Owns one link: removing it (destruction, reset()) leaves the module's other links as they
+// are. Move-only.
+class HookHandle {
+ public:
+  HookHandle() = default;
+  ~HookHandle() { reset(); }
+  HookHandle(HookHandle&& other) noexcept;
+  HookHandle& operator=(HookHandle&& other) noexcept;
+  HookHandle(const HookHandle&) = delete;
+  HookHandle& operator=(const HookHandle&) = delete;
+  void reset();
+  // Leaves the link to the module for its lifetime (remove_forward_hook removes it).
+  void detach();
+  bool active() const { return module_ != nullptr; }
+
+ private:
+  friend HookHandle add_forward_hook(const torch::nn::Module&, HookSlot, ForwardHooks);
+  HookHandle(const torch::nn::Module* module, HookSlot slot, uint64_t id)
+      : module_(module), slot_(slot), id_(id) {}
+  const torch::nn::Module* module_ = nullptr;
+  HookSlot slot_ = HookSlot::Plan;
+  uint64_t id_ = 0;
+};
+
+// Process-wide table (every module of the process, each model's modules their own entries):
+// adds `link` to `module`'s chain in `slot`; throws when the slot is taken. Add and remove links
+// before running forward (the table is read without locks).
+[[nodiscard]] HookHandle add_forward_hook(const torch::nn::Module& module, HookSlot slot,
+                                          ForwardHooks link);
+// Removes the module's link in `slot`, whoever added it (no-op when there is none): for owners
+// that track modules rather than handles (plan::remove_forward_hooks).
+void remove_forward_hook(const torch::nn::Module& module, HookSlot slot);
+// The module's chain composed into one ForwardHooks, or nullptr; one relaxed load when no
+// module of the process has hooks.
 const ForwardHooks* forward_hooks(const torch::nn::Module* module);
+// The slots of the module's chain that hold a link, outermost first (for tests and messages).
+std::vector<HookSlot> hook_slots(const torch::nn::Module& module);
 
 // True on this thread while a forward runs again for activation checkpointing (during
 // backward). Code that counts what a forward did (a mixture of experts' loads) skips the rerun.

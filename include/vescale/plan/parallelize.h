@@ -1,7 +1,7 @@
 // parallelize(model, plan, mesh): the plan, not the model, decides the parallelism (docs/plan.md).
 // Parameters become DTensors in place (the model's own members see them), the model's init
 // can rerun on them through the consistent RNG, and the plan's `forward` entries become
-// forward hooks (models/module_hooks.h) that reshard module inputs and outputs.
+// forward hooks (nn/module_hooks.h, the Plan slot) that reshard module inputs and outputs.
 #pragma once
 #include <functional>
 #include <map>
@@ -30,6 +30,12 @@ struct ParallelizeOptions {
   // are installed, and torch::nn::Dropout modules draw their masks from vescale::random (as
   // DTensor dropout does), so training matches the same plan on any world size.
   bool plain_on_one_device = false;
+  // Module boundaries implemented above plan/: called at the end (unless the one-device case
+  // returned first), once the parameters are DTensors and the plan's hooks are in place.
+  // parallel::parallelize passes the mixture-of-experts boundary (parallel/parallelize.h); a
+  // model with nn::RoutedExperts modules and no boundaries is an error naming it.
+  std::function<void(torch::nn::Module& model, const Plan& plan, const mesh::DeviceMesh& mesh)>
+      boundaries = {};
 };
 
 // Returns each parameter's placements. On a 1-rank mesh the parameters still become
@@ -38,15 +44,9 @@ std::map<std::string, dtensor::Placements> parallelize(torch::nn::Module& model,
                                                        const mesh::DeviceMesh& mesh,
                                                        const ParallelizeOptions& options = {});
 
-// Module boundaries implemented by layers above plan/ (parallel/expert: the mixture-of-experts
-// dispatch of the plan's "moe" entries). Each registered installer runs at the end of every
-// parallelize on a mesh of more than one rank, once the parameters are DTensors and the plan's
-// forward hooks are in place. Register at load time (a static initializer).
-using BoundaryInstaller =
-    std::function<void(torch::nn::Module& model, const Plan& plan, const mesh::DeviceMesh& mesh)>;
-void register_boundary_installer(BoundaryInstaller installer);
-
-// Removes the forward hooks parallelize installed (the parameters stay DTensors).
+// Removes the forward hooks parallelize installed on this model's modules, its links in the
+// Plan and Experts slots (nn/module_hooks.h); other users' links, and other models', stay. The
+// parameters stay DTensors.
 void remove_forward_hooks(torch::nn::Module& model);
 
 }  // namespace vescale::plan

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "vescale/nn/module_hooks.h"
+
 namespace torch::nn {
 class Module;
 }
@@ -34,10 +36,11 @@ using SideOutputs = std::function<std::vector<at::Tensor*>(torch::nn::Module& bl
 at::Tensor checkpoint(const std::vector<at::Tensor>& inputs, const BlockForward& forward,
                       const std::vector<at::Tensor*>& side = {});
 
-// Wraps every submodule of `root` whose FQN matches `pattern` ('*' = one name component, e.g.
-// "h.*") through its vescale::nn::ForwardHooks::around, keeping hooks already installed on it.
-// Returns how many modules it wrapped; zero is an error naming the pattern.
-int enable_activation_checkpointing(torch::nn::Module& root, const std::string& pattern,
-                                    const SideOutputs& side_outputs = {});
+// Checkpoints every submodule of `root` whose FQN matches `pattern` ('*' = one name component,
+// e.g. "h.*"): a link in each one's hook chain (nn::HookSlot::Checkpoint; the others stay).
+// Returns the links' handles, one per block: checkpointing lasts while they live. No match is
+// an error naming the pattern.
+[[nodiscard]] std::vector<nn::HookHandle> enable_activation_checkpointing(
+    torch::nn::Module& root, const std::string& pattern, const SideOutputs& side_outputs = {});
 
 }  // namespace vescale::train

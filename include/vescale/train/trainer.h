@@ -19,6 +19,7 @@
 #include "vescale/dist/process_group.h"
 #include "vescale/parallel/grad_reducer.h"
 #include "vescale/mesh/device_mesh.h"
+#include "vescale/nn/module_hooks.h"
 #include "vescale/optim/optimizer.h"
 #include "vescale/parallel/pipeline/runner.h"
 #include "vescale/train/config.h"
@@ -171,6 +172,7 @@ class Trainer {
   std::string optimizer_resume_;  // a checkpoint whose optimizer state loads once the optimizer can
   std::unique_ptr<PipelineTraining> pipeline_;
   std::unique_ptr<TimelineWindow> timeline_;  // with log.timeline set
+  std::vector<nn::HookHandle> checkpointed_;  // train.activation_checkpointing's links
   std::function<void(int64_t)> step_hook_;
 };
 

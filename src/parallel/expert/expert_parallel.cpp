@@ -262,12 +262,11 @@ int install_moe_boundaries(torch::nn::Module& model, const plan::Plan& plan,
     if (experts == nullptr) continue;
     Boundary b{m.key(), mesh, spec ? spec->ep : "", experts};
     nn::ForwardHooks hooks;
-    if (const auto* existing = nn::forward_hooks(m.value().get())) hooks = *existing;
-    VESCALE_CHECK(!hooks.around, "moe boundary ", m.key(), ": the module already has an around hook");
     hooks.around = [b](const std::vector<at::Tensor>& in, const nn::ForwardHooks::Forward& f) {
       return boundary_forward(b, in, f);
     };
-    nn::set_forward_hooks(m.value().get(), std::move(hooks));
+    // The module's for its life, as the plan's links: plan::remove_forward_hooks removes it.
+    nn::add_forward_hook(*m.value(), nn::HookSlot::Experts, std::move(hooks)).detach();
     ++installed;
   }
   return installed;
@@ -283,14 +282,5 @@ void reset_dispatch_stats() {
   auto& c = counters();
   c.dispatches = 0, c.all_to_alls = 0, c.rows_sent = 0, c.bytes_sent = 0, c.dropped = 0;
 }
-
-namespace {
-const bool registered = (plan::register_boundary_installer(
-                             [](torch::nn::Module& model, const plan::Plan& plan,
-                                const mesh::DeviceMesh& mesh) {
-                               install_moe_boundaries(model, plan, mesh);
-                             }),
-                         true);
-}  // namespace
 
 }  // namespace vescale::parallel::expert

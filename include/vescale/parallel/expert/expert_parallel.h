@@ -32,7 +32,7 @@ class Module;
 namespace vescale::parallel::expert {
 
 // Installs the boundary on every nn::RoutedExperts module of `model` (with the plan's moe entry
-// for it, if any). parallelize() does this itself (a registered boundary installer); returns
+// for it, if any). parallel::parallelize (parallel/parallelize.h) does this itself; returns
 // how many modules got one. Throws when a moe entry's module is not a RoutedExperts.
 int install_moe_boundaries(torch::nn::Module& model, const plan::Plan& plan,
                            const mesh::DeviceMesh& mesh);
