@@ -3,6 +3,8 @@
 // full tensor that torch.chunk gives, and its full value must equal the source's.
 #include <catch2/catch.hpp>
 
+#include "vescale/dist/process_group.h"
+
 #include "dtensor/dtensor_test_util.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
@@ -73,16 +75,47 @@ TEST_CASE("redistribute: every transition on a 2x2 mesh", "[world4]") {
 TEST_CASE("redistribute uses the named collectives", "[world4]") {
   auto mesh = mesh::DeviceMesh::init({{"x", 4}});
   auto full = full_randn({8, 4}, 3);
-  // Shard(0) -> Shard(1) is an all-to-all: the result matches the column slice.
-  auto y = redistribute(distribute_tensor(full, mesh, {Shard(0)}), {Shard(1)});
-  CHECK(at::equal(to_local(y), full.narrow(1, mesh.coordinate()[0], 1)));
-  // Partial -> Shard(0) is a reduce-scatter.
+  const auto x = distribute_tensor(full, mesh, {Shard(0)});
+  const auto replicated = distribute_tensor(full, mesh, {Replicate()});
   auto p = from_local(full.clone(), mesh, {Partial()});  // every rank holds `full`: the sum is 4x
-  auto s = redistribute(p, {Shard(0)});
+  // The collectives one redistribute issued: exactly the one its transition names.
+  auto issued = [](auto&& f) {
+    const auto before = dist::collective_stats();
+    auto out = f();
+    const auto after = dist::collective_stats();
+    return std::pair{out, dist::CollectiveStats{after.all_reduce - before.all_reduce,
+                                                after.all_gather - before.all_gather,
+                                                after.reduce_scatter - before.reduce_scatter,
+                                                after.all_to_all - before.all_to_all,
+                                                after.broadcast - before.broadcast,
+                                                after.send_recv - before.send_recv}};
+  };
+  // Shard(0) -> Shard(1) is one all-to-all: the result matches the column slice.
+  auto [y, a2a] = issued([&] { return redistribute(x, {Shard(1)}); });
+  CHECK(at::equal(to_local(y), full.narrow(1, mesh.coordinate()[0], 1)));
+  CHECK(a2a.all_to_all == 1);
+  CHECK(a2a.total() == 1);
+  // Partial -> Shard(0) is one reduce-scatter.
+  auto [s, rs] = issued([&] { return redistribute(p, {Shard(0)}); });
   CHECK(at::allclose(to_local(s), full.narrow(0, 2 * mesh.coordinate()[0], 2) * 4));
-  // Replicate -> Partial(sum) keeps the value on coordinate 0 only.
-  auto r = redistribute(distribute_tensor(full, mesh, {Replicate()}), {Partial()});
+  CHECK(rs.reduce_scatter == 1);
+  CHECK(rs.total() == 1);
+  // Shard(0) -> Replicate is one all-gather; Partial -> Replicate one all-reduce.
+  auto [g, ag] = issued([&] { return redistribute(x, {Replicate()}); });
+  CHECK(at::equal(to_local(g), full));
+  CHECK(ag.all_gather == 1);
+  CHECK(ag.total() == 1);
+  auto [sum, ar] = issued([&] { return redistribute(p, {Replicate()}); });
+  CHECK(at::allclose(to_local(sum), full * 4));
+  CHECK(ar.all_reduce == 1);
+  CHECK(ar.total() == 1);
+  // Replicate -> Partial(sum) and Replicate -> Shard are local: no collective at all.
+  auto [r, none] = issued([&] { return redistribute(replicated, {Partial()}); });
   CHECK(at::equal(to_local(r), mesh.coordinate()[0] == 0 ? full : at::zeros_like(full)));
+  CHECK(none.total() == 0);
+  auto [cut, none2] = issued([&] { return redistribute(replicated, {Shard(0)}); });
+  CHECK(at::equal(to_local(cut), full.narrow(0, 2 * mesh.coordinate()[0], 2)));
+  CHECK(none2.total() == 0);
 }
 
 TEST_CASE("from_local infers uneven global shapes and checks them", "[world4]") {

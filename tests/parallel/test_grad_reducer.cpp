@@ -205,7 +205,7 @@ TEST_CASE("bucketed reduction at DP=world trains like one device", "[parallel][w
 }
 
 TEST_CASE("one bucket holds every gradient when it is big enough", "[parallel][world2]") {
-  if (dist::world_size() != 2) return;
+  REQUIRE(dist::world_size() == 2);  // [world2]
   auto mesh = mesh::DeviceMesh::init({{"dp", dist::world_size()}});
   Run got = train_ddp(replicate_all({"dp"}), mesh, {.bucket_mb = 25});
   CHECK(got.buckets == 1);
@@ -214,7 +214,7 @@ TEST_CASE("one bucket holds every gradient when it is big enough", "[parallel][w
 }
 
 TEST_CASE("gradient accumulation 4 at DP=2 equals one rank with 4x the batch", "[parallel][world2]") {
-  if (dist::world_size() != 2) return;
+  REQUIRE(dist::world_size() == 2);  // [world2]
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}});
   Run got = train_ddp(replicate_all({"dp"}), mesh, {.bucket_mb = 48.0 / 1024}, /*accum=*/4);
   check_close(got, train_plain(got.init, /*accum=*/4), 1e-5, "DP=2 accum 4");
@@ -223,7 +223,7 @@ TEST_CASE("gradient accumulation 4 at DP=2 equals one rank with 4x the batch", "
 }
 
 TEST_CASE("bucketed reduction under DP=2 x TP=2 trains like one device", "[parallel][world4]") {
-  if (dist::world_size() != 4) return;
+  REQUIRE(dist::world_size() == 4);  // [world4]
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
   const auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_dp_tp.json"));
   const auto o = tiny_llama(kSeq);
@@ -250,7 +250,7 @@ TEST_CASE("bucketed reduction under DP=2 x TP=2 trains like one device", "[paral
 
 TEST_CASE("N-D fused reduction: one collective over dp x tp for the SP norm weights",
           "[parallel][world4]") {
-  if (dist::world_size() != 4) return;
+  REQUIRE(dist::world_size() == 4);  // [world4]
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
   const auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_dp_tp_sp.json"));
   // LLaMA-tiny's norm weights: 2 per layer plus the final one, dim floats each.
@@ -302,7 +302,7 @@ TEST_CASE("ZeRO 1, 2 and 3 at DP=world train like one device with 1/world of the
 
 TEST_CASE("ZeRO 2 and 3 with accumulation 4 and clipping at DP=2 equal one rank with 4x the batch",
           "[parallel][zero][world2]") {
-  if (dist::world_size() != 2) return;
+  REQUIRE(dist::world_size() == 2);  // [world2]
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}});
   std::optional<Run> want;
   for (int zero : {2, 3}) {
@@ -319,7 +319,7 @@ TEST_CASE("ZeRO 2 and 3 with accumulation 4 and clipping at DP=2 equal one rank 
 
 TEST_CASE("ZeRO 1, 2 and 3 under DP=2 x TP=2 (with SP) train like one device",
           "[parallel][zero][world4]") {
-  if (dist::world_size() != 4) return;
+  REQUIRE(dist::world_size() == 4);  // [world4]
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
   // Every stage on both plans, fused; unfused (one collective per dim) once per stage.
   struct Case {
@@ -439,7 +439,7 @@ TEST_CASE("peak memory per rank falls from ZeRO 0 to 1 to 2 to 3", "[parallel][z
 }
 
 TEST_CASE("bf16 reduction sends half the bytes and stays close to fp32", "[parallel][zero][world2]") {
-  if (dist::world_size() != 2) return;
+  REQUIRE(dist::world_size() == 2);  // [world2]
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}});
   for (int zero : {0, 2}) {
     parallel::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .zero = zero, .reduce_bf16 = true};

@@ -76,6 +76,7 @@ struct Run {
   std::map<std::string, at::Tensor> params;  // this rank's, gathered whole
   int64_t peak_live = 0;
   int64_t overlapped = -1;  // buckets the reducer launched during backward, last step
+  int64_t buckets = -1;     // buckets it reduced in that step
 };
 
 Run train(Config cfg, std::optional<mesh::DeviceMesh> mesh, int steps) {
@@ -84,7 +85,10 @@ Run train(Config cfg, std::optional<mesh::DeviceMesh> mesh, int steps) {
   for (int s = 0; s < steps; ++s) r.losses.push_back(t.step(s).loss);
   r.params = testing::full_params(*t.model().module);
   if (t.pipeline_stats()) r.peak_live = t.pipeline_stats()->peak_live;
-  if (t.grad_reducer()) r.overlapped = t.grad_reducer()->last_step().overlapped;
+  if (t.grad_reducer()) {
+    r.overlapped = t.grad_reducer()->last_step().overlapped;
+    r.buckets = t.grad_reducer()->last_step().buckets;
+  }
   return r;
 }
 
@@ -177,12 +181,15 @@ TEST_CASE("PP x DP with ZeRO-1 and PP x TP with sequence parallelism train like 
           "[pipeline][world4]") {
   auto pp_dp = check_matches_one_device({"llama_pp_dp.json", "1f1b", 2, 1, {{"pp", 2}, {"dp", 2}},
                                         {"parallel.zero=1"}});
-  // The dp reduction starts inside the last micro-batch's backward, bucket by bucket.
-  CHECK(pp_dp.overlapped > 0);
+  // The dp reduction starts inside the last micro-batch's backward, bucket by bucket: every
+  // bucket is launched from backward's hooks, none waits for finish().
+  CHECK(pp_dp.buckets > 0);
+  CHECK(pp_dp.overlapped == pp_dp.buckets);
   // Zero bubble's deferred weight gradients reach the buckets through their hooks (ZeRO-2).
   auto zb_dp = check_matches_one_device({"llama_pp_dp.json", "zb_h1", 2, 1, {{"pp", 2}, {"dp", 2}},
                                         {"parallel.zero=2"}});
-  CHECK(zb_dp.overlapped > 0);
+  CHECK(zb_dp.buckets > 0);
+  CHECK(zb_dp.overlapped == zb_dp.buckets);
   check_matches_one_device({"llama_pp_tp.json", "zb_h1", 2, 1, {{"pp", 2}, {"tp", 2}}});
 }
 

@@ -247,8 +247,8 @@ TEST_CASE("dropout under TP+SP equals the replicated run bitwise in forward",
   check_close(got, ref, 1e-5, "gpt2_tp_sp dropout 0.1 vs replicated");
 }
 
-TEST_CASE("parallelize on a 1-rank mesh is single-device training", "[plan][any]") {
-  if (dist::world_size() != 1) return;
+TEST_CASE("parallelize on a 1-rank mesh is single-device training", "[plan][world1]") {
+  REQUIRE(dist::world_size() == 1);
   const auto o = tiny_gpt();
   auto mesh = mesh::DeviceMesh::init({{"tp", 1}});
   auto plan = plan::Plan::from_json_file(repo_file("configs/plans/gpt2_tp.json"));
@@ -259,8 +259,8 @@ TEST_CASE("parallelize on a 1-rank mesh is single-device training", "[plan][any]
 }
 
 TEST_CASE("plain_on_one_device: plain tensors with the DTensor init bitwise, trained the same",
-          "[plan][any]") {
-  if (dist::world_size() != 1) return;
+          "[plan][world1]") {
+  REQUIRE(dist::world_size() == 1);
   const auto o = tiny_gpt();
   auto mesh = mesh::DeviceMesh::init({{"tp", 1}});
   auto plan = plan::Plan::from_json_file(
@@ -289,8 +289,8 @@ TORCH_MODULE(DropNet);
 }  // namespace
 
 TEST_CASE("plain_on_one_device: nn::Dropout draws the DTensor masks from vescale::random",
-          "[plan][any]") {
-  if (dist::world_size() != 1) return;
+          "[plan][world1]") {
+  REQUIRE(dist::world_size() == 1);
   auto mesh = mesh::DeviceMesh::init({{"x", 1}});
   DropNet dt, plain;
   plan::parallelize(*dt, replicate_all({"x"}), mesh);
