@@ -1,5 +1,5 @@
 // The optimizer interface the trainer drives: AdamW (optim/adamw.h) and ZeRO
-// (ddp/zero_optimizer.h) implement it, so the loop and the checkpoints need no branch on which
+// (parallel/zero_optimizer.h) implement it, so the loop and the checkpoints need no branch on which
 // one runs. State goes in and out of checkpoints under AdamW's names ("<param>.exp_avg",
 // "<param>.exp_avg_sq", "<param>.step"), whatever the implementation keeps inside, so their
 // checkpoints load into each other on any mesh.
