@@ -57,7 +57,9 @@ int main(int argc, char** argv) {
   try {
     if (!checkpoint.empty() && !to_hf.empty()) {
       const auto files =
-          vescale::train::export_hf(checkpoint, to_hf, {dtype, parse_size(max_shard), overwrite});
+          vescale::train::export_hf(
+          checkpoint, to_hf,
+          {vescale::train::parse_dtype(dtype, "--dtype"), parse_size(max_shard), overwrite});
       std::printf("vescale-convert: wrote %s (%zu files: ", to_hf.c_str(), files.size());
       for (size_t i = 0; i < files.size(); ++i)
         std::printf("%s%s", i ? ", " : "", files[i].c_str());

@@ -27,6 +27,45 @@ using json_schema::a_type;
 using json_schema::Reader;
 using json_schema::Writer;
 
+// Named values -------------------------------------------------------------------------------
+
+// An enum's names in the order of its values, and how a bad name is reported (the messages the
+// checks gave when these fields were strings).
+template <class E>
+struct Names {
+  std::vector<const char*> names;
+  bool one_of = true;  // "'x' is not one of a, b, c"; else "must be a, b or c"
+  std::string list(const char* last_sep) const {
+    std::string s;
+    for (size_t i = 0; i < names.size(); ++i)
+      s += (i == 0 ? "" : i + 1 == names.size() ? last_sep : ", ") + std::string(names[i]);
+    return s;
+  }
+};
+const Names<DType> kDTypes{{"fp32", "bf16"}};
+const Names<GradReduce> kGradReduce{{"overlap", "bucketed", "per_param"}, false};
+const Names<optim::Decay> kDecays{{"cosine", "linear", "constant"}};
+
+template <class E>
+void choice(Reader& r, const char* k, E& out, const Names<E>& n) {
+  if (r.raw(k) == nullptr) return;  // absent: the default stays
+  std::string name;
+  r.field(k, name);
+  for (size_t i = 0; i < n.names.size(); ++i)
+    if (name == n.names[i]) {
+      out = static_cast<E>(i);
+      return;
+    }
+  r.fail(k, n.one_of ? "'" + name + "' is not one of " + n.list(", ")
+                     : "must be " + n.list(" or "));
+}
+
+template <class E>
+void choice(Writer& w, const char* k, E& v, const Names<E>& n) {
+  std::string name = n.names.at(static_cast<size_t>(v));
+  w.field(k, name);
+}
+
 // The schema -------------------------------------------------------------------------------
 
 // model.type picks the family; its options read and write the other model.* fields.
@@ -54,8 +93,8 @@ void visit(V& v, ParallelConfig& c) {
   v.field("plan", c.plan);
   v.field("static_eager", c.static_eager);
   v.field("zero", c.zero);
-  v.field("grad_reduce", c.grad_reduce);
-  v.field("reduce_dtype", c.reduce_dtype);
+  choice(v, "grad_reduce", c.grad_reduce, kGradReduce);
+  choice(v, "reduce_dtype", c.reduce_dtype, Names<DType>{kDTypes.names, false});
 }
 
 template <class V>
@@ -67,7 +106,7 @@ void visit(V& v, TrainConfig& c) {
   v.field("lr", c.lr);
   v.field("min_lr", c.min_lr);
   v.field("warmup_steps", c.warmup_steps);
-  v.field("decay", c.decay);
+  choice(v, "decay", c.decay, kDecays);
   v.field("weight_decay", c.weight_decay);
   v.field("betas", c.betas);
   v.field("eps", c.eps);
@@ -75,7 +114,7 @@ void visit(V& v, TrainConfig& c) {
   v.field("max_loss_spike", c.max_loss_spike);
   v.field("allow_oversubscribe", c.allow_oversubscribe);
   v.field("seed", c.seed);
-  v.field("dtype", c.dtype);
+  choice(v, "dtype", c.dtype, kDTypes);
   v.field("activation_checkpointing", c.activation_checkpointing);
   v.field("peak_flops", c.peak_flops);
   v.field("log_every", c.log_every);
@@ -171,12 +210,7 @@ void validate(const Config& c, const std::string& source,
   }
   check(inferred <= 1, "parallel.mesh", "at most one dim may be -1");
   check(c.parallel.zero >= 0 && c.parallel.zero <= 3, "parallel.zero", "must be 0, 1, 2 or 3");
-  check(c.parallel.grad_reduce == "overlap" || c.parallel.grad_reduce == "bucketed" ||
-            c.parallel.grad_reduce == "per_param",
-        "parallel.grad_reduce", "must be overlap, bucketed or per_param");
-  check(c.parallel.reduce_dtype == "fp32" || c.parallel.reduce_dtype == "bf16",
-        "parallel.reduce_dtype", "must be fp32 or bf16");
-  check(c.parallel.zero == 0 || c.parallel.grad_reduce != "per_param", "parallel.zero",
+  check(c.parallel.zero == 0 || c.parallel.grad_reduce != GradReduce::PerParam, "parallel.zero",
         "needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
 
   const auto& t = c.train;
@@ -193,7 +227,6 @@ void validate(const Config& c, const std::string& source,
   check(t.lr > 0, "train.lr", "must be > 0");
   check(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "must be in [0, train.lr]");
   check(t.warmup_steps >= 0, "train.warmup_steps", "must be >= 0");
-  check_one_of(check, "train.decay", t.decay, {"cosine", "linear", "constant"});
   check(t.weight_decay >= 0, "train.weight_decay", "must be >= 0");
   check(
       t.betas.size() == 2 && t.betas[0] >= 0 && t.betas[0] < 1 && t.betas[1] >= 0 && t.betas[1] < 1,
@@ -203,7 +236,6 @@ void validate(const Config& c, const std::string& source,
   check(
       t.max_loss_spike == 0 || t.max_loss_spike > 1, "train.max_loss_spike",
       "must be 0 (guard off) or above 1, like 3 (a loss above 3x the recent median stops the run)");
-  check_one_of(check, "train.dtype", t.dtype, {"fp32", "bf16"});
   check(t.peak_flops.is_auto || t.peak_flops.value >= 0, "train.peak_flops",
         "must be \"auto\" or >= 0 (0 leaves MFU out)");
   check(t.sample_every >= 0, "train.sample_every", "must be >= 0 (0: no samples)");
@@ -315,6 +347,16 @@ std::string apply_override(json& cfg, const std::string& source, const std::stri
 }
 
 }  // namespace
+
+const char* to_string(DType d) { return kDTypes.names.at(static_cast<size_t>(d)); }
+const char* to_string(GradReduce g) { return kGradReduce.names.at(static_cast<size_t>(g)); }
+const char* to_string(optim::Decay d) { return kDecays.names.at(static_cast<size_t>(d)); }
+
+DType parse_dtype(const std::string& name, const std::string& what) {
+  for (size_t i = 0; i < kDTypes.names.size(); ++i)
+    if (name == kDTypes.names[i]) return static_cast<DType>(i);
+  VESCALE_FAIL(what, ": '", name, "' is not one of ", kDTypes.list(", "));
+}
 
 ModelConfig::ModelConfig() : options(models::default_options(type)) {}
 

@@ -98,7 +98,7 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
   const auto& t = config.train;
   const double sbh = static_cast<double>(t.seq_len) * static_cast<double>(t.batch_size) *
                      static_cast<double>(config.model.options->dim());
-  const double width = t.dtype == "bf16" ? 1.0 : 2.0;  // x 16-bit bytes
+  const double width = t.dtype == DType::Bf16 ? 1.0 : 2.0;  // x 16-bit bytes
   const double block = sbh * width * (m.sequence_parallel ? 34.0 / tp : 10.0 + 24.0 / tp);
   const double block_input = 2.0 * sbh * width / (m.sequence_parallel ? tp : 1.0);
 
@@ -211,7 +211,7 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
       "per rank (fp32 weights and grads; AdamW exp_avg + exp_avg_sq, under ZeRO plus an fp32 "
       "slice of the weights; activations of " +
       std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) +
-      " tokens per micro-batch in " + t.dtype + ", estimated):\n";
+      " tokens per micro-batch in " + to_string(t.dtype) + ", estimated):\n";
   char line[512];
   std::snprintf(line, sizeof(line), "  %-7s %-30s %6s %9s %9s %9s %11s %11s%s\n", "pp rank",
                 "layers", "flight", "params", "grads", "optimizer", "activations", "act. (ckpt)",

@@ -175,15 +175,13 @@ Config hf_folder_config(const std::string& hf_dir, const std::string& who) {
 
 std::vector<std::string> export_hf(const std::string& checkpoint, const std::string& out,
                                    const HfExportOptions& opts) {
-  VESCALE_CHECK(opts.dtype == "fp32" || opts.dtype == "bf16", "vescale-convert: --dtype '",
-                opts.dtype, "' is not fp32 or bf16");
   VESCALE_CHECK(opts.max_shard_bytes > 0, "vescale-convert: --max-shard-size must be > 0");
   auto [folder, cfg, ours] = read_checkpoint_weights(checkpoint, "vescale-convert");
   const auto& builder = models::builder(cfg.model.type);
   VESCALE_CHECK(builder.to_hf, "vescale-convert: model.type '", cfg.model.type,
                 "' has no Hugging Face adapter");
   models::StateDict hf = builder.to_hf(ours, *cfg.model.options);
-  const at::ScalarType dtype = opts.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  const at::ScalarType dtype = opts.dtype == DType::Bf16 ? at::kBFloat16 : at::kFloat;
   for (auto& [k, t] : hf)
     if (at::isFloatingType(t.scalar_type())) t = t.to(dtype).contiguous();
 

@@ -13,7 +13,7 @@
 
 namespace vescale::train {
 
-std::optional<double> gpu_peak_flops(const std::string& name, const std::string& dtype) {
+std::optional<double> gpu_peak_flops(const std::string& name, DType dtype) {
   struct Peak {
     const char* match;  // all of these words in the device name
     const char* also;   // and this one ("" for none)
@@ -29,7 +29,7 @@ std::optional<double> gpu_peak_flops(const std::string& name, const std::string&
   for (const auto& p : table) {
     if (name.find(p.match) == std::string::npos) continue;
     if (*p.also && name.find(p.also) == std::string::npos) continue;
-    const double v = dtype == "bf16" ? p.bf16 : p.fp32;
+    const double v = dtype == DType::Bf16 ? p.bf16 : p.fp32;
     if (v > 0) return v;
     return std::nullopt;
   }
@@ -72,11 +72,11 @@ PeakFlops resolve_peak_flops(const TrainConfig& train, const std::string& device
     if (auto p = gpu_peak_flops(name, train.dtype)) {
       std::snprintf(line, sizeof(line),
                     "MFU vs %s's dense %s peak, %.4g TFLOP/s (train.peak_flops: auto)",
-                    name.c_str(), train.dtype.c_str(), *p / 1e12);
+                    name.c_str(), to_string(train.dtype), *p / 1e12);
       return {*p, "", line};
     }
     return {0, "",
-            "train.peak_flops: auto knows no " + train.dtype + " peak for '" + name +
+            "train.peak_flops: auto knows no " + std::string(to_string(train.dtype)) + " peak for '" + name +
                 "'; no MFU. Set train.peak_flops to the device's dense peak FLOP/s"};
   }
   const double p = measured_gemm_peak();

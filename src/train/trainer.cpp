@@ -123,7 +123,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
       load_hf_weights(config_.model.init_from, model_, config_.model);
     // Bucketed reduction (docs/parallel.md); "per_param" keeps parallel::reduce_gradients.
     zero = zero_stage(config_.parallel, &plan);
-    VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != "per_param", "ZeRO stage ", zero,
+    VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != GradReduce::PerParam, "ZeRO stage ", zero,
                   " (from ", config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
                   ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
     VESCALE_CHECK(
@@ -135,12 +135,12 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
                   "untie them");
     // One device has no gradient to reduce (and its parameters are plain tensors).
     const mesh::DeviceMesh& grad_mesh = pipeline_ ? stage_mesh() : *mesh_;
-    if (grad_mesh.size() > 1 && config_.parallel.grad_reduce != "per_param") {
+    if (grad_mesh.size() > 1 && config_.parallel.grad_reduce != GradReduce::PerParam) {
       auto opts = parallel::GradReducerOptions::from_plan(plan.grad_reduce());
-      opts.overlap = config_.parallel.grad_reduce == "overlap";
+      opts.overlap = config_.parallel.grad_reduce == GradReduce::Overlap;
       opts.zero = static_cast<int>(zero);
       if (zero >= 3) opts.unit_pattern = model_.block_pattern;  // one gather per transformer block
-      opts.reduce_bf16 = config_.parallel.reduce_dtype == "bf16";
+      opts.reduce_bf16 = config_.parallel.reduce_dtype == DType::Bf16;
       reducer_ = std::make_unique<parallel::GradReducer>(*model_.module, grad_mesh, opts);
     }
   }
@@ -269,7 +269,7 @@ at::Tensor Trainer::loss_of(const DataLoader::Batch& batch) {
   at::Tensor logits;
   {
     timeline::Scope span(timeline::Kind::Forward, span_names().forward);
-    Bf16Autocast autocast(config_.train.dtype == "bf16", dev.type());
+    Bf16Autocast autocast(config_.train.dtype == DType::Bf16, dev.type());
     logits = model_.forward(inputs);
   }
   timeline::Scope span(timeline::Kind::Loss, span_names().loss);
@@ -416,7 +416,7 @@ std::vector<StepMetrics> Trainer::run() {
               std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) + " x " +
               std::to_string(microbatches()) + (pipeline_ ? " micro-batches x " : " accum x ") +
               std::to_string(dp_size_) + " dp); " + std::to_string(t.steps) + " steps, dtype " +
-              t.dtype + (t.activation_checkpointing ? ", activation checkpointing" : ""));
+              to_string(t.dtype) + (t.activation_checkpointing ? ", activation checkpointing" : ""));
   }
   std::vector<StepMetrics> all;
   double window_ms = 0;

@@ -218,7 +218,7 @@ void Trainer::start_pipeline_runner() {
   std::vector<pp::StageForward> forwards;
   for (int s : p.schedule.stages_of(p.me)) {
     const int64_t begin = p.starts[s], end = p.starts[s + 1];
-    const bool bf16 = config_.train.dtype == "bf16";
+    const bool bf16 = config_.train.dtype == DType::Bf16;
     const at::DeviceType dt = at::Device(device_).type();
     std::vector<std::string> names;
     for (int64_t l = begin; l < end; ++l) names.push_back(model_.pipeline_layers[l].name);

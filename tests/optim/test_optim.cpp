@@ -130,7 +130,7 @@ TEST_CASE("decay groups: 2-D+ tensors decay, biases and norms don't", "[optim]")
 
 TEST_CASE("warmup + cosine schedule at chosen steps", "[optim]") {
   LRSchedule s{
-      .lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 10, .total_steps = 110, .decay = "cosine"};
+      .lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 10, .total_steps = 110, .decay = Decay::Cosine};
   CHECK(lr_at(s, 0) == Approx(1e-4).epsilon(1e-12));     // 1e-3 * 1/10
   CHECK(lr_at(s, 4) == Approx(5e-4).epsilon(1e-12));     // 1e-3 * 5/10
   CHECK(lr_at(s, 9) == Approx(1e-3).epsilon(1e-12));     // warmup ends at the peak
@@ -140,12 +140,12 @@ TEST_CASE("warmup + cosine schedule at chosen steps", "[optim]") {
   CHECK(lr_at(s, 35) == Approx(1e-4 + 0.5 * (1 + std::sqrt(0.5)) * 9e-4).epsilon(1e-12));
   CHECK(lr_at(s, 110) == Approx(1e-4).epsilon(1e-12));  // the floor
   CHECK(lr_at(s, 500) == Approx(1e-4).epsilon(1e-12));  // stays there
-  s.decay = "linear";
+  s.decay = Decay::Linear;
   CHECK(lr_at(s, 35) == Approx(1e-3 - 0.25 * 9e-4).epsilon(1e-12));
-  s.decay = "constant";
+  s.decay = Decay::Constant;
   CHECK(lr_at(s, 100) == 1e-3);
   s.warmup_steps = 0;
-  s.decay = "cosine";
+  s.decay = Decay::Cosine;
   CHECK(lr_at(s, 0) == Approx(1e-3).epsilon(1e-12));
   CHECK_THROWS_WITH(lr_at(s, -1), Contains("step must be >= 0"));
 }

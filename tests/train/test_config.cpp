@@ -12,6 +12,7 @@
 
 using Catch::Matchers::Contains;
 using vescale::train::Config;
+using vescale::train::DType;
 using vescale::train::gpu_peak_flops;
 using vescale::train::resolve_peak_flops;
 
@@ -40,8 +41,8 @@ TEST_CASE("config defaults follow TorchTitan / nanoGPT", "[config]") {
   CHECK(c.train.betas == std::vector<double>{0.9, 0.95});
   CHECK(c.train.weight_decay == 0.1);
   CHECK(c.train.grad_clip == 1.0);
-  CHECK(c.train.decay == "cosine");
-  CHECK(c.train.dtype == "fp32");
+  CHECK(c.train.decay == vescale::optim::Decay::Cosine);
+  CHECK(c.train.dtype == DType::Fp32);
   CHECK_FALSE(c.train.activation_checkpointing);
   CHECK(c.data.train.empty());
   CHECK(c.log.level == "info");
@@ -150,7 +151,7 @@ TEST_CASE("overrides (--set) reach any field, with the same checks", "[config]")
        "parallel.mesh.tp=1", "model.n_layer=2", "data.train=a.bin", "log.level=\"debug\""});
   CHECK(c.train.steps == 200);
   CHECK(c.train.lr == 0.01);
-  CHECK(c.train.dtype == "bf16");
+  CHECK(c.train.dtype == DType::Bf16);
   CHECK(c.train.betas == std::vector<double>{0.8, 0.9});
   CHECK(c.parallel.mesh == std::vector<std::pair<std::string, int64_t>>{{"dp", 2}, {"tp", 1}});
   CHECK(c.model.as<models::GPTOptions>().n_layer ==
@@ -250,16 +251,16 @@ TEST_CASE(
   CHECK(c.train.peak_flops.value == 5e12);
   CHECK_THROWS_WITH(Config::from_json(R"({"train": {"peak_flops": "fast"}})"),
                     Catch::Contains("train.peak_flops: expected a number or \"auto\""));
-  CHECK(gpu_peak_flops("NVIDIA H100 80GB HBM3", "bf16") == 989e12);
-  CHECK(gpu_peak_flops("NVIDIA H100 PCIe", "bf16") == 756e12);
-  CHECK(gpu_peak_flops("NVIDIA H100 NVL", "bf16") == 835e12);
-  CHECK(gpu_peak_flops("NVIDIA H200", "bf16") == 989e12);
-  CHECK(gpu_peak_flops("NVIDIA A100-SXM4-80GB", "bf16") == 312e12);
-  CHECK(gpu_peak_flops("NVIDIA A100-SXM4-80GB", "fp32") == 19.5e12);
-  CHECK(gpu_peak_flops("NVIDIA B200", "bf16") == 2250e12);
-  CHECK(gpu_peak_flops("NVIDIA L40S", "bf16") == 362e12);
-  CHECK_FALSE(gpu_peak_flops("NVIDIA GeForce GTX 1080", "bf16"));
-  CHECK_FALSE(gpu_peak_flops("NVIDIA B200", "fp32"));  // not in the datasheet: no guess
+  CHECK(gpu_peak_flops("NVIDIA H100 80GB HBM3", DType::Bf16) == 989e12);
+  CHECK(gpu_peak_flops("NVIDIA H100 PCIe", DType::Bf16) == 756e12);
+  CHECK(gpu_peak_flops("NVIDIA H100 NVL", DType::Bf16) == 835e12);
+  CHECK(gpu_peak_flops("NVIDIA H200", DType::Bf16) == 989e12);
+  CHECK(gpu_peak_flops("NVIDIA A100-SXM4-80GB", DType::Bf16) == 312e12);
+  CHECK(gpu_peak_flops("NVIDIA A100-SXM4-80GB", DType::Fp32) == 19.5e12);
+  CHECK(gpu_peak_flops("NVIDIA B200", DType::Bf16) == 2250e12);
+  CHECK(gpu_peak_flops("NVIDIA L40S", DType::Bf16) == 362e12);
+  CHECK_FALSE(gpu_peak_flops("NVIDIA GeForce GTX 1080", DType::Bf16));
+  CHECK_FALSE(gpu_peak_flops("NVIDIA B200", DType::Fp32));  // not in the datasheet: no guess
   // A number is used as given; 0 leaves MFU out.
   c = Config::from_json(R"({"train": {"peak_flops": 0}})");
   CHECK(resolve_peak_flops(c.train, "cpu").flops == 0);

@@ -36,7 +36,7 @@ void export_trained(const std::string& name, const std::string& base,
   t.run();
   const fs::path out = kOut / name;
   fs::remove_all(out);
-  const auto files = export_hf(ck.string(), out.string(), {"fp32", 64 << 10});
+  const auto files = export_hf(ck.string(), out.string(), {DType::Fp32, 64 << 10});
   for (const char* f : {"config.json", "generation_config.json"})
     CHECK(std::find(files.begin(), files.end(), f) != files.end());
   // A byte-level run has no tokenizer to copy.
@@ -59,7 +59,7 @@ void export_trained(const std::string& name, const std::string& base,
   // bf16: the same names, half the bytes.
   const fs::path bf = fs::temp_directory_path() / ("vescale_export_bf16_" + name);
   fs::remove_all(bf);
-  export_hf(ck.string(), bf.string(), {"bf16", 5LL << 30});
+  export_hf(ck.string(), bf.string(), {DType::Bf16, 5LL << 30});
   const auto half = checkpoint::load_safetensors((bf / "model.safetensors").string());
   for (const auto& [k, v] : half) CHECK(v.scalar_type() == at::kBFloat16);
   CHECK(nlohmann::json::parse(std::ifstream(bf / "config.json"))["torch_dtype"] == "bfloat16");
@@ -90,7 +90,7 @@ TEST_CASE("vescale-convert: Hugging Face -> ours -> Hugging Face", "[hf_export]"
     CHECK(fs::exists(fs::path(folder) / "index.json"));
     const fs::path out = kOut / ("roundtrip_" + m);
     fs::remove_all(out);
-    export_hf(folder, out.string(), {"fp32", 16 << 10});
+    export_hf(folder, out.string(), {DType::Fp32, 16 << 10});
     fs::remove_all(ck);
   }
   // What does not convert says why.

@@ -12,8 +12,24 @@
 
 #include "registry.h"  // models/: the model families
 #include "vescale/common/number_or_auto.h"
+#include "vescale/optim/lr_schedule.h"
 
 namespace vescale::train {
+
+// The config's named values, parsed once when it is read (config.cpp): the rest of the code
+// compares enums, never the strings.
+enum class DType { Fp32, Bf16 };
+enum class GradReduce {
+  Overlap,   // buckets all-reduced during backward
+  Bucketed,  // buckets all-reduced after backward
+  PerParam,  // one collective per parameter (no buckets, so no ZeRO)
+};
+const char* to_string(DType d);        // "fp32", "bf16"
+const char* to_string(GradReduce g);   // "overlap", "bucketed", "per_param"
+const char* to_string(optim::Decay d);  // "cosine", "linear", "constant"
+// A dtype named on a command line (vescale-convert --dtype): "fp32" or "bf16"; throws naming
+// `what` and the choices.
+DType parse_dtype(const std::string& name, const std::string& what);
 
 // model: model.type picks the family in the model registry (models/registry.h), whose options
 // struct holds the other model.* fields (models/gpt/gpt_options.h, llama/llama_options.h,
@@ -55,12 +71,11 @@ struct ParallelConfig {
   std::string plan;
   bool static_eager = false;  // replay recorded DTensor dispatch after the first steps
   int64_t zero = 0;           // ZeRO stage 0-3 (docs/parallel.md); 0 defers to the plan's "zero"
-  // How gradients are reduced (docs/parallel.md): "overlap" (buckets launched during backward),
-  // "bucketed" (buckets launched after backward), "per_param" (one collective per parameter).
-  // Bucket size and N-D fusing come from the plan's grad_reduce.
-  std::string grad_reduce = "overlap";
-  // The dtype fp32 gradients are reduced in: "fp32" or "bf16" (half the bytes, bf16 rounding).
-  std::string reduce_dtype = "fp32";
+  // How gradients are reduced (docs/parallel.md). Bucket size and N-D fusing come from the
+  // plan's grad_reduce.
+  GradReduce grad_reduce = GradReduce::Overlap;
+  // The dtype fp32 gradients are reduced in: bf16 halves the bytes (bf16 rounding).
+  DType reduce_dtype = DType::Fp32;
 };
 
 struct TrainConfig {
@@ -71,7 +86,7 @@ struct TrainConfig {
   double lr = 3e-4;
   double min_lr = 3e-5;  // the cosine decays to this floor
   int64_t warmup_steps = 100;
-  std::string decay = "cosine";  // cosine | linear | constant (after warmup)
+  optim::Decay decay = optim::Decay::Cosine;  // after warmup
   double weight_decay = 0.1;
   std::vector<double> betas = {0.9, 0.95};
   double eps = 1e-8;
@@ -86,7 +101,7 @@ struct TrainConfig {
   // share of the host) has; by default that is an error before the model is built.
   bool allow_oversubscribe = false;
   uint64_t seed = 1234;
-  std::string dtype = "fp32";  // fp32 | bf16 (autocast with fp32 master weights)
+  DType dtype = DType::Fp32;  // bf16: autocast with fp32 master weights
   bool activation_checkpointing = false;
   // One device's dense peak FLOP/s for MFU. "auto": a GPU's from the table in
   // train/peak_flops.h for the training dtype (unknown GPUs: a warning, no MFU); on the CPU a

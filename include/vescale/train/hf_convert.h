@@ -24,7 +24,7 @@ CheckpointWeights read_checkpoint_weights(const std::string& checkpoint, const s
 Config hf_folder_config(const std::string& hf_dir, const std::string& who);
 
 struct HfExportOptions {
-  std::string dtype = "fp32";  // the weights as stored: fp32 or bf16
+  DType dtype = DType::Fp32;  // the weights as stored
   int64_t max_shard_bytes =
       5LL << 30;  // split into files of at most this (one tensor may exceed it)
   // `out` may hold files: a model's files there (weights, index, configs, tokenizer) are removed

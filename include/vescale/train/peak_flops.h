@@ -7,10 +7,10 @@
 
 namespace vescale::train {
 
-// A GPU's dense (no sparsity) peak for the training dtype ("bf16": tensor cores; "fp32": the
-// plain FP32 rate, libtorch leaving TF32 off), from NVIDIA's datasheets: A100, H100 SXM / PCIe /
-// NVL, H200, B200, L40S. nullopt for a GPU or dtype the table lacks.
-std::optional<double> gpu_peak_flops(const std::string& device_name, const std::string& dtype);
+// A GPU's dense (no sparsity) peak for the training dtype (bf16: tensor cores; fp32: the plain
+// FP32 rate, libtorch leaving TF32 off), from NVIDIA's datasheets: A100, H100 SXM / PCIe / NVL,
+// H200, B200, L40S. nullopt for a GPU the table lacks.
+std::optional<double> gpu_peak_flops(const std::string& device_name, DType dtype);
 
 // FLOP/s of a large fp32 GEMM on this thread's libtorch threads: the best of repeated
 // 1024 x 1024 products for about `seconds`. Measured once per process and thread count.
