@@ -48,7 +48,8 @@ ForwardHooks compose(const Entry& e) {
     if (!e.links[s]) continue;
     const ForwardHooks& link = *e.links[s];
     if (out.inputs.size() < link.inputs.size()) out.inputs.resize(link.inputs.size());
-    for (size_t k = 0; k < link.inputs.size(); ++k) out.inputs[k] = then(link.inputs[k], out.inputs[k]);
+    for (size_t k = 0; k < link.inputs.size(); ++k)
+      out.inputs[k] = then(link.inputs[k], out.inputs[k]);
     out.output = then(out.output, link.output);
     if (link.around) {
       if (!out.around) {
@@ -56,8 +57,8 @@ ForwardHooks compose(const Entry& e) {
       } else {
         // The inner chain by value: an outer link may keep the forward it was given (activation
         // checkpointing reruns it in backward) past a later change of the chain.
-        out.around = [outer = link.around, inner = out.around](
-                         const std::vector<at::Tensor>& xs, const ForwardHooks::Forward& f) {
+        out.around = [outer = link.around, inner = out.around](const std::vector<at::Tensor>& xs,
+                                                               const ForwardHooks::Forward& f) {
           return outer(xs, [inner, f](const std::vector<at::Tensor>& ys) { return inner(ys, f); });
         };
       }
@@ -90,11 +91,16 @@ void remove(const torch::nn::Module* module, HookSlot slot, uint64_t id) {
 
 const char* to_string(HookSlot slot) {
   switch (slot) {
-    case HookSlot::Plan: return "plan";
-    case HookSlot::ZeroGather: return "ZeRO-3 gather";
-    case HookSlot::Timeline: return "timeline";
-    case HookSlot::Checkpoint: return "activation checkpointing";
-    case HookSlot::Experts: return "experts boundary";
+    case HookSlot::Plan:
+      return "plan";
+    case HookSlot::ZeroGather:
+      return "ZeRO-3 gather";
+    case HookSlot::Timeline:
+      return "timeline";
+    case HookSlot::Checkpoint:
+      return "activation checkpointing";
+    case HookSlot::Experts:
+      return "experts boundary";
   }
   return "?";
 }

@@ -1,4 +1,5 @@
 #include "vescale/parallel/grad_reducer.h"
+#include "vescale/plan/parallel_dims.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -245,11 +246,11 @@ void GradReducer::State::build_layout() {
 }
 
 void GradReducer::State::build_static_layout() {
-  // The reduction dims: the options', else "dp".
+  // The reduction dims: the options', else data parallelism's.
   std::vector<int64_t> dims;
   const auto& names = mesh.dim_names();
   const std::vector<std::string> want_dims =
-      options.dims.empty() ? std::vector<std::string>{"dp"} : options.dims;
+      options.dims.empty() ? std::vector<std::string>{plan::kDataDim} : options.dims;
   for (const auto& n : want_dims) {
     auto it = std::find(names.begin(), names.end(), n);
     VESCALE_CHECK(

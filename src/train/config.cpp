@@ -56,8 +56,8 @@ void choice(Reader& r, const char* k, E& out, const Names<E>& n) {
       out = static_cast<E>(i);
       return;
     }
-  r.fail(k, n.one_of ? "'" + name + "' is not one of " + n.list(", ")
-                     : "must be " + n.list(" or "));
+  r.fail(k,
+         n.one_of ? "'" + name + "' is not one of " + n.list(", ") : "must be " + n.list(" or "));
 }
 
 template <class E>

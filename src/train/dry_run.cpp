@@ -12,6 +12,7 @@
 #include "vescale/common/check.h"
 #include "vescale/parallel/pipeline/schedule.h"
 #include "vescale/parallel/pipeline/stages.h"
+#include "vescale/plan/parallel_dims.h"
 #include "vescale/plan/plan.h"
 #include "vescale/train/model_factory.h"
 
@@ -23,7 +24,7 @@ namespace {
 // entry with Shard(1) on the tp dim).
 bool sequence_parallel(const plan::Plan& plan) {
   const auto& dims = plan.mesh_dims();
-  const auto tp = std::find(dims.begin(), dims.end(), "tp");
+  const auto tp = std::find(dims.begin(), dims.end(), plan::kTensorDim);
   if (tp == dims.end()) return false;
   const size_t i = static_cast<size_t>(tp - dims.begin());
   for (const auto& [pattern, f] : plan.forwards())
@@ -51,22 +52,15 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
   }
   const std::optional<plan::PipelineSpec> pipe = plan ? plan->pipeline() : std::nullopt;
   // The dims parameters are placed on: all of them, or a pipeline stage's (the others).
+  const plan::ParallelDims roles(plan::ParallelDims(mesh, plan ? &*plan : nullptr).stage_dims(),
+                                 nullptr);
   std::vector<std::string> names;
   std::vector<int64_t> sizes;
-  for (int64_t i = 0; i < mesh.ndim(); ++i) {
-    if (pipe && mesh.names()[i] == pipe->dim) continue;
-    names.push_back(mesh.names()[i]);
-    sizes.push_back(mesh.sizes()[i]);
-  }
+  for (const auto& [name, size] : roles.dims) names.push_back(name), sizes.push_back(size);
   std::map<std::string, dtensor::Placements> placements;
   if (plan && !plan->mesh_dims().empty()) placements = plan->resolve(names, shapes);
-  auto size_of = [&](const std::string& dim) -> int64_t {
-    for (size_t i = 0; i < names.size(); ++i)
-      if (names[i] == dim) return sizes[i];
-    return 1;
-  };
-  const double dp = static_cast<double>(size_of("dp"));
-  const double tp = static_cast<double>(size_of("tp"));
+  const double dp = static_cast<double>(roles.dp());
+  const double tp = static_cast<double>(roles.tp());
   // One parameter's bytes on a rank: params, grads, optimizer.
   auto param_bytes = [&](const std::string& name, const std::vector<int64_t>& shape) {
     std::vector<int64_t> local = shape;
@@ -78,7 +72,7 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
         if (!p.is_shard()) continue;
         const int64_t k = sizes[i];
         local[p.dim] = (local[p.dim] + k - 1) / k;
-        if (names[i] == "dp") replicated_on_dp = false;
+        if (names[i] == plan::kDataDim) replicated_on_dp = false;
       }
     }
     double n = 1;
@@ -118,7 +112,7 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
   for (const auto& n : head)
     if (auto it = placements.find(n); it != placements.end())
       for (size_t i = 0; i < it->second.size(); ++i)
-        if (it->second[i].is_shard() && names[i] == "tp") head_shard = tp;
+        if (it->second[i].is_shard() && names[i] == plan::kTensorDim) head_shard = tp;
   const double logits = 8.0 * static_cast<double>(t.seq_len) * static_cast<double>(t.batch_size) *
                         static_cast<double>(config.model.options->vocab_size()) / head_shard;
 

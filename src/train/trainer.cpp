@@ -29,6 +29,7 @@
 #include "vescale/optim/adamw.h"
 #include "vescale/optim/lr_schedule.h"
 #include "vescale/parallel/parallelize.h"
+#include "vescale/plan/parallel_dims.h"
 #include "vescale/plan/plan.h"
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
@@ -238,8 +239,8 @@ void Trainer::check_memory_fits() const {
   Config one = config_;  // one process: no plan is applied
   one.parallel.plan.clear();
   one.parallel.zero = 0;
-  one.parallel.mesh = {{"dp", 1}};
-  check_fits(one, mesh::MeshShape({{"dp", 1}}, 1), available, where);
+  one.parallel.mesh = {{plan::kDataDim, 1}};
+  check_fits(one, mesh::MeshShape(one.parallel.mesh, 1), available, where);
 }
 
 void Trainer::measure_params() {

@@ -5,6 +5,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "vescale/dtensor/dtensor.h"
+#include "vescale/plan/parallel_dims.h"
 #include "vescale/kernels/cross_entropy.h"
 
 #include <cmath>
@@ -74,12 +75,9 @@ std::string hms(double seconds) {
   return buf;
 }
 
-bool is_data_dim(const std::string& dim) { return dim == "dp" || dim == "ep"; }
-
 DataShard data_shard(const mesh::DeviceMesh& mesh) {
   DataShard s;
-  for (const auto& d : mesh.dim_names()) {
-    if (!is_data_dim(d)) continue;
+  for (const auto& d : plan::ParallelDims(mesh.shape(), nullptr).data) {
     s.rank = s.rank * mesh.size(d) + mesh.coordinate(d);
     s.size *= mesh.size(d);
   }
@@ -91,8 +89,9 @@ at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh
   dtensor::Placements placements(mesh->ndim(), dtensor::Replicate());
   auto global = local_tokens.sizes().vec();
   const auto& names = mesh->dim_names();
+  const plan::ParallelDims dims(mesh->shape(), nullptr);
   for (size_t d = 0; d < names.size(); ++d) {
-    if (!is_data_dim(names[d])) continue;
+    if (!dims.is_data(names[d])) continue;
     placements[d] = dtensor::Shard(0);
     global[0] *= mesh->size(names[d]);
   }

@@ -38,11 +38,9 @@ void on_all_ranks(const std::function<void()>& f);
 // The ZeRO stage: the config's, else the plan's; both set must agree. `plan` may be null.
 int64_t zero_stage(const ParallelConfig& parallel, const plan::Plan* plan);
 
-// The mesh dims that split the batch: "dp", and "ep" (expert parallelism's ranks hold other
-// tokens, which the all-to-all brings to the experts; docs/moe.md).
-bool is_data_dim(const std::string& dim);
-// This rank's block of the batch and the number of blocks: row-major over the data dims in
-// mesh order, the order a DTensor Shard(0) over them follows.
+// This rank's block of the batch and the number of blocks: row-major over the data dims
+// (plan::ParallelDims::data: dp, and ep, whose ranks hold other tokens; docs/moe.md) in mesh
+// order, the order a DTensor Shard(0) over them follows.
 struct DataShard {
   int64_t rank = 0, size = 1;
 };

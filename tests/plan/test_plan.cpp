@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "vescale/common/check.h"
+#include "vescale/mesh/device_mesh.h"
+#include "vescale/plan/parallel_dims.h"
 #include "vescale/plan/plan.h"
 
 using namespace vescale::plan;
@@ -252,4 +254,34 @@ TEST_CASE("zero out of int range is refused, not wrapped", "[plan]") {
                       "p.json"),
       Contains("zero must be 0, 1, 2 or 3"));
   CHECK(Plan::from_json(R"J({"mesh": ["tp"], "params": {}, "zero": 3})J").zero() == 3);
+}
+
+TEST_CASE(
+    "parallel dims: the data dims, tensor and pipeline sizes, and a stage's mesh, from mesh and "
+    "plan",
+    "[plan]") {
+  using vescale::plan::ParallelDims;
+  const auto plan = Plan::from_json(
+      R"({"mesh": ["dp", "ep", "tp"], "pipeline": {"dim": "stage", "microbatches": 4},
+          "params": {"*": ["Replicate", "Replicate", "Replicate"]}})",
+      "pp.json");
+  const ParallelDims d({{"stage", 2}, {"dp", 4}, {"ep", 2}, {"tp", 8}}, &plan);
+  CHECK(d.pipeline == "stage");
+  CHECK(d.pp() == 2);
+  CHECK(d.data == std::vector<std::string>{"dp", "ep"});
+  CHECK(d.data_size() == 8);
+  CHECK(d.dp() == 4);
+  CHECK(d.tp() == 8);
+  CHECK(d.size("cp") == 1);  // absent dims count as 1
+  CHECK(d.is_data("ep"));
+  CHECK_FALSE(d.is_data("tp"));
+  CHECK(d.stage_dims() ==
+        std::vector<std::pair<std::string, int64_t>>{{"dp", 4}, {"ep", 2}, {"tp", 8}});
+  // Without a plan there is no pipeline; the dims come from a mesh shape as well.
+  const ParallelDims flat(vescale::mesh::MeshShape({{"tp", 2}, {"dp", -1}}, 8), nullptr);
+  CHECK(flat.pipeline.empty());
+  CHECK(flat.pp() == 1);
+  CHECK(flat.dp() == 4);
+  CHECK(flat.data == std::vector<std::string>{"dp"});
+  CHECK(flat.stage_dims() == flat.dims);
 }

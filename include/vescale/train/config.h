@@ -24,8 +24,8 @@ enum class GradReduce {
   Bucketed,  // buckets all-reduced after backward
   PerParam,  // one collective per parameter (no buckets, so no ZeRO)
 };
-const char* to_string(DType d);        // "fp32", "bf16"
-const char* to_string(GradReduce g);   // "overlap", "bucketed", "per_param"
+const char* to_string(DType d);         // "fp32", "bf16"
+const char* to_string(GradReduce g);    // "overlap", "bucketed", "per_param"
 const char* to_string(optim::Decay d);  // "cosine", "linear", "constant"
 // A dtype named on a command line (vescale-convert --dtype): "fp32" or "bf16"; throws naming
 // `what` and the choices.

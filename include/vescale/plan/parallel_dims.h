@@ -1,0 +1,46 @@
+// The roles of a mesh's dims, derived once from the mesh and the plan, so no other code
+// compares dim names: which dims split the batch (dp, and ep, whose ranks hold other tokens:
+// docs/moe.md; later cp), which one is data parallelism proper (dp: gradient reduction, ZeRO),
+// which shards the weights (tp), which cuts the layers into stages (the plan's pipeline dim).
+// Plain C++: the dry run, the trainer, the reducer and the tests read it.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vescale::mesh {
+class MeshShape;
+}
+
+namespace vescale::plan {
+
+class Plan;
+
+// The conventional names (docs/plan.md): a config's mesh and a plan's dims use them.
+inline constexpr const char* kDataDim = "dp";
+inline constexpr const char* kTensorDim = "tp";
+inline constexpr const char* kExpertDim = "ep";
+
+struct ParallelDims {
+  // `dims`: the mesh in order (name, size); `plan` may be null (no plan: every weight whole).
+  ParallelDims(std::vector<std::pair<std::string, int64_t>> dims, const Plan* plan);
+  ParallelDims(const mesh::MeshShape& mesh, const Plan* plan);
+
+  std::vector<std::pair<std::string, int64_t>> dims;
+  std::vector<std::string> data;  // the dims that split the batch, in mesh order
+  std::string pipeline;           // the plan's pipeline dim, "" without one
+
+  // A dim's size, 1 when the mesh has no such dim.
+  int64_t size(const std::string& dim) const;
+  int64_t dp() const { return size(kDataDim); }
+  int64_t tp() const { return size(kTensorDim); }
+  int64_t pp() const { return pipeline.empty() ? 1 : size(pipeline); }
+  // Ranks that see other sequences: the product of the data dims.
+  int64_t data_size() const;
+  bool is_data(const std::string& dim) const;
+  // The dims of a pipeline stage's mesh: all but the pipeline dim.
+  std::vector<std::pair<std::string, int64_t>> stage_dims() const;
+};
+
+}  // namespace vescale::plan
