@@ -35,7 +35,7 @@
 #include "vescale/train/activation_checkpoint.h"
 #include "vescale/train/hf_weights.h"
 #include "vescale/train/peak_flops.h"
-#include "vescale/train/tensorboard_writer.h"
+#include "vescale/train/metrics_logger.h"
 #include "vescale/kernels/host_memory.h"
 #include "vescale/timeline/recorder.h"
 #include "vescale/train/stop_signal.h"
@@ -117,15 +117,15 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
       setup_pipeline(plan);  // this rank's stages, parallelized on the stage's mesh
     } else {
       parallel::parallelize(*model_.module, plan, *mesh_,
-                        {.init = model_.init, .plain_on_one_device = true});
+                            {.init = model_.init, .plain_on_one_device = true});
     }
     // Before the reducer and the optimizer see them (ZeRO-3 reshapes the parameters' storage).
     if (!config_.model.init_from.empty())
       load_hf_weights(config_.model.init_from, model_, config_.model);
     // Bucketed reduction (docs/parallel.md); "per_param" keeps parallel::reduce_gradients.
     zero = zero_stage(config_.parallel, &plan);
-    VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != GradReduce::PerParam, "ZeRO stage ", zero,
-                  " (from ", config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
+    VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != GradReduce::PerParam, "ZeRO stage ",
+                  zero, " (from ", config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
                   ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
     VESCALE_CHECK(
         !pipeline_ || zero <= 2, "ZeRO stage 3 with a pipeline plan: not supported ",
@@ -193,7 +193,6 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
                           config_.model.vocab_size(), "data.val");
     }
   }
-  flops_per_token_ = flops_per_token(config_.model, t.seq_len);
   guard_ = std::make_unique<DivergenceGuard>(DivergenceGuardOptions{
       t.max_loss_spike, t.warmup_steps, config_.model.vocab_size(), t.lr, t.grad_clip});
   if (!config_.checkpoint.dir.empty()) {
@@ -204,21 +203,16 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     // Resumed: the checkpoint's run goes on. Fresh: a new id, the same on every rank.
     if (!resumed_) run_id_ = dist::all_gather_text(rank_ == 0 ? new_run_id() : "").front();
   }
-  if (rank_ == 0 && !config_.log.metrics_jsonl.empty()) open_metrics();
-  if (rank_ == 0 && !config_.log.tensorboard.empty()) open_tensorboard();
   VESCALE_CHECK(t.sample_every == 0 || !pipeline_, "config '", config_.source,
                 "': train.sample_every: samples need the whole model in one process, and the "
                 "pipeline plan splits it into stages; set train.sample_every=0 and run "
                 "vescale-generate on a checkpoint");
   measure_params();  // the guard's first reference: the weights step 1 runs with
   // Every rank at once: on a CPU the measured GEMM peak is each rank's share of the cores.
-  peak_ = resolve_peak_flops(t, device_);
-  if (rank_ == 0 && !peak_.note.empty()) {
-    if (peak_.flops > 0)
-      log::info(peak_.note);
-    else
-      log::warn(peak_.note);
-  }
+  metrics_ = std::make_unique<MetricsLogger>(
+      config_, MetricsLogger::Run{rank_, world_size_, tokens_per_step(),
+                                  flops_per_token(config_.model, t.seq_len), resumed_step_, device_,
+                                  model_.moe.layers});
 }
 
 Trainer::~Trainer() {
@@ -379,8 +373,7 @@ StepMetrics Trainer::step(int64_t step) {
   m.step_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / (m.step_ms / 1000.0);
-  if (peak_.flops > 0)
-    m.mfu = flops_per_token_ * m.tokens_per_s / (peak_.flops * static_cast<double>(world_size_));
+  m.mfu = metrics_->mfu(m.tokens_per_s);
   return m;
 }
 
@@ -417,12 +410,10 @@ std::vector<StepMetrics> Trainer::run() {
               std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) + " x " +
               std::to_string(microbatches()) + (pipeline_ ? " micro-batches x " : " accum x ") +
               std::to_string(dp_size_) + " dp); " + std::to_string(t.steps) + " steps, dtype " +
-              to_string(t.dtype) + (t.activation_checkpointing ? ", activation checkpointing" : ""));
+              to_string(t.dtype) +
+              (t.activation_checkpointing ? ", activation checkpointing" : ""));
   }
   std::vector<StepMetrics> all;
-  double window_ms = 0;
-  int64_t window = 0;
-  bool warned_mfu = false;
   const auto start = std::chrono::steady_clock::now();
   if (resumed_step_ >= t.steps) {
     if (rank_ == 0)
@@ -478,43 +469,8 @@ std::vector<StepMetrics> Trainer::run() {
         m.val_loss = evaluate();
       });
     }
-    if (rank_ == 0) m.memory_gb = memory_gb();
+    metrics_->step(m, last);
     all.push_back(m);
-    if (rank_ == 0) log_step(m);
-    // Throughput over the steps since the last line (the first step, with its warm-up, is
-    // reported on its own).
-    window_ms += m.step_ms, ++window;
-    if (rank_ == 0 && (m.step % t.log_every == 0 || m.step == 1 || last)) {
-      const double ms = window_ms / static_cast<double>(window);
-      const double tok_s = static_cast<double>(tokens_per_step()) / (ms / 1000.0);
-      char line[512];
-      int n = std::snprintf(
-          line, sizeof(line), "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s",
-          static_cast<int>(std::to_string(t.steps).size()), static_cast<long long>(m.step),
-          static_cast<long long>(t.steps), m.loss, m.lr, m.grad_norm, human(tok_s, "").c_str());
-      if (peak_.flops > 0) {
-        const double device_flops = flops_per_token_ * tok_s / static_cast<double>(world_size_);
-        n += std::snprintf(line + n, sizeof(line) - n, " | MFU %.2f%%%s%s",
-                           100.0 * device_flops / peak_.flops, peak_.label.empty() ? "" : " ",
-                           peak_.label.c_str());
-        if (device_flops > peak_.flops && !warned_mfu) {
-          warned_mfu = true;
-          char msg[320];
-          std::snprintf(
-              msg, sizeof(msg),
-              "MFU above 100%%: each device reaches %.3g FLOP/s, above the peak of "
-              "%.3g (%s); set train.peak_flops to the device's dense peak FLOP/s",
-              device_flops, peak_.flops,
-              config_.train.peak_flops.is_auto ? "train.peak_flops: auto" : "train.peak_flops");
-          log::warn(msg);
-        }
-      }
-      n += std::snprintf(line + n, sizeof(line) - n, " | %.0f ms/step | ETA %s", ms,
-                         hms(ms / 1000.0 * static_cast<double>(t.steps - m.step)).c_str());
-      if (m.val_loss) std::snprintf(line + n, sizeof(line) - n, " | val loss %.4f", *m.val_loss);
-      log::info(line);
-      window_ms = 0, window = 0;
-    }
     if (t.sample_every > 0 && (m.step % t.sample_every == 0 || last))
       guarded(s, [&] {
         doing_ = "sampling";
@@ -523,7 +479,8 @@ std::vector<StepMetrics> Trainer::run() {
     if (timeline_)
       guarded(s, [&] {
         doing_ = "writing the timeline";
-        if (auto summary = timeline_->after_step(m.step)) log_timeline(m.step, summary->to_json());
+        if (auto summary = timeline_->after_step(m.step))
+          metrics_->timeline(m.step, summary->to_json());
       });
     if (stop != 0) {
       stopped_by_ = stop;
@@ -535,21 +492,8 @@ std::vector<StepMetrics> Trainer::run() {
     }
   }
   finish_checkpoint();
-  if (rank_ == 0) {
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // What this process ran: a resumed run says so.
-    const std::string ran =
-        resumed_step_ > 0
-            ? std::to_string(all.size()) + (all.size() == 1 ? " step (" : " steps (") +
-                  std::to_string(all.front().step) + "-" + std::to_string(all.back().step) +
-                  ", resumed after step " + std::to_string(resumed_step_) + ")"
-            : std::to_string(all.size()) + (all.size() == 1 ? " step" : " steps");
-    log::info("done: " + ran + " in " + hms(secs) + "; loss " + std::to_string(all.front().loss) +
-              " -> " + std::to_string(all.back().loss) +
-              (all.back().val_loss ? ", val loss " + std::to_string(*all.back().val_loss)
-                                   : std::string()));
-  }
+  metrics_->done(all,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return all;
 }
 

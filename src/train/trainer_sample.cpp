@@ -8,7 +8,7 @@
 #include "vescale/common/logging.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/train/generate.h"
-#include "vescale/train/tensorboard_writer.h"
+#include "vescale/train/metrics_logger.h"
 #include "vescale/train/text_tokenizer.h"
 #include "train/trainer_internal.h"
 
@@ -52,10 +52,7 @@ void Trainer::print_sample(int64_t step) {
   const auto out = generate(sampler_->model, *config_.model.options, prompt, s);
   const std::string text = t.sample_prompt + tok.decode(out);
   log::info("sample at step " + std::to_string(step) + ":\n" + text);
-  if (tensorboard_) {
-    tensorboard_->add_text("sample", step, text);
-    tensorboard_->flush();
-  }
+  metrics_->sample(step, text);
 }
 
 }  // namespace vescale::train

@@ -33,7 +33,7 @@ namespace vescale::train {
 
 struct PipelineTraining;  // trainer_pipeline.h
 class TimelineWindow;     // trainer_timeline.h
-class TensorBoardWriter;  // tensorboard_writer.h
+class MetricsLogger;      // metrics_logger.h
 
 // One optimizer step, as logged (and written to the metrics JSONL).
 struct StepMetrics {
@@ -119,14 +119,8 @@ class Trainer {
   std::string last_good_checkpoint(int64_t failed_step) const;
   // Starts a save; without checkpoint.async, also waits until it is written. Commits nothing.
   void stage_checkpoint(int64_t steps_done);
-  void open_metrics();
-  void open_tensorboard();
-  double memory_gb() const;
-  void log_step(const StepMetrics& m);
   // train.sample_every (trainer_sample.cpp); collective.
   void print_sample(int64_t step);
-  // The timeline window's summary as a line of the metrics JSONL (rank 0).
-  void log_timeline(int64_t step, const std::string& summary_json);
   // After the optimizer step: the step's global expert loads into m, and the aux-loss-free
   // expert bias update with them (trainer_moe.cpp).
   void balance_experts(StepMetrics& m);
@@ -149,13 +143,10 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;  // AdamW, or ZeRO with parallel.zero >= 1
   std::unique_ptr<parallel::GradReducer> reducer_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
-  double flops_per_token_ = 0;
-  PeakFlops peak_;  // train.peak_flops resolved (peak_flops.h)
   struct Sampler;   // rank 0's single-process copy for train.sample_every, made at the first
   std::unique_ptr<Sampler> sampler_;
   int64_t world_size_ = 1;
-  std::unique_ptr<std::ofstream> metrics_;
-  std::unique_ptr<TensorBoardWriter> tensorboard_;  // log.tensorboard, rank 0
+  std::unique_ptr<MetricsLogger> metrics_;  // the progress line, JSONL, TensorBoard (rank 0)
   std::unique_ptr<checkpoint::AsyncSave> saver_;
   int64_t resumed_step_ = 0;
   bool resumed_ = false;
