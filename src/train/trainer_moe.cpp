@@ -25,7 +25,7 @@ void Trainer::balance_experts(StepMetrics& m) {
     global[i] = dtensor::is_dtensor(l) ? dtensor::full_tensor(l) : l;
     table[i].copy_(global[i]);
   }
-  if (pipeline_) pipeline_->pp_group.all_reduce(table).wait();
+  if (pipeline_) pipeline_->stages->sum_over_pipeline(table);
   if (model_.moe.update_bias) model_.moe.update_bias(global);
   table = table.to(at::kCPU, at::kDouble).contiguous();
   const double* t = table.data_ptr<double>();

@@ -4,10 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "vescale/dist/process_group.h"
-#include "vescale/mesh/device_mesh.h"
+#include "vescale/parallel/pipeline/pipeline_stages.h"
 #include "vescale/parallel/pipeline/runner.h"
-#include "vescale/parallel/pipeline/schedule.h"
 
 namespace torch::nn {
 class Module;
@@ -19,22 +17,12 @@ namespace vescale::train {
 // matches it (component_match: '*' is one name component).
 bool has_block(torch::nn::Module& root, const std::string& pattern);
 
-// Weights that stages on several pipeline ranks use (tied embeddings), and the group over them.
-struct SharedWeights {
-  dist::ProcessGroup group;
-  std::vector<at::Tensor> params;
-  bool first = false;  // this rank is the lowest of the group: its copy counts in the norm
-};
-
+// This rank's pipeline stages (parallel/pipeline/pipeline_stages.h), the full model they were
+// cut from (its other stages' parameters on the meta device), and the runner of the schedule.
 struct PipelineTraining {
-  parallel::pipeline::Schedule schedule;
-  std::vector<int64_t> starts;  // first layer of each stage, then the layer count
-  mesh::DeviceMesh stage_mesh;
-  std::shared_ptr<torch::nn::Module> full_model;  // other stages' parameters on meta
-  std::vector<SharedWeights> shared;
-  dist::ProcessGroup pp_group;
-  std::string dim;
-  int me = 0;  // pipeline rank
+  std::vector<parallel::pipeline::LayerModules> layers;
+  std::unique_ptr<parallel::pipeline::PipelineStages> stages;
+  std::shared_ptr<torch::nn::Module> full_model;
   std::unique_ptr<parallel::pipeline::PipelineRunner> runner;
 };
 
