@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
@@ -50,7 +51,12 @@ bool alive_here(const std::string& text) {
   const std::string pid = field(text, "pid");
   if (field(text, "host") != host_name() || pid.empty()) return true;  // can't tell: assume alive
   const long p = std::strtol(pid.c_str(), nullptr, 10);
-  return p > 0 && (::kill(static_cast<pid_t>(p), 0) == 0 || errno != ESRCH);
+  if (p <= 0 || (::kill(static_cast<pid_t>(p), 0) != 0 && errno == ESRCH)) return false;
+  // A killed process whose parent died too stays a zombie until init reaps it: dead.
+  std::ifstream status("/proc/" + std::to_string(p) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("State:", 0) == 0) return line.find('Z') == std::string::npos;
+  return true;
 }
 
 std::string now_utc() {

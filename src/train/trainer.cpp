@@ -15,7 +15,6 @@
 
 #include "shared/meta_device.h"
 #include "train/trainer_internal.h"
-#include "train/trainer_pipeline.h"
 #include "train/trainer_timeline.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
@@ -35,6 +34,7 @@
 #include "vescale/train/activation_checkpoint.h"
 #include "vescale/train/hf_weights.h"
 #include "vescale/train/peak_flops.h"
+#include "vescale/train/forward_backward.h"
 #include "vescale/train/metrics_logger.h"
 #include "vescale/kernels/host_memory.h"
 #include "vescale/timeline/recorder.h"
@@ -59,12 +59,9 @@ plan::Plan load_plan(const Config& config, const mesh::DeviceMesh& mesh) {
   return plan;
 }
 
-// The names of the step's timeline spans, interned once.
+// The names of the step's timeline spans, interned once (the forward-backward has its own).
 struct SpanNames {
-  uint32_t step = timeline::intern("step"), data = timeline::intern("data"),
-           forward = timeline::intern("forward"), loss = timeline::intern("loss"),
-           backward = timeline::intern("backward"),
-           grad_sync = timeline::intern("reduce gradients"),
+  uint32_t step = timeline::intern("step"), grad_sync = timeline::intern("reduce gradients"),
            clip = timeline::intern("clip gradients"),
            optimizer = timeline::intern("optimizer step"),
            commit = timeline::intern("commit checkpoint"),
@@ -109,12 +106,16 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     if (device_ != "cpu") model_.module->to(at::Device(device_));
   }
   int64_t zero = 0;
+  // Under a pipeline plan: this rank's stages, until the forward-backward takes them.
+  std::unique_ptr<parallel::pipeline::PipelineStages> stages;
   if (!mesh_ && !config_.model.init_from.empty())
     load_hf_weights(config_.model.init_from, model_, config_.model);
   if (mesh_) {
     const plan::Plan& plan = *plan_in;
     if (plan.pipeline()) {
-      setup_pipeline(plan);  // this rank's stages, parallelized on the stage's mesh
+      stages = cut_stages(plan);  // this rank's stages, parallelized on the stage's mesh
+      const auto shard = data_shard(stages->stage_mesh());
+      dp_rank_ = shard.rank, dp_size_ = shard.size;
     } else {
       parallel::parallelize(*model_.module, plan, *mesh_,
                             {.init = model_.init, .plain_on_one_device = true});
@@ -128,14 +129,16 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
                   zero, " (from ", config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
                   ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
     VESCALE_CHECK(
-        !pipeline_ || zero <= 2, "ZeRO stage 3 with a pipeline plan: not supported ",
+        !stages || zero <= 2, "ZeRO stage 3 with a pipeline plan: not supported ",
         "(the stages would gather their parameters per micro-batch); use parallel.zero=1 or 2");
-    VESCALE_CHECK(!pipeline_ || zero == 0 || !has_shared_weights(),
+    VESCALE_CHECK(!stages || zero == 0 || !stages->has_shared_weights(),
                   "ZeRO with weights tied across ",
                   "pipeline stages (tied embeddings) is not supported yet; set parallel.zero=0 or "
                   "untie them");
     // One device has no gradient to reduce (and its parameters are plain tensors).
-    const mesh::DeviceMesh& grad_mesh = pipeline_ ? stage_mesh() : *mesh_;
+    const mesh::DeviceMesh& grad_mesh = stages ? stages->stage_mesh() : *mesh_;
+    reduce_per_param_ =
+        grad_mesh.size() > 1 && config_.parallel.grad_reduce == GradReduce::PerParam;
     if (grad_mesh.size() > 1 && config_.parallel.grad_reduce != GradReduce::PerParam) {
       auto opts = parallel::GradReducerOptions::from_plan(plan.grad_reduce());
       opts.overlap = config_.parallel.grad_reduce == GradReduce::Overlap;
@@ -147,7 +150,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   }
   dtensor::set_static_eager(config_.parallel.static_eager);
   // A pipeline stage may hold no block (only the embedding, say).
-  if (t.activation_checkpointing && (!pipeline_ || has_block(*model_.module, model_.block_pattern)))
+  if (t.activation_checkpointing && (!stages || has_block(*model_.module, model_.block_pattern)))
     checkpointed_ = enable_activation_checkpointing(*model_.module, model_.block_pattern,
                                                     model_.block_side_outputs);
   // Around the checkpointing hook, so a block's forward span is the forward it runs.
@@ -169,7 +172,15 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     optimizer_ =
         std::make_unique<optim::AdamW>(optim::decay_groups(named, t.weight_decay), adamw, params);
   }
-  if (pipeline_) start_pipeline_runner();
+  ForwardBackwardOptions fb{mesh_ ? &*mesh_ : nullptr,
+                            device_,
+                            t.dtype == DType::Bf16,
+                            t.grad_accum,
+                            reducer_.get(),
+                            [this](const char* p) { doing_ = p; }};
+  forward_backward_ = stages ? pipeline_forward_backward(model_, std::move(stages), *mesh_,
+                                                         *optimizer_, rank_, std::move(fb))
+                             : local_forward_backward(model_, std::move(fb));
 
   auto train_data = std::make_shared<TokenDataset>(data_files(config_.data, "train"));
   train_loader_ = std::make_unique<DataLoader>(train_data, t.batch_size, t.seq_len, dp_rank_,
@@ -203,7 +214,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     // Resumed: the checkpoint's run goes on. Fresh: a new id, the same on every rank.
     if (!resumed_) run_id_ = dist::all_gather_text(rank_ == 0 ? new_run_id() : "").front();
   }
-  VESCALE_CHECK(t.sample_every == 0 || !pipeline_, "config '", config_.source,
+  VESCALE_CHECK(t.sample_every == 0 || !forward_backward_->schedule(), "config '", config_.source,
                 "': train.sample_every: samples need the whole model in one process, and the "
                 "pipeline plan splits it into stages; set train.sample_every=0 and run "
                 "vescale-generate on a checkpoint");
@@ -216,9 +227,9 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
 }
 
 Trainer::~Trainer() {
-  timeline_.reset();  // its hooks wrap the checkpointing ones
-  if (pipeline_) pipeline_->runner.reset();
+  timeline_.reset();
   optimizer_.reset();  // ZeRO before the reducer it steps
+  forward_backward_.reset();
   reducer_.reset();
 }
 
@@ -251,26 +262,39 @@ double Trainer::read_param_norm() {
   return std::sqrt(param_sq_.item<double>());
 }
 
+std::unique_ptr<parallel::pipeline::PipelineStages> Trainer::cut_stages(const plan::Plan& plan) {
+  const plan::PipelineSpec& spec = *plan.pipeline();
+  VESCALE_CHECK(!model_.pipeline_layers.empty(), "model.type '", config_.model.type,
+                "' cannot be pipelined yet (its builder lists no pipeline layers); use a plan "
+                "without \"pipeline\"");
+  const auto& t = config_.train;
+  VESCALE_CHECK(t.grad_accum == 1 || t.grad_accum == spec.microbatches,
+                "train.grad_accum=", t.grad_accum, " but plan '", plan.source(),
+                "': pipeline.microbatches=", spec.microbatches,
+                ": a pipeline's micro-batches are the step's accumulation; set train.grad_accum "
+                "to 1 (or to the same number)");
+  std::vector<parallel::pipeline::LayerModules> layers;
+  for (const auto& l : model_.pipeline_layers) layers.push_back({l.name, l.modules});
+  auto stages = std::make_unique<parallel::pipeline::PipelineStages>(model_.module, layers, plan,
+                                                                     *mesh_, device_, model_.init);
+  model_.module = stages->root();
+  log::info(stages->describe(layers));
+  return stages;
+}
+
+int64_t Trainer::microbatches() const { return forward_backward_->microbatches(); }
+
+const parallel::pipeline::Schedule* Trainer::pipeline_schedule() const {
+  return forward_backward_->schedule();
+}
+
+const parallel::pipeline::RunnerStats* Trainer::pipeline_stats() const {
+  return forward_backward_->stats();
+}
+
 int64_t Trainer::tokens_per_step() const {
   const auto& t = config_.train;
   return t.batch_size * t.seq_len * microbatches() * dp_size_;
-}
-
-at::Tensor Trainer::loss_of(const DataLoader::Batch& batch) {
-  const at::Device dev(device_);
-  const mesh::DeviceMesh* m = mesh_ ? &*mesh_ : nullptr;
-  at::Tensor inputs = to_model_input(batch.inputs.to(dev), m);
-  at::Tensor targets = to_model_input(batch.targets.to(dev), m);
-  at::Tensor logits;
-  {
-    timeline::Scope span(timeline::Kind::Forward, span_names().forward);
-    Bf16Autocast autocast(config_.train.dtype == DType::Bf16, dev.type());
-    logits = model_.forward(inputs);
-  }
-  timeline::Scope span(timeline::Kind::Loss, span_names().loss);
-  at::Tensor loss = lm_loss(logits, targets);
-  if (model_.aux_loss) loss = loss + model_.aux_loss();
-  return loss;
 }
 
 StepMetrics Trainer::step(int64_t step) {
@@ -284,39 +308,9 @@ StepMetrics Trainer::step(int64_t step) {
   const double lr = optim::lr_at({t.lr, t.min_lr, t.warmup_steps, t.steps, t.decay}, step);
   optimizer_->set_lr(lr);
   model_.module->train();
-  at::Tensor loss_sum;
   dtensor::BackwardOnCallerThread
       same_thread;  // no hand-offs to autograd's "dtensor" device thread
-  double pipeline_loss = 0;
-  if (pipeline_) {
-    doing_ = "reading the batch";
-    std::vector<DataLoader::Batch> batches;
-    {
-      timeline::Scope span(timeline::Kind::Data, names.data);
-      for (int64_t micro = 0; micro < microbatches(); ++micro)
-        batches.push_back(train_loader_->next());
-    }
-    doing_ = "running the pipeline schedule";
-    pipeline_loss = pipeline_forward_backward(batches, /*training=*/true);
-  }
-  for (int64_t micro = 0; !pipeline_ && micro < t.grad_accum; ++micro) {
-    // Only the last micro-batch's backward reduces; the others accumulate Partial grads.
-    if (reducer_) reducer_->set_sync(micro + 1 == t.grad_accum);
-    doing_ = "reading the batch";
-    const auto batch = [&] {
-      timeline::Scope span(timeline::Kind::Data, names.data);
-      return train_loader_->next();
-    }();
-    doing_ = "forward";
-    at::Tensor loss = loss_of(batch);
-    doing_ = "backward";
-    {
-      timeline::Scope span(timeline::Kind::Backward, names.backward);
-      (loss / static_cast<double>(t.grad_accum)).backward();
-      timeline::discard_open();  // a block whose input needed no gradient left its span open
-    }
-    loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
-  }
+  const double loss = forward_backward_->train([this] { return train_loader_->next(); });
   // Gradients with other placements than their parameters (Partial over dp, or over tp for
   // replicated weights fed sequence shards) are reduced: by the buckets (most of them already
   // launched during backward), or one collective per parameter.
@@ -326,10 +320,10 @@ StepMetrics Trainer::step(int64_t step) {
   if (reducer_) {
     reducer_->finish();
     if (!optimizer_resume_.empty()) load_optimizer_state(optimizer_resume_);
-  } else if (mesh_ && (pipeline_ ? stage_mesh() : *mesh_).size() > 1) {
+  } else if (reduce_per_param_) {
     parallel::reduce_gradients(*model_.module);
   }
-  if (pipeline_) reduce_shared_weights();
+  forward_backward_->after_reduction();
   // The norm of the whole gradient, however it is sharded (ZeRO holds slices of it).
   doing_ = "clipping gradients";
   phase.reset();
@@ -339,8 +333,7 @@ StepMetrics Trainer::step(int64_t step) {
   StepMetrics m;
   m.step = step + 1;
   m.lr = lr;
-  m.loss =
-      pipeline_ ? pipeline_loss : (loss_sum / static_cast<double>(t.grad_accum)).item<double>();
+  m.loss = loss;
   m.grad_norm = norm.item<double>();
   m.param_norm = read_param_norm();
   // Every rank holds the same loss and norms, so all pass or all stop here.
@@ -385,20 +378,9 @@ double Trainer::evaluate() {
   model_.module->eval();
   val_loader_->seek({});
   const int64_t n = std::min(config_.train.eval_steps, val_loader_->steps_per_epoch());
-  if (pipeline_) {
-    std::vector<DataLoader::Batch> batches;
-    for (int64_t i = 0; i < n; ++i) batches.push_back(val_loader_->next());
-    const double loss = pipeline_forward_backward(batches, /*training=*/false);
-    model_.module->train();
-    return loss;
-  }
-  at::Tensor sum;
-  for (int64_t i = 0; i < n; ++i) {
-    at::Tensor loss = loss_of(val_loader_->next());
-    sum = sum.defined() ? sum + loss : loss;
-  }
+  const double loss = forward_backward_->evaluate([this] { return val_loader_->next(); }, n);
   model_.module->train();
-  return (sum / static_cast<double>(n)).item<double>();
+  return loss;
 }
 
 std::vector<StepMetrics> Trainer::run() {
@@ -408,7 +390,8 @@ std::vector<StepMetrics> Trainer::run() {
               human(static_cast<double>(parameter_count(parameter_shapes(config_.model))), "") +
               " parameters; " + std::to_string(tokens_per_step()) + " tokens per step (" +
               std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) + " x " +
-              std::to_string(microbatches()) + (pipeline_ ? " micro-batches x " : " accum x ") +
+              std::to_string(microbatches()) +
+              (forward_backward_->schedule() ? " micro-batches x " : " accum x ") +
               std::to_string(dp_size_) + " dp); " + std::to_string(t.steps) + " steps, dtype " +
               to_string(t.dtype) +
               (t.activation_checkpointing ? ", activation checkpointing" : ""));

@@ -22,6 +22,7 @@
 #include "vescale/common/logging.h"
 #include "vescale/dist/object_collectives.h"
 #include "vescale/random/random.h"
+#include "vescale/train/forward_backward.h"
 #include "vescale/train/trainer.h"
 #include "vescale/plan/plan.h"
 
@@ -219,11 +220,12 @@ void Trainer::add_optimizer_targets(const checkpoint::CheckpointInfo& info,
   std::map<std::string, std::vector<int64_t>> saved;
   // A pipeline stage's optimizer holds its own parameters' state: the other stages' is theirs.
   std::set<std::string> mine;
-  if (pipeline_)
+  const bool pipeline = forward_backward_->schedule() != nullptr;
+  if (pipeline)
     for (const auto& item : model_.module->named_parameters()) mine.insert(item.key());
   auto owned = [&](const std::string& state_name) {
     const auto dot = state_name.rfind('.');
-    return !pipeline_ || (dot != std::string::npos && mine.count(state_name.substr(0, dot)));
+    return !pipeline || (dot != std::string::npos && mine.count(state_name.substr(0, dot)));
   };
   for (const auto& [key, entry] : info.tensors)
     if (key.rfind("optim/", 0) == 0 && owned(key.substr(6))) saved[key.substr(6)] = entry.shape;

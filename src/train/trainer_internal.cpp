@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
+#include <torch/nn/module.h>
 
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/plan/parallel_dims.h"
@@ -13,6 +14,7 @@
 #include <mutex>
 
 #include "vescale/common/check.h"
+#include "vescale/train/model_factory.h"
 #include "vescale/common/error_text.h"
 #include "vescale/common/logging.h"
 #include "vescale/dist/object_collectives.h"
@@ -119,6 +121,12 @@ std::string gib(double bytes) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
   return buf;
+}
+
+bool has_block(torch::nn::Module& root, const std::string& pattern) {
+  for (const auto& m : root.named_modules("", false))
+    if (component_match(pattern, m.key())) return true;
+  return false;
 }
 
 }  // namespace vescale::train

@@ -70,6 +70,10 @@ class Bf16Autocast {
 // logits [B, T, V], targets [B, T].
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets);
 
+// Whether some submodule of `root` matches the block pattern as activation checkpointing
+// matches it (component_match: '*' is one name component).
+bool has_block(torch::nn::Module& root, const std::string& pattern);
+
 // A fresh run's id: checkpoints carry it, and `keep` prunes only its own run's.
 std::string new_run_id();
 

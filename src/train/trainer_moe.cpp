@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
-#include "trainer_pipeline.h"
+#include "vescale/train/forward_backward.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/train/trainer.h"
 
@@ -25,7 +25,7 @@ void Trainer::balance_experts(StepMetrics& m) {
     global[i] = dtensor::is_dtensor(l) ? dtensor::full_tensor(l) : l;
     table[i].copy_(global[i]);
   }
-  if (pipeline_) pipeline_->stages->sum_over_pipeline(table);
+  forward_backward_->sum_over_layers(table);  // pipeline ranks hold other layers' experts
   if (model_.moe.update_bias) model_.moe.update_bias(global);
   table = table.to(at::kCPU, at::kDouble).contiguous();
   const double* t = table.data_ptr<double>();

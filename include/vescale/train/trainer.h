@@ -21,6 +21,7 @@
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/optim/optimizer.h"
+#include "vescale/parallel/pipeline/pipeline_stages.h"
 #include "vescale/parallel/pipeline/runner.h"
 #include "vescale/train/config.h"
 #include "vescale/train/divergence_guard.h"
@@ -31,9 +32,9 @@
 
 namespace vescale::train {
 
-struct PipelineTraining;  // trainer_pipeline.h
-class TimelineWindow;     // trainer_timeline.h
-class MetricsLogger;      // metrics_logger.h
+class ForwardBackward;  // forward_backward.h
+class TimelineWindow;   // trainer_timeline.h
+class MetricsLogger;    // metrics_logger.h
 
 // One optimizer step, as logged (and written to the metrics JSONL).
 struct StepMetrics {
@@ -103,13 +104,15 @@ class Trainer {
   void set_step_hook(std::function<void(int64_t step)> hook) { step_hook_ = std::move(hook); }
 
  private:
-  at::Tensor loss_of(const DataLoader::Batch& batch);
   checkpoint::StateDict checkpoint_state(std::vector<checkpoint::Piece>& pieces);
   void resume_from(const std::string& folder);
   void add_optimizer_targets(const checkpoint::CheckpointInfo& info, checkpoint::StateDict& state,
                              std::vector<checkpoint::Piece>& pieces);
   void load_optimizer_state(const std::string& folder);
   void check_outputs();
+  // Under a pipeline plan: checks the model can be cut, cuts it (this rank's stages become
+  // model_.module) and logs the stages. Collective.
+  std::unique_ptr<parallel::pipeline::PipelineStages> cut_stages(const plan::Plan& plan);
   // Refuses a model whose dry-run estimate exceeds this rank's memory (train.allow_oversubscribe).
   void check_memory_fits() const;
   // Starts measuring the parameters for the guard; read_param_norm() waits for it (0: unknown).
@@ -126,13 +129,6 @@ class Trainer {
   void balance_experts(StepMetrics& m);
   // The model's state buffers (Model::state_buffers) by name, saved and loaded with the weights.
   std::vector<std::pair<std::string, at::Tensor>> state_buffers() const;
-  // Under a pipeline plan (trainer_pipeline.cpp).
-  void setup_pipeline(const plan::Plan& plan);
-  void start_pipeline_runner();
-  double pipeline_forward_backward(const std::vector<DataLoader::Batch>& batches, bool training);
-  void reduce_shared_weights();
-  bool has_shared_weights() const;
-  const mesh::DeviceMesh& stage_mesh() const;
 
   Config config_;
   std::optional<mesh::DeviceMesh> mesh_;
@@ -143,7 +139,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;  // AdamW, or ZeRO with parallel.zero >= 1
   std::unique_ptr<parallel::GradReducer> reducer_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
-  struct Sampler;   // rank 0's single-process copy for train.sample_every, made at the first
+  struct Sampler;  // rank 0's single-process copy for train.sample_every, made at the first
   std::unique_ptr<Sampler> sampler_;
   int64_t world_size_ = 1;
   std::unique_ptr<MetricsLogger> metrics_;  // the progress line, JSONL, TensorBoard (rank 0)
@@ -161,7 +157,8 @@ class Trainer {
   std::unique_ptr<checkpoint::RootLock> lock_;  // on checkpoint.dir, rank 0
   const char* doing_ = "";                      // the part of the step running, for error messages
   std::string optimizer_resume_;  // a checkpoint whose optimizer state loads once the optimizer can
-  std::unique_ptr<PipelineTraining> pipeline_;
+  std::unique_ptr<ForwardBackward> forward_backward_;  // local, or this rank's pipeline stages
+  bool reduce_per_param_ = false;  // parallel.grad_reduce=per_param on a mesh of several ranks
   std::unique_ptr<TimelineWindow> timeline_;  // with log.timeline set
   std::vector<nn::HookHandle> checkpointed_;  // train.activation_checkpointing's links
   std::function<void(int64_t)> step_hook_;

@@ -62,9 +62,12 @@ at::Tensor plain_value(const at::Tensor& t) {
 
 PipelineStages::~PipelineStages() = default;
 
-PipelineStages::PipelineStages(torch::nn::Module& model, const std::vector<LayerModules>& layers,
-                               const plan::Plan& plan, const mesh::DeviceMesh& mesh,
-                               const std::string& device, const std::function<void()>& init) {
+PipelineStages::PipelineStages(std::shared_ptr<torch::nn::Module> whole,
+                               const std::vector<LayerModules>& layers, const plan::Plan& plan,
+                               const mesh::DeviceMesh& mesh, const std::string& device,
+                               const std::function<void()>& init)
+    : model_(std::move(whole)) {
+  torch::nn::Module& model = *model_;
   const plan::PipelineSpec& spec = *plan.pipeline();
   const std::string src = "plan '" + plan.source() + "': pipeline";
   const auto& names = mesh.dim_names();

@@ -30,11 +30,12 @@ struct LayerModules {
 
 class PipelineStages {
  public:
-  // Collective over `mesh`. `model` was built on the meta device; its `layers` in order; `init`
-  // reruns its initialisation (through vescale::random, so every fill takes the offset it has on
-  // one device). This rank's parameters and every buffer get storage on `device`. Throws naming
-  // the plan field for a pipeline dim the mesh lacks or stage cuts that do not fit the layers.
-  PipelineStages(torch::nn::Module& model, const std::vector<LayerModules>& layers,
+  // Collective over `mesh`. `model` was built on the meta device (kept alive here: its layers'
+  // forwards belong to it); its `layers` in order; `init` reruns its initialisation (through
+  // vescale::random, so every fill takes the offset it has on one device). This rank's
+  // parameters and every buffer get storage on `device`. Throws naming the plan field for a
+  // pipeline dim the mesh lacks or stage cuts that do not fit the layers.
+  PipelineStages(std::shared_ptr<torch::nn::Module> model, const std::vector<LayerModules>& layers,
                  const plan::Plan& plan, const mesh::DeviceMesh& mesh, const std::string& device,
                  const std::function<void()>& init);
   ~PipelineStages();
@@ -76,6 +77,7 @@ class PipelineStages {
   Schedule schedule_;
   std::vector<int64_t> starts_;  // first layer of each stage, then the layer count
   mesh::DeviceMesh stage_mesh_;
+  std::shared_ptr<torch::nn::Module> model_;  // the whole model, other stages on meta
   std::shared_ptr<torch::nn::Module> root_;
   std::vector<SharedWeights> shared_;
   dist::ProcessGroup pp_group_;
