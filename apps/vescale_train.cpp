@@ -21,6 +21,7 @@
 #include "vescale/train/shipped_files.h"
 #include "vescale/train/stop_signal.h"
 #include "vescale/train/trainer.h"
+#include "vescale/train/validate.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"vescale-train: SPMD training of the model in a config"};
@@ -74,10 +75,13 @@ int main(int argc, char** argv) {
       int64_t world = 1;
       for (auto& [name, size] : dims) world *= size > 0 ? size : 1;
       vescale::log::init(0, log_level);
+      vescale::train::validate(cfg, world);
       std::printf(
           "%s", vescale::train::dry_run_report(cfg, vescale::mesh::MeshShape(dims, world)).c_str());
       return 0;
     }
+    // Before any rendezvous: a config or plan error reads the same at 1 rank or N.
+    vescale::train::validate(cfg, env.world_size);
     vescale::dist::init();
     const int rank = vescale::dist::rank();
     vescale::log::init(rank, !log_level.empty() ? log_level : rank == 0 ? cfg.log.level : "");

@@ -1,6 +1,7 @@
 // The training loop: the Trainer built from a config, its steps, evaluation and run(). Its
-// checkpoints are in trainer_checkpoint.cpp, the metrics file in trainer_metrics.cpp, the data
-// files in data_files.cpp and --dry-run in dry_run.cpp.
+// checkpoints are in trainer_checkpoint.cpp, what it reports in metrics_logger.cpp, a step's
+// micro-batches in forward_backward.h, the data files in data_files.cpp, --dry-run in
+// dry_run.cpp.
 #include "vescale/train/trainer.h"
 
 #include <ATen/ATen.h>
@@ -36,6 +37,7 @@
 #include "vescale/train/peak_flops.h"
 #include "vescale/train/forward_backward.h"
 #include "vescale/train/metrics_logger.h"
+#include "vescale/train/validate.h"
 #include "vescale/kernels/host_memory.h"
 #include "vescale/timeline/recorder.h"
 #include "vescale/train/stop_signal.h"
@@ -87,6 +89,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     dp_rank_ = shard.rank, dp_size_ = shard.size;
     device_ = dist::device_string();
   }
+  // What can be checked without the world is checked as vescale-train checks it before the world.
+  if (mesh_) validate(config_, world_size_);
   on_all_ranks([&] { check_outputs(); });
   on_all_ranks([&] { check_memory_fits(); });  // hosts differ: one short rank stops them all
   // One seed for everything: libtorch's generator (model init, plain-tensor dropout) and ours.
@@ -125,12 +129,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
       load_hf_weights(config_.model.init_from, model_, config_.model);
     // Bucketed reduction (docs/parallel.md); "per_param" keeps parallel::reduce_gradients.
     zero = zero_stage(config_.parallel, &plan);
-    VESCALE_CHECK(zero == 0 || config_.parallel.grad_reduce != GradReduce::PerParam, "ZeRO stage ",
-                  zero, " (from ", config_.parallel.zero > 0 ? "parallel.zero" : plan.source(),
-                  ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
-    VESCALE_CHECK(
-        !stages || zero <= 2, "ZeRO stage 3 with a pipeline plan: not supported ",
-        "(the stages would gather their parameters per micro-batch); use parallel.zero=1 or 2");
+    // (validate() refused ZeRO without buckets, and ZeRO-3 under a pipeline.)
     VESCALE_CHECK(!stages || zero == 0 || !stages->has_shared_weights(),
                   "ZeRO with weights tied across ",
                   "pipeline stages (tied embeddings) is not supported yet; set parallel.zero=0 or "
@@ -214,10 +213,6 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     // Resumed: the checkpoint's run goes on. Fresh: a new id, the same on every rank.
     if (!resumed_) run_id_ = dist::all_gather_text(rank_ == 0 ? new_run_id() : "").front();
   }
-  VESCALE_CHECK(t.sample_every == 0 || !forward_backward_->schedule(), "config '", config_.source,
-                "': train.sample_every: samples need the whole model in one process, and the "
-                "pipeline plan splits it into stages; set train.sample_every=0 and run "
-                "vescale-generate on a checkpoint");
   measure_params();  // the guard's first reference: the weights step 1 runs with
   // Every rank at once: on a CPU the measured GEMM peak is each rank's share of the cores.
   metrics_ = std::make_unique<MetricsLogger>(
@@ -263,16 +258,6 @@ double Trainer::read_param_norm() {
 }
 
 std::unique_ptr<parallel::pipeline::PipelineStages> Trainer::cut_stages(const plan::Plan& plan) {
-  const plan::PipelineSpec& spec = *plan.pipeline();
-  VESCALE_CHECK(!model_.pipeline_layers.empty(), "model.type '", config_.model.type,
-                "' cannot be pipelined yet (its builder lists no pipeline layers); use a plan "
-                "without \"pipeline\"");
-  const auto& t = config_.train;
-  VESCALE_CHECK(t.grad_accum == 1 || t.grad_accum == spec.microbatches,
-                "train.grad_accum=", t.grad_accum, " but plan '", plan.source(),
-                "': pipeline.microbatches=", spec.microbatches,
-                ": a pipeline's micro-batches are the step's accumulation; set train.grad_accum "
-                "to 1 (or to the same number)");
   std::vector<parallel::pipeline::LayerModules> layers;
   for (const auto& l : model_.pipeline_layers) layers.push_back({l.name, l.modules});
   auto stages = std::make_unique<parallel::pipeline::PipelineStages>(model_.module, layers, plan,

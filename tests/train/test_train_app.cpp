@@ -183,6 +183,36 @@ TEST_CASE(
                         Contains("llama_tiny, llama_tiny_bpe, mixtral_8x7b"));
 }
 
+TEST_CASE("config and plan errors are found before any rendezvous, the same at 1 rank and at 2",
+          "[train_app]") {
+  const std::string plan = "/tmp/vescale_train_app." + std::to_string(::getpid()) + ".plan.json";
+  std::ofstream(plan) << R"J({"mesh": ["tp"], "params": {"layers.*.atention.wq.weight": ["Shard(0)"],
+                              "*": ["Replicate"]}})J";
+  const std::string base = TRAIN + " --config llama_tiny --set train.steps=1 --set log.metrics_jsonl=";
+  const std::string want = "params['layers.*.atention.wq.weight'] matches no parameter of the model";
+  // One process on a one-rank tp mesh, two ranks on two: the same message, and at two ranks no
+  // rank formed the mesh (the error came before dist::init).
+  auto one = run(base + " --set 'parallel.mesh={\"tp\":1}' --set parallel.plan=\\\"" + plan + "\\\"");
+  auto two = run(base + " --nproc-per-node 2 --set 'parallel.mesh={\"tp\":2}' --set parallel.plan=\\\"" + plan +
+                 "\\\"");
+  INFO(one.out << "\n----\n" << two.out);
+  CHECK(one.code == 1);
+  CHECK(two.code == 1);
+  CHECK_THAT(one.out, Contains(want));
+  CHECK_THAT(two.out, Contains("[rank 0] vescale-train: plan '" + plan + "': " + want) &&
+                          Contains("[rank 1] vescale-train: plan '" + plan + "': " + want));
+  CHECK_THAT(one.out + two.out, !Contains("DeviceMesh("));
+  // The pipeline's own refusals come as early.
+  auto pp = run(base + " --nproc-per-node 2 --set 'parallel.mesh={\"pp\":2}' --set parallel.plan=\\\"" +
+                CONFIGS + "plans/llama_pp.json\\\" --set train.grad_accum=3");
+  INFO(pp.out);
+  CHECK(pp.code == 1);
+  CHECK_THAT(pp.out, Contains("train.grad_accum=3 but plan '") &&
+                         Contains("a pipeline's micro-batches are the step's accumulation"));
+  CHECK_THAT(pp.out, !Contains("DeviceMesh("));
+  std::remove(plan.c_str());
+}
+
 namespace {
 std::vector<double> losses_of(const std::string& jsonl) {
   std::ifstream f(jsonl);

@@ -1,0 +1,77 @@
+#include "vescale/train/validate.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "shared/meta_device.h"
+#include "train/trainer_internal.h"
+#include "vescale/common/check.h"
+#include "vescale/mesh/device_mesh.h"
+#include "vescale/parallel/pipeline/schedule.h"
+#include "vescale/parallel/pipeline/stages.h"
+#include "vescale/plan/parallel_dims.h"
+#include "vescale/plan/plan.h"
+#include "vescale/train/model_factory.h"
+
+namespace vescale::train {
+
+void validate(const Config& config, int64_t world_size) {
+  const mesh::MeshShape shape(config.parallel.mesh, world_size);
+  std::optional<plan::Plan> plan;
+  if (!config.parallel.plan.empty()) plan = plan::Plan::from_json_file(config.parallel.plan);
+  const int64_t zero = zero_stage(config.parallel, plan ? &*plan : nullptr);
+  const auto& t = config.train;
+  VESCALE_CHECK(zero == 0 || config.parallel.grad_reduce != GradReduce::PerParam, "ZeRO stage ",
+                zero, " (from ", config.parallel.zero > 0 ? "parallel.zero" : plan->source(),
+                ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
+  if (!plan) return;  // no plan: every parameter replicated on any mesh
+  const plan::ParallelDims dims(shape, &*plan);
+
+  // The model's parameters and layers, without memory.
+  Model model;
+  {
+    models::MetaDeviceScope meta;
+    model = build_model(config.model);
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, size] : dims.stage_dims()) names.push_back(name);
+  if (!plan->mesh_dims().empty()) plan->resolve(names, parameter_shapes(*model.module));
+
+  const std::optional<plan::PipelineSpec> pipe = plan->pipeline();
+  if (!pipe) return;
+  const std::string src = "plan '" + plan->source() + "': pipeline";
+  const auto& mesh_names = shape.names();
+  VESCALE_CHECK(
+      std::find(mesh_names.begin(), mesh_names.end(), pipe->dim) != mesh_names.end(), src, ".dim '",
+      pipe->dim, "' is not a dim of parallel.mesh (",
+      [&] {
+        std::string s;
+        for (int64_t i = 0; i < shape.ndim(); ++i)
+          s += (i ? ", " : "") + shape.names()[i] + "=" + std::to_string(shape.sizes()[i]);
+        return s;
+      }(),
+      "); add it to the mesh (e.g. {\"", pipe->dim, "\": 2, \"dp\": -1})");
+  VESCALE_CHECK(!model.pipeline_layers.empty(), "model.type '", config.model.type,
+                "' cannot be pipelined yet (its builder lists no pipeline layers); use a plan "
+                "without \"pipeline\"");
+  VESCALE_CHECK(t.grad_accum == 1 || t.grad_accum == pipe->microbatches,
+                "train.grad_accum=", t.grad_accum, " but ", src,
+                ".microbatches=", pipe->microbatches,
+                ": a pipeline's micro-batches are the step's accumulation; set train.grad_accum "
+                "to 1 (or to the same number)");
+  const auto schedule = parallel::pipeline::make_schedule(
+      pipe->schedule, static_cast<int>(dims.pp()), static_cast<int>(pipe->microbatches),
+      static_cast<int>(pipe->chunks));
+  std::vector<std::string> layers;
+  for (const auto& l : model.pipeline_layers) layers.push_back(l.name);
+  parallel::pipeline::stage_starts(layers, *pipe, schedule.stages, plan->source());
+  VESCALE_CHECK(
+      zero <= 2, "ZeRO stage 3 with a pipeline plan: not supported ",
+      "(the stages would gather their parameters per micro-batch); use parallel.zero=1 or 2");
+  VESCALE_CHECK(t.sample_every == 0, "config '", config.source,
+                "': train.sample_every: samples need the whole model in one process, and the "
+                "pipeline plan splits it into stages; set train.sample_every=0 and run "
+                "vescale-generate on a checkpoint");
+}
+
+}  // namespace vescale::train
