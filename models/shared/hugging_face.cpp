@@ -66,24 +66,49 @@ void take_tied_head(Source& src, const at::Tensor& embedding, const std::string&
   src.left.erase(it);
 }
 
-// The attention and norms shared by LLaMA and Mixtral.
-void map_llama_common(Source& src, StateDict& out, int64_t n_layers, bool tied) {
-  out["tok_embeddings.weight"] = src.take("embed_tokens.weight");
-  out["norm.weight"] = src.take("norm.weight");
-  if (tied) {
-    take_tied_head(src, out["tok_embeddings.weight"], "lm_head.weight");
-  } else {
-    out["output.weight"] = src.take("lm_head.weight");
-  }
+// The tensors that map one to one, as (our name, Hugging Face's without its "model." prefix),
+// the order the names are taken in: both directions read the same table.
+using Names = std::vector<std::pair<std::string, std::string>>;
+
+// The embedding, the final norm, the head (when untied), and each layer's norms and attention:
+// shared by LLaMA and Mixtral.
+Names llama_common_names(int64_t n_layers, bool tied) {
+  Names n{{"tok_embeddings.weight", "embed_tokens.weight"}, {"norm.weight", "norm.weight"}};
+  if (!tied) n.emplace_back("output.weight", "lm_head.weight");
   for (int64_t i = 0; i < n_layers; ++i) {
-    const std::string hf = "layers." + std::to_string(i) + ".", ours = hf;
-    out[ours + "attention_norm.weight"] = src.take(hf + "input_layernorm.weight");
-    out[ours + "ffn_norm.weight"] = src.take(hf + "post_attention_layernorm.weight");
+    const std::string l = "layers." + std::to_string(i) + ".";
+    n.emplace_back(l + "attention_norm.weight", l + "input_layernorm.weight");
+    n.emplace_back(l + "ffn_norm.weight", l + "post_attention_layernorm.weight");
     for (auto [h, o] :
-         {std::pair{"q_proj", "wq"}, {"k_proj", "wk"}, {"v_proj", "wv"}, {"o_proj", "wo"}}) {
-      out[ours + "attention." + o + ".weight"] = src.take(hf + "self_attn." + h + ".weight");
-    }
+         {std::pair{"q_proj", "wq"}, {"k_proj", "wk"}, {"v_proj", "wv"}, {"o_proj", "wo"}})
+      n.emplace_back(l + "attention." + o + ".weight", l + "self_attn." + h + ".weight");
   }
+  return n;
+}
+
+// LLaMA's SwiGLU MLP.
+Names llama_mlp_names(int64_t n_layers) {
+  Names n;
+  for (int64_t i = 0; i < n_layers; ++i) {
+    const std::string ours = "layers." + std::to_string(i) + ".feed_forward.",
+                      hf = "layers." + std::to_string(i) + ".mlp.";
+    for (auto [o, h] : {std::pair{"w1", "gate_proj"}, {"w2", "down_proj"}, {"w3", "up_proj"}})
+      n.emplace_back(ours + o + ".weight", hf + h + ".weight");
+  }
+  return n;
+}
+
+// Hugging Face's full name: everything but the head lives under "model.".
+std::string hf_key(const std::string& name) {
+  return name == "lm_head.weight" ? name : "model." + name;
+}
+
+// From Hugging Face (`src` holds its names without the prefix) or to it (`src` holds ours).
+void take_from_hf(Source& src, StateDict& out, const Names& names) {
+  for (const auto& [ours, hf] : names) out[ours] = src.take(hf);
+}
+void take_to_hf(Source& src, StateDict& out, const Names& names) {
+  for (const auto& [ours, hf] : names) out[hf_key(hf)] = src.take(ours);
 }
 
 }  // namespace
@@ -91,14 +116,9 @@ void map_llama_common(Source& src, StateDict& out, int64_t n_layers, bool tied) 
 StateDict llama_from_hf(const StateDict& hf, const LlamaOptions& o) {
   Source src{strip_prefix(hf, "model."), {}, "Llama"};
   StateDict out;
-  map_llama_common(src, out, o.n_layers, o.tie_embeddings);
-  for (int64_t i = 0; i < o.n_layers; ++i) {
-    const std::string hf_l = "layers." + std::to_string(i) + ".mlp.",
-                      ours = "layers." + std::to_string(i) + ".feed_forward.";
-    out[ours + "w1.weight"] = src.take(hf_l + "gate_proj.weight");
-    out[ours + "w2.weight"] = src.take(hf_l + "down_proj.weight");
-    out[ours + "w3.weight"] = src.take(hf_l + "up_proj.weight");
-  }
+  take_from_hf(src, out, llama_common_names(o.n_layers, o.tie_embeddings));
+  if (o.tie_embeddings) take_tied_head(src, out["tok_embeddings.weight"], "lm_head.weight");
+  take_from_hf(src, out, llama_mlp_names(o.n_layers));
   src.finish();
   return out;
 }
@@ -106,7 +126,8 @@ StateDict llama_from_hf(const StateDict& hf, const LlamaOptions& o) {
 StateDict mixtral_from_hf(const StateDict& hf, const MixtralOptions& o) {
   Source src{strip_prefix(hf, "model."), {}, "Mixtral"};
   StateDict out;
-  map_llama_common(src, out, o.n_layers, o.tie_embeddings);
+  take_from_hf(src, out, llama_common_names(o.n_layers, o.tie_embeddings));
+  if (o.tie_embeddings) take_tied_head(src, out["tok_embeddings.weight"], "lm_head.weight");
   for (int64_t i = 0; i < o.n_layers; ++i) {
     const std::string hf_l = "layers." + std::to_string(i) + ".block_sparse_moe.";
     const std::string ours = "layers." + std::to_string(i) + ".feed_forward.";
@@ -151,36 +172,11 @@ StateDict gpt2_from_hf(const StateDict& hf, const GPTOptions& o) {
 
 // Ours to Hugging Face ---------------------------------------------------------------------
 
-namespace {
-
-// The inverse of map_llama_common.
-void llama_common_to_hf(Source& src, StateDict& out, int64_t n_layers, bool tied) {
-  out["model.embed_tokens.weight"] = src.take("tok_embeddings.weight");
-  out["model.norm.weight"] = src.take("norm.weight");
-  if (!tied) out["lm_head.weight"] = src.take("output.weight");
-  for (int64_t i = 0; i < n_layers; ++i) {
-    const std::string ours = "layers." + std::to_string(i) + ".", hf = "model." + ours;
-    out[hf + "input_layernorm.weight"] = src.take(ours + "attention_norm.weight");
-    out[hf + "post_attention_layernorm.weight"] = src.take(ours + "ffn_norm.weight");
-    for (auto [h, o] :
-         {std::pair{"q_proj", "wq"}, {"k_proj", "wk"}, {"v_proj", "wv"}, {"o_proj", "wo"}})
-      out[hf + "self_attn." + h + ".weight"] = src.take(ours + "attention." + o + ".weight");
-  }
-}
-
-}  // namespace
-
 StateDict llama_to_hf(const StateDict& ours, const LlamaOptions& o) {
   Source src{ours, {}, "Llama", "to Hugging Face"};
   StateDict out;
-  llama_common_to_hf(src, out, o.n_layers, o.tie_embeddings);
-  for (int64_t i = 0; i < o.n_layers; ++i) {
-    const std::string ours_l = "layers." + std::to_string(i) + ".feed_forward.",
-                      hf = "model.layers." + std::to_string(i) + ".mlp.";
-    out[hf + "gate_proj.weight"] = src.take(ours_l + "w1.weight");
-    out[hf + "down_proj.weight"] = src.take(ours_l + "w2.weight");
-    out[hf + "up_proj.weight"] = src.take(ours_l + "w3.weight");
-  }
+  take_to_hf(src, out, llama_common_names(o.n_layers, o.tie_embeddings));
+  take_to_hf(src, out, llama_mlp_names(o.n_layers));
   src.finish();
   return out;
 }
@@ -188,7 +184,7 @@ StateDict llama_to_hf(const StateDict& ours, const LlamaOptions& o) {
 StateDict mixtral_to_hf(const StateDict& ours, const MixtralOptions& o) {
   Source src{ours, {}, "Mixtral", "to Hugging Face"};
   StateDict out;
-  llama_common_to_hf(src, out, o.n_layers, o.tie_embeddings);
+  take_to_hf(src, out, llama_common_names(o.n_layers, o.tie_embeddings));
   for (int64_t i = 0; i < o.n_layers; ++i) {
     const std::string ours_l = "layers." + std::to_string(i) + ".feed_forward.";
     const std::string hf = "model.layers." + std::to_string(i) + ".block_sparse_moe.";
