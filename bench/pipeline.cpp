@@ -57,7 +57,7 @@ struct Options {
   // head the last), when the stages divide the layers; "even": the plan's own split, where the
   // embedding and the head count as a layer each.
   std::string split = "blocks";
-  std::vector<std::string> schedules = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"};
+  std::vector<pp::ScheduleKind> schedules = vescale::plan::schedule_kinds();
 };
 
 Options parse(int argc, char** argv) {
@@ -79,7 +79,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--schedules") {
       o.schedules.clear();
       std::stringstream ss(v);
-      for (std::string s; std::getline(ss, s, ',');) o.schedules.push_back(s);
+      for (std::string s; std::getline(ss, s, ',');)
+        o.schedules.push_back(vescale::plan::parse_schedule_kind(s));
     } else {
       VESCALE_CHECK(false, "pipeline_bench: unknown option ", a,
                     " (--steps --warmup --rounds --microbatches --chunks --dim --layers --seq --batch "
@@ -98,10 +99,10 @@ struct Sample {
 };
 
 // The shipped plan with this schedule, written where this rank reads it.
-std::string plan_file(const Options& o, const std::string& schedule, int ranks, int chunks) {
+std::string plan_file(const Options& o, pp::ScheduleKind schedule, int ranks, int chunks) {
   nlohmann::ordered_json j;
   std::ifstream(VESCALE_SOURCE_DIR "/configs/plans/llama_pp.json") >> j;
-  j["pipeline"]["schedule"] = schedule;
+  j["pipeline"]["schedule"] = to_string(schedule);
   j["pipeline"]["microbatches"] = o.microbatches;
   j["pipeline"]["chunks"] = chunks;
   const int stages = ranks * chunks;
@@ -115,12 +116,13 @@ std::string plan_file(const Options& o, const std::string& schedule, int ranks, 
                   ": blocks or even");
   }
   const std::string path = "/tmp/vescale_pipeline_bench." + std::to_string(::getppid()) + "." +
-                           schedule + "." + std::to_string(vescale::dist::rank()) + ".json";
+                           to_string(schedule) + "." + std::to_string(vescale::dist::rank()) +
+                           ".json";
   std::ofstream(path) << j.dump();
   return path;
 }
 
-vescale::train::Config config(const Options& o, const std::string& schedule, int ranks) {
+vescale::train::Config config(const Options& o, pp::ScheduleKind schedule, int ranks) {
   const int m = o.microbatches;
   std::vector<std::string> sets{
       "log.metrics_jsonl=\"\"", "train.dtype=fp32", "train.eval_steps=1", "train.warmup_steps=2",
@@ -131,7 +133,8 @@ vescale::train::Config config(const Options& o, const std::string& schedule, int
       "model.ffn_dim=" + std::to_string(3 * o.dim), "model.max_seq_len=" + std::to_string(o.seq)};
   auto cfg = vescale::train::Config::from_file(VESCALE_SOURCE_DIR "/configs/llama_tiny.json", sets);
   cfg.parallel.mesh = {{"pp", ranks}};
-  cfg.parallel.plan = plan_file(o, schedule, ranks, schedule == "interleaved_1f1b" ? o.chunks : 1);
+  cfg.parallel.plan =
+      plan_file(o, schedule, ranks, schedule == pp::ScheduleKind::Interleaved1F1B ? o.chunks : 1);
   return cfg;
 }
 
@@ -169,10 +172,10 @@ struct Result {
   std::vector<double> round_ms;  // per round: the median pipeline step
 };
 
-Result summarize(const std::string& schedule, const pp::Schedule& sched,
+Result summarize(const pp::Schedule& sched,
                  const std::vector<std::vector<Sample>>& by_rank) {
   Result res;
-  res.schedule = schedule;
+  res.schedule = to_string(sched.kind);
   res.sched = sched;
   const size_t ranks = by_rank.size(), steps = by_rank[0].size();
   std::vector<double> step, trainer, bubble, util, cpu_total;
@@ -255,7 +258,7 @@ int main(int argc, char** argv) {
     for (int round = 0; round < o.rounds; ++round) {
       for (size_t k = 0; k < n; ++k) {
         const size_t i = (k + round) % n;
-        const std::string& schedule = o.schedules[i];
+        const pp::ScheduleKind schedule = o.schedules[i];
         auto cfg = config(o, schedule, ranks);
         std::vector<Sample> mine;
         {
@@ -288,7 +291,7 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     if (rank == 0)
       for (size_t i = 0; i < n; ++i) {
-        results.push_back(summarize(o.schedules[i], scheds[i], samples[i]));
+        results.push_back(summarize(scheds[i], samples[i]));
         results.back().round_ms = round_ms[i];
       }
     if (rank == 0) {

@@ -248,7 +248,11 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   r.object("pipeline", [&](json_schema::Reader& g) {
     PipelineSpec p;
     g.field("dim", p.dim);
-    g.field("schedule", p.schedule);
+    std::string schedule = to_string(p.schedule);
+    g.field("schedule", schedule);
+    const auto kind = schedule_kind_named(schedule);
+    if (!kind) g.fail("schedule", unknown_schedule_kind(schedule));
+    p.schedule = *kind;
     g.field("microbatches", p.microbatches);
     g.field("chunks", p.chunks);
     g.field("stages", p.stages);

@@ -285,3 +285,21 @@ TEST_CASE(
   CHECK(flat.data == std::vector<std::string>{"dp"});
   CHECK(flat.stage_dims() == flat.dims);
 }
+
+TEST_CASE("a pipeline's schedule kind is read once, when the plan is, with the fix for a typo",
+          "[plan]") {
+  using vescale::plan::ScheduleKind;
+  const auto zb = Plan::from_json(
+      R"({"mesh": [], "pipeline": {"schedule": "zb_h1", "microbatches": 4}, "params": {}})",
+      "pp.json");
+  CHECK(zb.pipeline()->schedule == ScheduleKind::ZeroBubbleH1);
+  const auto plain =
+      Plan::from_json(R"({"mesh": [], "pipeline": {"microbatches": 4}, "params": {}})", "pp.json");
+  CHECK(plain.pipeline()->schedule == ScheduleKind::OneFOneB);  // the default
+  CHECK_THROWS_WITH(
+      Plan::from_json(
+          R"({"mesh": [], "pipeline": {"schedule": "1fb1", "microbatches": 4}, "params": {}})",
+          "pp.json"),
+      Contains("plan 'pp.json': pipeline.schedule: unknown schedule kind '1fb1' (did you mean "
+               "'1f1b'?); set pipeline.schedule to gpipe, 1f1b, interleaved_1f1b or zb_h1"));
+}

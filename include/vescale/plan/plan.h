@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "vescale/dtensor/placement.h"
+#include "vescale/plan/schedule_kind.h"
 
 namespace vescale::plan {
 
@@ -42,7 +43,7 @@ struct GradReduce {
 // other dims (the stage's mesh); an empty "mesh" means every parameter whole on its stage.
 struct PipelineSpec {
   std::string dim = "pp";
-  std::string schedule = "1f1b";  // parallel::pipeline::schedule_kinds()
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
   int64_t microbatches = 0;       // per step and data-parallel rank; required
   int64_t chunks = 1;             // stages per pipeline rank (interleaved_1f1b: >= 2)
   // The first layer of each stage, by the model's layer names ("layers.0", "layers.10", ...);

@@ -167,7 +167,7 @@ std::string PipelineStages::describe(const std::vector<LayerModules>& layers) co
   for (int x : schedule_.stages_of(me_))
     s += (s.empty() ? "" : ", ") + std::to_string(x) + " (" + layers[starts_[x]].name + " .. " +
          layers[starts_[x + 1] - 1].name + ")";
-  return "pipeline: " + schedule_.kind + " on " + std::to_string(schedule_.ranks) + " ranks, " +
+  return "pipeline: " + std::string(to_string(schedule_.kind)) + " on " + std::to_string(schedule_.ranks) + " ranks, " +
          std::to_string(schedule_.stages) + " stages, " + std::to_string(schedule_.microbatches) +
          " micro-batches; this rank runs stages " + s;
 }

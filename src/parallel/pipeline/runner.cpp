@@ -419,13 +419,13 @@ PipelineRunner::PipelineRunner(Schedule schedule, const mesh::DeviceMesh& mesh,
 
   // Every peer must run the lists this rank made for it: a different config on one rank would
   // otherwise deadlock at the first mismatched transfer.
-  const std::string mine = r.schedule.kind + "/" + std::to_string(r.schedule.stages) + "/" +
+  const std::string mine = std::string(to_string(r.schedule.kind)) + "/" + std::to_string(r.schedule.stages) + "/" +
                            std::to_string(r.schedule.microbatches) + ": " +
                            serialize(r.schedule.actions.at(r.me));
   const auto all = dist::all_gather_text(mine);
   for (int q = 0; q < r.pp.size(); ++q) {
     const int world = r.pp.global_ranks()[q];
-    const std::string expect = r.schedule.kind + "/" + std::to_string(r.schedule.stages) + "/" +
+    const std::string expect = std::string(to_string(r.schedule.kind)) + "/" + std::to_string(r.schedule.stages) + "/" +
                                std::to_string(r.schedule.microbatches) + ": " +
                                serialize(r.schedule.actions.at(q));
     VESCALE_CHECK(all.at(world) == expect, "pipeline: world rank ", world, " (pipeline rank ", q,

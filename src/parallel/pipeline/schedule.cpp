@@ -11,7 +11,6 @@
 #include <sstream>
 
 #include "vescale/common/check.h"
-#include "vescale/common/suggest.h"
 
 namespace vescale::parallel::pipeline {
 
@@ -205,7 +204,7 @@ struct Index {
 };
 
 std::string where(const Schedule& s, int rank, size_t k) {
-  return detail::cat("pipeline schedule ", s.kind, ": rank ", rank, ", action ", k, " (",
+  return detail::cat("pipeline schedule ", to_string(s.kind), ": rank ", rank, ", action ", k, " (",
                      to_string(s.actions[rank][k]), ")");
 }
 
@@ -405,7 +404,7 @@ struct Replay {
                            to_string(s.actions[r][cursor[r]]), ") waits for rank ", peer, "'s ",
                            to_string(send), " (its action ", idx.pos[idx.key(send)], ")");
     }
-    VESCALE_CHECK(stuck.empty(), "pipeline schedule ", s.kind, ": deadlock: ", stuck,
+    VESCALE_CHECK(stuck.empty(), "pipeline schedule ", to_string(s.kind), ": deadlock: ", stuck,
                   "; receives block, so post the send that each waits for earlier");
   }
 };
@@ -417,7 +416,7 @@ void check_complete(const Schedule& s, const Index& idx) {
       const int r = s.stage_rank[st];
       auto has = [&](Op op) { return idx.has(act(op, st, m)); };
       auto missing = [&](const std::string& what) {
-        VESCALE_FAIL("pipeline schedule ", s.kind, ": rank ", r, ": ", what,
+        VESCALE_FAIL("pipeline schedule ", to_string(s.kind), ": rank ", r, ": ", what,
                      " is missing (each stage runs every micro-batch's F once, and B or I and W "
                      "once)");
       };
@@ -475,14 +474,14 @@ void check_fifo(const Schedule& s) {
 
 void check_shape(const Schedule& s) {
   VESCALE_CHECK(s.ranks >= 1 && s.stages >= s.ranks && s.microbatches >= 1, "pipeline schedule ",
-                s.kind, ": ", s.ranks, " ranks, ", s.stages, " stages, ", s.microbatches,
+                to_string(s.kind), ": ", s.ranks, " ranks, ", s.stages, " stages, ", s.microbatches,
                 " micro-batches; build it with make_schedule");
-  VESCALE_CHECK(static_cast<int>(s.stage_rank.size()) == s.stages, "pipeline schedule ", s.kind,
+  VESCALE_CHECK(static_cast<int>(s.stage_rank.size()) == s.stages, "pipeline schedule ", to_string(s.kind),
                 ": stage_rank has ", s.stage_rank.size(), " entries for ", s.stages, " stages");
-  VESCALE_CHECK(static_cast<int>(s.actions.size()) == s.ranks, "pipeline schedule ", s.kind, ": ",
+  VESCALE_CHECK(static_cast<int>(s.actions.size()) == s.ranks, "pipeline schedule ", to_string(s.kind), ": ",
                 s.actions.size(), " action lists for ", s.ranks, " ranks");
   for (int st = 0; st < s.stages; ++st)
-    VESCALE_CHECK(s.stage_rank[st] >= 0 && s.stage_rank[st] < s.ranks, "pipeline schedule ", s.kind,
+    VESCALE_CHECK(s.stage_rank[st] >= 0 && s.stage_rank[st] < s.ranks, "pipeline schedule ", to_string(s.kind),
                   ": stage ", st, " is on rank ", s.stage_rank[st], " of ", s.ranks);
 }
 
@@ -573,31 +572,19 @@ std::vector<int> Schedule::stages_of(int rank) const {
   return out;
 }
 
-bool Schedule::splits_backward() const { return kind == "zb_h1"; }
+bool Schedule::splits_backward() const { return kind == ScheduleKind::ZeroBubbleH1; }
 
-const std::vector<std::string>& schedule_kinds() {
-  static const std::vector<std::string> kinds = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"};
-  return kinds;
-}
-
-Schedule make_schedule(const std::string& kind, int ranks, int microbatches, int chunks) {
-  const auto& kinds = schedule_kinds();
-  if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
-    const std::string near = closest_match(kind, kinds);
-    VESCALE_FAIL("pipeline: unknown schedule kind '", kind, "'",
-                 near.empty() ? "" : " (did you mean '" + near + "'?)",
-                 "; set pipeline.schedule to gpipe, 1f1b, interleaved_1f1b or zb_h1");
-  }
+Schedule make_schedule(ScheduleKind kind, int ranks, int microbatches, int chunks) {
   VESCALE_CHECK(ranks >= 1, "pipeline: ", ranks,
                 " pipeline ranks; the pipeline mesh dim needs "
                 "size 1 or more");
   VESCALE_CHECK(microbatches >= ranks, "pipeline: ", microbatches, " micro-batches for ", ranks,
                 " pipeline ranks; set pipeline.microbatches to at least ", ranks);
-  const bool interleaved = kind == "interleaved_1f1b";
-  VESCALE_CHECK(!interleaved || chunks >= 2, "pipeline schedule ", kind, ": chunks is ", chunks,
+  const bool interleaved = kind == ScheduleKind::Interleaved1F1B;
+  VESCALE_CHECK(!interleaved || chunks >= 2, "pipeline schedule ", to_string(kind), ": chunks is ", chunks,
                 "; interleaving needs at least 2 per rank, so set pipeline.chunks to 2 or more, "
                 "or pipeline.schedule to 1f1b");
-  VESCALE_CHECK(interleaved || chunks == 1, "pipeline schedule ", kind, ": chunks is ", chunks,
+  VESCALE_CHECK(interleaved || chunks == 1, "pipeline schedule ", to_string(kind), ": chunks is ", chunks,
                 "; only interleaved_1f1b runs more than one per rank, so set pipeline.chunks to "
                 "1, or pipeline.schedule to interleaved_1f1b");
 
@@ -608,9 +595,9 @@ Schedule make_schedule(const std::string& kind, int ranks, int microbatches, int
   s.microbatches = microbatches;
   for (int st = 0; st < s.stages; ++st) s.stage_rank.push_back(st % ranks);
   for (int r = 0; r < ranks; ++r) {
-    Order compute = kind == "gpipe" ? gpipe_order(r, microbatches)
+    Order compute = kind == ScheduleKind::GPipe ? gpipe_order(r, microbatches)
                     : interleaved   ? interleaved_order(ranks, r, microbatches, chunks)
-                                    : one_f_one_b_order(ranks, r, microbatches, kind == "zb_h1");
+                                    : one_f_one_b_order(ranks, r, microbatches, s.splits_backward());
     s.actions.push_back(with_transfers(s, compute));
   }
   order_sends_as_received(s);
@@ -629,7 +616,7 @@ double textbook_bubble(int ranks, int microbatches) {
 
 std::string render_timeline(const Schedule& s, const Simulation& sim) {
   std::ostringstream out;
-  out << "pipeline schedule " << s.kind << ": " << s.ranks << " ranks, " << s.stages << " stages ("
+  out << "pipeline schedule " << to_string(s.kind) << ": " << s.ranks << " ranks, " << s.stages << " stages ("
       << s.chunks() << " per rank), " << s.microbatches << " micro-batches, makespan "
       << sim.makespan << "\n";
   // Columns per time unit: the shortest cell fits its label and a space, within ~150 chars a

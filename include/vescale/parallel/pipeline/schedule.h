@@ -9,7 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "vescale/plan/schedule_kind.h"
+
 namespace vescale::parallel::pipeline {
+
+using plan::ScheduleKind;
 
 enum class Op : uint8_t {
   Forward,         // F: the stage's layers on one micro-batch
@@ -38,7 +42,7 @@ std::string serialize(const std::vector<Action>& actions);
 std::vector<Action> parse_actions(const std::string& text);
 
 struct Schedule {
-  std::string kind;  // one of schedule_kinds()
+  ScheduleKind kind = ScheduleKind::OneFOneB;
   int ranks = 0;     // pipeline ranks (the pp mesh dim's size)
   int stages = 0;    // ranks * chunks: virtual stages, each a run of consecutive layers
   int microbatches = 0;
@@ -51,13 +55,10 @@ struct Schedule {
   bool splits_backward() const;
 };
 
-// "gpipe", "1f1b", "interleaved_1f1b", "zb_h1".
-const std::vector<std::string>& schedule_kinds();
-
 // The schedule of `kind` for `ranks` pipeline ranks, `microbatches` micro-batches and `chunks`
 // virtual stages per rank (interleaved_1f1b: chunks >= 2, stage s on rank s % ranks; the
-// others: chunks == 1). Throws vescale::Error naming the bad argument and the fix (unknown
-// kind with a "did you mean", microbatches < ranks, chunks not allowed for the kind).
+// others: chunks == 1). Throws vescale::Error naming the bad argument and the fix
+// (microbatches < ranks, chunks not allowed for the kind).
 //
 // Compute order per rank r (p = ranks, M = microbatches):
 //   gpipe             F0 .. F(M-1), then B0 .. B(M-1).
@@ -78,7 +79,7 @@ const std::vector<std::string>& schedule_kinds();
 // older tensor from this rank first waits until that one is sent (NCCL matches in order; only
 // interleaved_1f1b on 2 ranks with uneven rounds, where activations and gradients share each
 // direction, needs it).
-Schedule make_schedule(const std::string& kind, int ranks, int microbatches, int chunks = 1);
+Schedule make_schedule(ScheduleKind kind, int ranks, int microbatches, int chunks = 1);
 
 // Checks the lists run: every F, and either a B or an I and a W, exactly once per (stage,
 // micro-batch), on the stage's rank, after what it needs (its input, its output gradient, its
