@@ -1,7 +1,7 @@
 // Step time of gradient reduction strategies on a small LLaMA, side by side:
 //   DP=world:        per-parameter all-reduce | buckets after backward | buckets overlapped
 //   DP=2 x TP+SP=2:  per-parameter | overlapped, one collective per dim | overlapped, N-D fused
-//   DP=world, ZeRO:  overlapped buckets with ZeRO 1, 2, 3 (parallel::ZeroOptimizer)
+//   DP=world, ZeRO:  overlapped buckets with ZeRO 1, 2, 3 (parallel::ShardedAdamW)
 // plus the collectives and bytes each sends per step and the peak memory per rank. Run with 4 ranks
 // from the repository root:
 //   build/apps/vescale-run --nproc-per-node 4 -- build/bench/ddp
@@ -23,7 +23,9 @@
 #include "vescale/nn/module_hooks.h"
 #include "vescale/parallel/grad_reduce.h"
 #include "vescale/parallel/grad_reducer.h"
-#include "vescale/parallel/zero_optimizer.h"
+#include "vescale/parallel/grad_layout.h"
+#include "vescale/parallel/sharded_adamw.h"
+#include "vescale/parallel/sharded_parameters.h"
 #include "vescale/kernels/host_memory.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
@@ -66,25 +68,45 @@ at::Tensor input(const at::Tensor& full, const mesh::DeviceMesh& mesh) {
   return dtensor::distribute_tensor(full, mesh, pl);
 }
 
+// A GradReducer's layout and options.
+struct Reduction {
+  double bucket_mb = 25;
+  bool fused = true;
+  bool overlap = true;
+  int zero = 0;
+};
+
 // mode: "per_param", or a GradReducer with these options.
 Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const plan::Plan& plan,
-           const std::string& mode, parallel::GradReducerOptions opts) {
+           const std::string& mode, Reduction opts) {
   const auto o = bench_llama();
   kernels::reset_peak_memory();
   const int64_t base = kernels::memory_stats().current;
   random::manual_seed(1);
   models::Llama model(o);
   plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
+  std::unique_ptr<parallel::GradLayout> layout;
   std::unique_ptr<parallel::GradReducer> reducer;
-  if (opts.zero >= 3) opts.unit_pattern = "layers.*";
-  if (mode != "per_param") reducer = std::make_unique<parallel::GradReducer>(*model, mesh, opts);
+  std::unique_ptr<parallel::ShardedParameters> sharded;
+  if (mode != "per_param") {
+    layout = std::make_unique<parallel::GradLayout>(
+        *model, mesh, plan,
+        parallel::GradLayoutOptions{.bucket_mb = opts.bucket_mb, .fused = opts.fused,
+                                    .zero = opts.zero,
+                                    .unit_pattern = opts.zero >= 3 ? "layers.*" : "",
+                                    .dims = {}});
+    reducer = std::make_unique<parallel::GradReducer>(*layout,
+                                                      parallel::GradReducerOptions{opts.overlap});
+    if (opts.zero >= 3) sharded = std::make_unique<parallel::ShardedParameters>(*layout);
+  }
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
-  std::unique_ptr<parallel::ZeroOptimizer> zero;
+  std::unique_ptr<parallel::ShardedAdamW> zero;
   if (opts.zero >= 1) {
     optim::NamedParams named;
     for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
-    zero = std::make_unique<parallel::ZeroOptimizer>(
-        *reducer, std::vector<optim::ParamGroup>{{named, 0.0}}, optim::AdamWOptions{.lr = 1e-3});
+    zero = std::make_unique<parallel::ShardedAdamW>(
+        *reducer, sharded.get(), std::vector<optim::ParamGroup>{{named, 0.0}},
+        optim::AdamWOptions{.lr = 1e-3});
   }
   const int64_t global_batch = kBatch * (mesh.dim_names()[0] == "dp" ? mesh.size("dp") : 1);
   std::vector<double> ms;
@@ -96,7 +118,7 @@ Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const pl
     auto x = input(full.slice(1, 0, kSeq).contiguous(), mesh);
     auto y = input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
     if (s == kWarmup)
-      kernels::reset_peak_memory();  // steady state: stages 0-2 lay out buckets in step 1
+      kernels::reset_peak_memory();  // steady state, after the first step's allocations
     dist::world().barrier().wait();
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
@@ -120,9 +142,12 @@ Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const pl
   }
   std::sort(ms.begin(), ms.end());
   r.median_ms = ms[ms.size() / 2];
-  if (reducer) r.buckets = reducer->num_buckets();
+  if (layout) r.buckets = static_cast<int64_t>(layout->buckets().size());
   r.peak_bytes = kernels::memory_stats().peak - base;
   zero.reset();
+  sharded.reset();
+  reducer.reset();
+  layout.reset();
   plan::remove_forward_hooks(*model);
   return r;
 }

@@ -112,7 +112,7 @@ void AdamW::zero_grad() {
     for (auto& [name, p] : g.params) p.mutable_grad() = at::Tensor();
 }
 
-std::map<std::string, at::Tensor> AdamW::state_dict() const {
+std::map<std::string, at::Tensor> AdamW::state_tensors() const {
   std::map<std::string, at::Tensor> out;
   for (const auto& [name, s] : state_) {
     if (!s.exp_avg.defined()) continue;
@@ -123,7 +123,7 @@ std::map<std::string, at::Tensor> AdamW::state_dict() const {
   return out;
 }
 
-void AdamW::load_state_dict(const std::map<std::string, at::Tensor>& state) {
+void AdamW::load_state_tensors(const std::map<std::string, at::Tensor>& state) {
   c10::NoGradGuard no_grad;
   size_t used = 0;
   for (auto& g : groups_) {
@@ -174,23 +174,21 @@ at::Tensor AdamW::param_sum_of_squares() const {
   return local_sum_of_squares(all);
 }
 
-at::Tensor AdamW::clip_grad_norm_(double max_norm) {
+at::Tensor AdamW::clip_grad_norm_(double max_norm, const SumAcross& across) {
   if (clip_order_.empty())
     for (const auto& g : groups_)
       for (const auto& [name, p] : g.params) clip_order_.push_back(p);
-  return optim::clip_grad_norm_(clip_order_, max_norm, norm_across_);
+  return optim::clip_grad_norm_(clip_order_, max_norm, across);
 }
 
-OptimizerState AdamW::state_to_load(const std::map<std::string, std::vector<int64_t>>& saved) {
+void AdamW::load_state_dict(const std::map<std::string, std::vector<int64_t>>& saved,
+                            const ReadState& read) {
   NamedParams all;
   for (const auto& g : groups_) all.insert(all.end(), g.params.begin(), g.params.end());
-  loading_ = adamw_state_targets(all, saved, [](const std::string&) { return true; });
-  return {loading_, {}};
-}
-
-void AdamW::loaded() {
-  load_state_dict(loading_);
-  loading_.clear();
+  OptimizerState targets{adamw_state_targets(all, saved, [](const std::string&) { return true; }),
+                         {}};
+  read(targets);
+  load_state_tensors(targets.tensors);
 }
 
 }  // namespace vescale::optim

@@ -7,7 +7,6 @@
 
 #include "train/trainer_internal.h"
 #include "vescale/common/check.h"
-#include "vescale/optim/optimizer.h"
 #include "vescale/parallel/grad_reducer.h"
 #include "vescale/timeline/recorder.h"
 #include "vescale/train/forward_backward.h"
@@ -20,8 +19,7 @@ namespace pp = parallel::pipeline;
 class PipelineForwardBackward : public ForwardBackward {
  public:
   PipelineForwardBackward(Model& model, std::unique_ptr<pp::PipelineStages> stages,
-                          const mesh::DeviceMesh& mesh, optim::Optimizer& optimizer, int world_rank,
-                          ForwardBackwardOptions o)
+                          const mesh::DeviceMesh& mesh, int world_rank, ForwardBackwardOptions o)
       : model_(model), stages_(std::move(stages)), world_rank_(world_rank), o_(std::move(o)) {
     const pp::PipelineStages& st = *stages_;
     std::vector<pp::StageForward> forwards;
@@ -52,9 +50,6 @@ class PipelineForwardBackward : public ForwardBackward {
     if (o_.reducer) opts.set_grad_sync = [r = o_.reducer](bool sync) { r->set_sync(sync); };
     runner_ = std::make_unique<pp::PipelineRunner>(
         st.schedule(), mesh, st.dim(), std::move(forwards), &st.stage_mesh(), std::move(opts));
-    // The norm over every stage.
-    optimizer.set_norm_across(
-        [this](const at::Tensor& sum_sq) { return stages_->sum_across_stages(sum_sq); });
   }
 
   ~PipelineForwardBackward() override { runner_.reset(); }
@@ -71,6 +66,9 @@ class PipelineForwardBackward : public ForwardBackward {
 
   void after_reduction() override { stages_->reduce_shared_grads(); }
   void sum_over_layers(at::Tensor& t) override { stages_->sum_over_pipeline(t); }
+  optim::SumAcross norm_across() override {
+    return [this](const at::Tensor& sum_sq) { return stages_->sum_across_stages(sum_sq); };
+  }
   const pp::Schedule* schedule() const override { return &stages_->schedule(); }
   const pp::RunnerStats* stats() const override { return &runner_->last_step(); }
 
@@ -113,9 +111,9 @@ class PipelineForwardBackward : public ForwardBackward {
 
 std::unique_ptr<ForwardBackward> pipeline_forward_backward(
     Model& model, std::unique_ptr<pp::PipelineStages> stages, const mesh::DeviceMesh& mesh,
-    optim::Optimizer& optimizer, int world_rank, ForwardBackwardOptions o) {
-  return std::make_unique<PipelineForwardBackward>(model, std::move(stages), mesh, optimizer,
-                                                   world_rank, std::move(o));
+    int world_rank, ForwardBackwardOptions o) {
+  return std::make_unique<PipelineForwardBackward>(model, std::move(stages), mesh, world_rank,
+                                                   std::move(o));
 }
 
 }  // namespace vescale::train

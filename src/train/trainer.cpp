@@ -21,7 +21,9 @@
 #include "vescale/common/logging.h"
 #include "vescale/parallel/grad_reduce.h"
 #include "vescale/parallel/grad_reducer.h"
-#include "vescale/parallel/zero_optimizer.h"
+#include "vescale/parallel/grad_layout.h"
+#include "vescale/parallel/sharded_adamw.h"
+#include "vescale/parallel/sharded_parameters.h"
 #include "vescale/dist/object_collectives.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
@@ -139,12 +141,19 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     reduce_per_param_ =
         grad_mesh.size() > 1 && config_.parallel.grad_reduce == GradReduce::PerParam;
     if (grad_mesh.size() > 1 && config_.parallel.grad_reduce != GradReduce::PerParam) {
-      auto opts = parallel::GradReducerOptions::from_plan(plan.grad_reduce());
-      opts.overlap = config_.parallel.grad_reduce == GradReduce::Overlap;
-      opts.zero = static_cast<int>(zero);
-      if (zero >= 3) opts.unit_pattern = model_.block_pattern;  // one gather per transformer block
-      opts.reduce_bf16 = config_.parallel.reduce_dtype == DType::Bf16;
-      reducer_ = std::make_unique<parallel::GradReducer>(*model_.module, grad_mesh, opts);
+      // The gradient layout, before step 1 (docs/parallel.md): buckets, and ZeRO's slices.
+      auto layout = parallel::GradLayoutOptions::from_plan(plan.grad_reduce());
+      layout.zero = static_cast<int>(zero);
+      if (zero >= 3) layout.unit_pattern = model_.block_pattern;  // one gather per block
+      grad_layout_ =
+          std::make_unique<parallel::GradLayout>(*model_.module, grad_mesh, plan, layout);
+      reducer_ = std::make_unique<parallel::GradReducer>(
+          *grad_layout_,
+          parallel::GradReducerOptions{
+              .overlap = config_.parallel.grad_reduce == GradReduce::Overlap,
+              .reduce_bf16 = config_.parallel.reduce_dtype == DType::Bf16});
+      // ZeRO-3: the blocks' parameters become slices before their first use.
+      if (zero >= 3) sharded_ = std::make_unique<parallel::ShardedParameters>(*grad_layout_);
     }
   }
   dtensor::set_static_eager(config_.parallel.static_eager);
@@ -165,8 +174,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   const optim::AdamWOptions adamw{
       .lr = t.lr, .beta1 = t.betas[0], .beta2 = t.betas[1], .eps = t.eps};
   if (zero >= 1 && reducer_) {
-    optimizer_ = std::make_unique<parallel::ZeroOptimizer>(
-        *reducer_, optim::decay_groups(named, t.weight_decay), adamw);
+    optimizer_ = std::make_unique<parallel::ShardedAdamW>(
+        *reducer_, sharded_.get(), optim::decay_groups(named, t.weight_decay), adamw);
   } else {
     optimizer_ =
         std::make_unique<optim::AdamW>(optim::decay_groups(named, t.weight_decay), adamw, params);
@@ -178,7 +187,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
                             reducer_.get(),
                             [this](const char* p) { doing_ = p; }};
   forward_backward_ = stages ? pipeline_forward_backward(model_, std::move(stages), *mesh_,
-                                                         *optimizer_, rank_, std::move(fb))
+                                                         rank_, std::move(fb))
                              : local_forward_backward(model_, std::move(fb));
 
   auto train_data = std::make_shared<TokenDataset>(data_files(config_.data, "train"));
@@ -223,9 +232,11 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
 
 Trainer::~Trainer() {
   timeline_.reset();
-  optimizer_.reset();  // ZeRO before the reducer it steps
+  optimizer_.reset();  // ZeRO before the reducer it reads
+  sharded_.reset();    // ZeRO-3: whole parameters again
   forward_backward_.reset();
   reducer_.reset();
+  grad_layout_.reset();
 }
 
 void Trainer::check_memory_fits() const {
@@ -304,7 +315,6 @@ StepMetrics Trainer::step(int64_t step) {
   phase.emplace(timeline::Kind::GradSync, names.grad_sync);
   if (reducer_) {
     reducer_->finish();
-    if (!optimizer_resume_.empty()) load_optimizer_state(optimizer_resume_);
   } else if (reduce_per_param_) {
     parallel::reduce_gradients(*model_.module);
   }
@@ -313,7 +323,7 @@ StepMetrics Trainer::step(int64_t step) {
   doing_ = "clipping gradients";
   phase.reset();
   phase.emplace(timeline::Kind::Optimizer, names.clip);
-  at::Tensor norm = optimizer_->clip_grad_norm_(t.grad_clip);
+  at::Tensor norm = optimizer_->clip_grad_norm_(t.grad_clip, forward_backward_->norm_across());
   // The one host read per step: the loss and the norm, for the log and the guard.
   StepMetrics m;
   m.step = step + 1;

@@ -153,12 +153,11 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::state_buffers() const {
 
 checkpoint::StateDict Trainer::checkpoint_state(std::vector<checkpoint::Piece>& pieces) {
   checkpoint::StateDict s;
-  optimizer_
-      ->gather_params();  // ZeRO-3: whole parameters to copy (released again at their next use)
+  if (sharded_) sharded_->gather_all();  // ZeRO-3: whole parameters to copy (released at next use)
   for (const auto& item : model_.module->named_parameters())
     s["model/" + item.key()] = item.value();
   for (auto& [name, buffer] : state_buffers()) s["model/" + name] = buffer;
-  auto optim_state = optimizer_->state_to_save();
+  auto optim_state = optimizer_->state_dict();
   for (auto& [k, v] : optim_state.tensors) s["optim/" + k] = v;
   for (auto& p : optim_state.pieces) {
     p.name = "optim/" + p.name;
@@ -212,11 +211,8 @@ void Trainer::finish_checkpoint() {
   if (rank_ == 0) log::info("checkpoint " + folder + ": saved");
 }
 
-// The optimizer's targets for the checkpoint's "optim/..." entries, added to `state` and
-// `pieces`; optimizer_->loaded() once they are filled.
-void Trainer::add_optimizer_targets(const checkpoint::CheckpointInfo& info,
-                                    checkpoint::StateDict& state,
-                                    std::vector<checkpoint::Piece>& pieces) {
+std::map<std::string, std::vector<int64_t>> Trainer::saved_optimizer_state(
+    const checkpoint::CheckpointInfo& info) const {
   std::map<std::string, std::vector<int64_t>> saved;
   // A pipeline stage's optimizer holds its own parameters' state: the other stages' is theirs.
   std::set<std::string> mine;
@@ -229,22 +225,7 @@ void Trainer::add_optimizer_targets(const checkpoint::CheckpointInfo& info,
   };
   for (const auto& [key, entry] : info.tensors)
     if (key.rfind("optim/", 0) == 0 && owned(key.substr(6))) saved[key.substr(6)] = entry.shape;
-  auto targets = optimizer_->state_to_load(saved);
-  for (auto& [k, v] : targets.tensors) state["optim/" + k] = v;
-  for (auto& p : targets.pieces) {
-    p.name = "optim/" + p.name;
-    pieces.push_back(std::move(p));
-  }
-}
-
-// The optimizer's part of a checkpoint, once an optimizer that could not take it at resume can.
-void Trainer::load_optimizer_state(const std::string& folder) {
-  checkpoint::StateDict state;
-  std::vector<checkpoint::Piece> pieces;
-  add_optimizer_targets(checkpoint::read_info(folder), state, pieces);
-  on_all_ranks([&] { checkpoint::load(folder, state, pieces); });
-  optimizer_->loaded();
-  optimizer_resume_.clear();
+  return saved;
 }
 
 void Trainer::resume_from(const std::string& folder) {
@@ -258,7 +239,7 @@ void Trainer::resume_from(const std::string& folder) {
                 folder, " holds a ", meta.value("model", std::string()),
                 " model but model.type is ", config_.model.type,
                 "; point checkpoint.dir elsewhere or set checkpoint.resume=false");
-  optimizer_->gather_params();  // ZeRO-3: whole parameters to load into
+  if (sharded_) sharded_->gather_all();  // ZeRO-3: whole parameters to load into
   checkpoint::StateDict state;
   for (const auto& item : model_.module->named_parameters())
     state["model/" + item.key()] = item.value();
@@ -270,17 +251,16 @@ void Trainer::resume_from(const std::string& folder) {
     torch_rng = at::empty_like(gen.get_state());
     state["rng/torch"] = torch_rng;
   }
-  // The optimizer's state in the same pass over the files, when it can take it now; ZeRO 1/2 lay
-  // out their slices at the first step's GradReducer::finish(), and load then (step()).
-  const bool optimizer_now = optimizer_->ready_to_load();
-  std::vector<checkpoint::Piece> pieces;
-  if (optimizer_now) add_optimizer_targets(info, state, pieces);
-  on_all_ranks([&] { checkpoint::load(folder, state, pieces); });
-  optimizer_->params_loaded();
-  if (optimizer_now)
-    optimizer_->loaded();
-  else
-    optimizer_resume_ = folder;
+  // The optimizer's state in the same pass over the files (the layout exists before step 1).
+  optimizer_->load_state_dict(saved_optimizer_state(info), [&](optim::OptimizerState& targets) {
+    for (auto& [k, v] : targets.tensors) state["optim/" + k] = v;
+    std::vector<checkpoint::Piece> pieces;
+    for (const auto& p : targets.pieces) {
+      pieces.push_back(p);
+      pieces.back().name = "optim/" + p.name;
+    }
+    on_all_ranks([&] { checkpoint::load(folder, state, pieces); });
+  });
   if (torch_rng.defined()) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(torch_rng);

@@ -18,7 +18,7 @@ namespace vescale::train {
 // gathers); rank 0 then generates on a single-process copy of the model, kept between samples.
 void Trainer::print_sample(int64_t step) {
   const auto& t = config_.train;
-  optimizer_->gather_params();
+  if (sharded_) sharded_->gather_all();
   models::StateDict weights;
   {
     c10::NoGradGuard no_grad;

@@ -69,7 +69,7 @@ TEST_CASE("AdamW steps DTensor parameters on their shards like whole tensors", "
     }
   }
   // The moments stay DTensors in the parameters' placements and equal the whole-tensor ones.
-  const auto state = opt.state_dict(), ref_state = ref_opt.state_dict();
+  const auto state = opt.state_tensors(), ref_state = ref_opt.state_tensors();
   for (size_t k = 0; k + 1 < cases.size(); ++k) {
     const std::string name = "p" + std::to_string(k) + ".exp_avg_sq";
     CHECK(spec_of(state.at(name)).placements == Placements{cases[k].param});

@@ -74,11 +74,11 @@ TEST_CASE("AdamW matches torch::optim::AdamW step for step", "[optim]") {
   }
   // The parameter without a gradient moved neither way (torch skips its decay too).
   CHECK(at::equal(ours[3], make_params()[3]));
-  CHECK(opt.state_dict().count("frozen.step") == 0);
-  CHECK(opt.state_dict().at("w.step").item<int64_t>() == 6);
+  CHECK(opt.state_tensors().count("frozen.step") == 0);
+  CHECK(opt.state_tensors().at("w.step").item<int64_t>() == 6);
 }
 
-TEST_CASE("AdamW state round-trips through state_dict", "[optim]") {
+TEST_CASE("AdamW state round-trips through state_tensors", "[optim]") {
   auto a = make_params(), b = make_params();
   AdamW opt_a(decay_groups({{"w", a[0]}, {"b", a[1]}, {"c", a[2]}}, 0.1), {.lr = 0.01});
   AdamW opt_b(decay_groups({{"w", b[0]}, {"b", b[1]}, {"c", b[2]}}, 0.1), {.lr = 0.01});
@@ -91,7 +91,7 @@ TEST_CASE("AdamW state round-trips through state_dict", "[optim]") {
     c10::NoGradGuard g;
     for (int i = 0; i < 3; ++i) b[i].copy_(a[i]);
   }
-  opt_b.load_state_dict(opt_a.state_dict());
+  opt_b.load_state_tensors(opt_a.state_tensors());
   for (int step = 3; step < 5; ++step) {
     opt_a.zero_grad();
     opt_b.zero_grad();
@@ -102,13 +102,13 @@ TEST_CASE("AdamW state round-trips through state_dict", "[optim]") {
   }
   for (int i = 0; i < 3; ++i) CHECK(at::equal(a[i], b[i]));
 
-  auto bad = opt_a.state_dict();
+  auto bad = opt_a.state_tensors();
   bad["w.exp_avg"] = at::zeros({2});
-  CHECK_THROWS_WITH(opt_b.load_state_dict(bad),
+  CHECK_THROWS_WITH(opt_b.load_state_tensors(bad),
                     Contains("AdamW state: 'w' has shape [2] in the checkpoint"));
-  auto extra = opt_a.state_dict();
+  auto extra = opt_a.state_tensors();
   extra["z.step"] = at::scalar_tensor(1, at::kLong);
-  CHECK_THROWS_WITH(opt_b.load_state_dict(extra),
+  CHECK_THROWS_WITH(opt_b.load_state_tensors(extra),
                     Contains("1 entries for parameters this optimizer doesn't have"));
 }
 

@@ -18,7 +18,9 @@
 #include "llama/llama.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/parallel/grad_reducer.h"
-#include "vescale/parallel/zero_optimizer.h"
+#include "vescale/parallel/grad_layout.h"
+#include "vescale/parallel/sharded_adamw.h"
+#include "vescale/parallel/sharded_parameters.h"
 #include "vescale/optim/clip_grad.h"
 #include "common/train_util.h"
 #include "vescale/dist/world.h"
@@ -34,8 +36,44 @@ using namespace vescale::testing;
 
 namespace {
 
-constexpr int64_t kBatch = 4, kSeq = 16, kSteps = 20;
 constexpr double kLr = 2e-3, kEps = 1e-6;
+constexpr int64_t kBatch = 4, kSeq = 16, kSteps = 20;
+
+// What a test varies: the layout's options and the reducer's, in one place.
+struct DdpOptions {
+  double bucket_mb = 25;
+  bool fused = true;
+  bool overlap = true;
+  int zero = 0;
+  std::string unit_pattern = "";
+  bool reduce_bf16 = false;
+  static DdpOptions from_plan(const plan::GradReduce& g) {
+    return {.bucket_mb = g.bucket_mb, .fused = g.fused};
+  }
+};
+
+// The layout, the reducer, ZeRO-3's sharded parameters and ZeRO's optimizer of one model.
+struct Ddp {
+  Ddp(torch::nn::Module& model, const mesh::DeviceMesh& mesh, const plan::Plan& plan,
+      const DdpOptions& o, double weight_decay = 0.1)
+      : layout(model, mesh, plan,
+               {.bucket_mb = o.bucket_mb, .fused = o.fused, .zero = o.zero,
+                .unit_pattern = o.unit_pattern, .dims = {}}),
+        reducer(layout, {.overlap = o.overlap, .reduce_bf16 = o.reduce_bf16}) {
+    if (o.zero >= 3) sharded = std::make_unique<parallel::ShardedParameters>(layout);
+    if (o.zero >= 1) {
+      optim::NamedParams named;
+      for (auto& item : model.named_parameters()) named.emplace_back(item.key(), item.value());
+      optimizer = std::make_unique<parallel::ShardedAdamW>(
+          reducer, sharded.get(), std::vector<optim::ParamGroup>{{named, weight_decay}},
+          optim::AdamWOptions{.lr = kLr, .eps = kEps});
+    }
+  }
+  parallel::GradLayout layout;
+  parallel::GradReducer reducer;
+  std::unique_ptr<parallel::ShardedParameters> sharded;
+  std::unique_ptr<parallel::ShardedAdamW> optimizer;  // ZeRO >= 1
+};
 
 // Micro-batch `i`: [kBatch, kSeq + 1] tokens, the same on every rank.
 at::Tensor micro_batch(int64_t i, int64_t vocab) {
@@ -47,7 +85,7 @@ struct Run {
   std::vector<double> losses;
   std::vector<double> norms;            // the global gradient norm of each step (before clipping)
   std::vector<parallel::ReduceStats> stats;  // per step
-  int64_t zero_state_bytes = 0;         // ZeroOptimizer's state on this rank
+  int64_t zero_state_bytes = 0;         // ShardedAdamW's state on this rank
   int64_t buckets = 0;
   int64_t units = 0;       // ZeRO-3 units
   int64_t grad_bytes = 0;  // this rank's bytes of every parameter's local gradient
@@ -55,8 +93,8 @@ struct Run {
 };
 
 // kSteps steps of `accum` micro-batches each, the earlier ones under NoSync. With opts.zero
-// >= 1 the optimizer is parallel::ZeroOptimizer, else torch's AdamW. clip > 0 clips the global norm.
-Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, parallel::GradReducerOptions opts,
+// >= 1 the optimizer is parallel::ShardedAdamW, else torch's AdamW. clip > 0 clips the global norm.
+Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, DdpOptions opts,
               int64_t accum = 1, double clip = 0) {
   const auto o = tiny_llama(kSeq);
   random::manual_seed(1234);
@@ -64,17 +102,11 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, parallel::Gr
   plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
   Run r;
   r.init = full_params(*model);
-  parallel::GradReducer reducer(*model, mesh, opts);
   torch::optim::AdamW opt(model->parameters(),
                           torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
-  std::unique_ptr<parallel::ZeroOptimizer> zero;
-  if (opts.zero >= 1) {
-    optim::NamedParams named;
-    for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
-    zero =
-        std::make_unique<parallel::ZeroOptimizer>(reducer, std::vector<optim::ParamGroup>{{named, 0.1}},
-                                             optim::AdamWOptions{.lr = kLr, .eps = kEps});
-  }
+  auto ddp = std::make_unique<Ddp>(*model, mesh, plan, opts);
+  parallel::GradReducer& reducer = ddp->reducer;
+  parallel::ShardedAdamW* zero = ddp->optimizer.get();
   for (int64_t s = 0; s < kSteps; ++s) {
     opt.zero_grad();
     if (zero) zero->zero_grad();
@@ -90,7 +122,7 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, parallel::Gr
     }
     r.stats.push_back(reducer.finish());
     if (zero) {
-      r.norms.push_back(zero->clip_grad_norm_(clip).item<double>());
+      r.norms.push_back(zero->clip_grad_norm_(clip, {}).item<double>());
       zero->step();
     } else {
       r.norms.push_back(optim::clip_grad_norm_(model->parameters(), clip).item<double>());
@@ -99,16 +131,17 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, parallel::Gr
     r.losses.push_back(loss_sum / static_cast<double>(accum));
   }
   if (zero) r.zero_state_bytes = zero->state_bytes();
-  if (zero) zero->gather_params();  // ZeRO-3 holds block parameters only as slices
-  r.buckets = reducer.num_buckets();
-  r.units = reducer.num_units();
+  if (ddp->sharded) ddp->sharded->gather_all();  // ZeRO-3 holds block parameters only as slices
+  r.buckets = static_cast<int64_t>(ddp->layout.buckets().size());
+  r.units = ddp->layout.num_units();
   for (auto& p : model->parameters()) {
     auto local = dtensor::to_local(p.detach());
     r.grad_bytes += local.numel() * static_cast<int64_t>(local.element_size());
     r.full_bytes += p.numel() * static_cast<int64_t>(p.element_size());
   }
-  if (dist::rank() == 0) std::printf("%s", reducer.describe().c_str());
+  if (dist::rank() == 0) std::printf("%s", ddp->layout.describe().c_str());
   r.final = full_params(*model);
+  ddp.reset();
   plan::remove_forward_hooks(*model);
   return r;
 }
@@ -179,7 +212,7 @@ TEST_CASE("bucketed reduction at DP=world trains like one device", "[parallel][w
   const auto plan = replicate_all({"dp"});
   for (bool overlap : {true, false}) {
     // 48 KiB buckets: the ~280 KB of LLaMA-tiny's gradients fill several.
-    parallel::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = true, .overlap = overlap};
+    DdpOptions opts{.bucket_mb = 48.0 / 1024, .fused = true, .overlap = overlap};
     Run got = train_ddp(plan, mesh, opts);
     const std::string label =
         std::string("DP=") + std::to_string(world) + (overlap ? " overlapped" : " bucketed");
@@ -193,9 +226,9 @@ TEST_CASE("bucketed reduction at DP=world trains like one device", "[parallel][w
       CHECK(got.stats[s].buckets == got.buckets);
       CHECK(got.stats[s].bytes == got.grad_bytes);  // every gradient once
       CHECK(got.stats[s].fallbacks == 0);
-      // The first step builds the layout and reduces in finish(); then, with overlap, buckets
-      // start during backward (all but those waiting for the embedding, used first).
-      if (overlap && s > 0) {
+      // The layout exists before step 1: with overlap, buckets start during backward from the
+      // first step on (all but those waiting for the embedding, used first).
+      if (overlap) {
         CHECK(got.stats[s].overlapped >= 1);
       } else {
         CHECK(got.stats[s].overlapped == 0);
@@ -229,20 +262,22 @@ TEST_CASE("bucketed reduction under DP=2 x TP=2 trains like one device", "[paral
   const auto o = tiny_llama(kSeq);
   const int64_t emb_bytes = o.vocab_size * o.dim * 4;
   for (bool fused : {true, false}) {
-    auto opts = parallel::GradReducerOptions::from_plan(plan.grad_reduce());
+    auto opts = DdpOptions::from_plan(plan.grad_reduce());
     opts.fused = fused;
     Run got = train_ddp(plan, mesh, opts);
     check_close(got, train_plain(got.init), 1e-5,
                 fused ? "llama_dp_tp.json fused" : "llama_dp_tp.json unfused");
     // The plan keeps tp's residual stream Replicate (its input gradients are all-reduced over
     // tp inside backward), so the gradients are Partial over dp only: one bucket (25 MiB holds
-    // everything), one dp collective, fused or not. Each is this rank's shard, except the
-    // vocab-parallel embedding's: embedding_dense_backward does not see the weight's placement,
-    // so it gives the full table's gradient (Replicate over tp), which is sent whole.
+    // everything), one dp collective, fused or not, of this rank's shard of every gradient.
+    // The vocab-parallel embedding's comes out whole (embedding_dense_backward does not see
+    // the weight's placement: Replicate over tp); the bucket takes this rank's rows of it, a
+    // local slice, so it is neither sent whole nor a fallback.
     CHECK(got.buckets == 1);
     for (const auto& st : got.stats) {
       CHECK(st.collectives == 1);
-      CHECK(st.bytes == got.grad_bytes + emb_bytes - emb_bytes / 2);
+      CHECK(st.bytes == got.grad_bytes);
+      CHECK(st.bytes < got.grad_bytes + emb_bytes - emb_bytes / 2);  // what sending it whole took
       CHECK(st.fallbacks == 0);
     }
   }
@@ -282,7 +317,7 @@ TEST_CASE("ZeRO 1, 2 and 3 at DP=world train like one device with 1/world of the
   auto mesh = mesh::DeviceMesh::init({{"dp", world}});
   const auto plan = replicate_all({"dp"});
   for (int zero : {1, 2, 3}) {
-    parallel::GradReducerOptions opts{
+    DdpOptions opts{
         .bucket_mb = 48.0 / 1024, .fused = true, .overlap = true, .zero = zero};
     if (zero == 3) opts.unit_pattern = "layers.*";
     Run got = train_ddp(plan, mesh, opts);
@@ -306,7 +341,7 @@ TEST_CASE("ZeRO 2 and 3 with accumulation 4 and clipping at DP=2 equal one rank 
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}});
   std::optional<Run> want;
   for (int zero : {2, 3}) {
-    parallel::GradReducerOptions opts{
+    DdpOptions opts{
         .bucket_mb = 48.0 / 1024, .zero = zero, .unit_pattern = zero == 3 ? "layers.*" : ""};
     // A max norm below the norms of these steps, so every step clips.
     Run got = train_ddp(replicate_all({"dp"}), mesh, opts, /*accum=*/4, /*clip=*/0.5);
@@ -337,7 +372,7 @@ TEST_CASE("ZeRO 1, 2 and 3 under DP=2 x TP=2 (with SP) train like one device",
                         Case{"configs/plans/llama_dp_tp.json", 2, false},
                         Case{"configs/plans/llama_dp_tp_sp.json", 3, false}}) {
     const auto plan = plan::Plan::from_json_file(repo_file(c.file));
-    parallel::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .fused = c.fused, .zero = c.zero};
+    DdpOptions opts{.bucket_mb = 48.0 / 1024, .fused = c.fused, .zero = c.zero};
     if (c.zero == 3) opts.unit_pattern = "layers.*";
     Run got = train_ddp(plan, mesh, opts, /*accum=*/1, /*clip=*/0.5);
     check_close(got, train_plain(got.init, 1, 0.5), 1e-5,
@@ -359,19 +394,17 @@ std::pair<int64_t, int64_t> zero_peak_bytes(int zero, const mesh::DeviceMesh& me
   random::manual_seed(1234);
   models::Llama model(o);
   plan::parallelize(*model, replicate_all({"dp"}), mesh, {.init = [&] { model->init_weights(); }});
-  parallel::GradReducerOptions opts{
-      .bucket_mb = 0.25, .zero = zero, .unit_pattern = zero == 3 ? "layers.*" : ""};
-  parallel::GradReducer reducer(*model, mesh, opts);
+  auto ddp = std::make_unique<Ddp>(
+      *model, mesh, replicate_all({"dp"}),
+      DdpOptions{.bucket_mb = 0.25, .zero = zero, .unit_pattern = zero == 3 ? "layers.*" : ""});
+  parallel::GradReducer& reducer = ddp->reducer;
+  parallel::ShardedAdamW* sharded = ddp->optimizer.get();
   optim::NamedParams named;
   for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
-  const optim::AdamWOptions adamw{.lr = kLr, .eps = kEps};
-  std::unique_ptr<parallel::ZeroOptimizer> sharded;
   std::unique_ptr<optim::AdamW> plain;
-  if (zero >= 1)
-    sharded = std::make_unique<parallel::ZeroOptimizer>(
-        reducer, std::vector<optim::ParamGroup>{{named, 0.1}}, adamw);
-  else
-    plain = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{named, 0.1}}, adamw);
+  if (zero == 0)
+    plain = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{named, 0.1}},
+                                           optim::AdamWOptions{.lr = kLr, .eps = kEps});
   int64_t peak = 0, first = 0;
   for (int64_t s = 0; s < 3; ++s) {
     if (s == 1) first = kernels::memory_stats().peak - base, kernels::reset_peak_memory();
@@ -381,7 +414,7 @@ std::pair<int64_t, int64_t> zero_peak_bytes(int zero, const mesh::DeviceMesh& me
     lm_loss(vescale::nn::call(model, x), y).backward();
     reducer.finish();
     if (sharded) {
-      sharded->clip_grad_norm_(1.0);
+      sharded->clip_grad_norm_(1.0, {});
       sharded->step();
       sharded->zero_grad();
     } else {
@@ -391,6 +424,7 @@ std::pair<int64_t, int64_t> zero_peak_bytes(int zero, const mesh::DeviceMesh& me
     }
     if (s >= 1) peak = std::max(peak, kernels::memory_stats().peak - base);
   }
+  ddp.reset();
   plan::remove_forward_hooks(*model);
   return {peak, first};
 }
@@ -442,7 +476,7 @@ TEST_CASE("bf16 reduction sends half the bytes and stays close to fp32", "[paral
   REQUIRE(dist::world_size() == 2);  // [world2]
   auto mesh = mesh::DeviceMesh::init({{"dp", 2}});
   for (int zero : {0, 2}) {
-    parallel::GradReducerOptions opts{.bucket_mb = 48.0 / 1024, .zero = zero, .reduce_bf16 = true};
+    DdpOptions opts{.bucket_mb = 48.0 / 1024, .zero = zero, .reduce_bf16 = true};
     Run got = train_ddp(replicate_all({"dp"}), mesh, opts);
     const Run want = train_plain(got.init);
     // Each gradient rounded to bf16 (8 bits of mantissa) before the sum: close, not equal.

@@ -65,7 +65,7 @@ class AdamW : public Optimizer {
   // Drops the gradients (set_to_none), so the next backward writes fresh ones.
   void zero_grad() override;
   // Global-norm clipping over every parameter (optim/clip_grad.h).
-  at::Tensor clip_grad_norm_(double max_norm) override;
+  at::Tensor clip_grad_norm_(double max_norm, const SumAcross& across = {}) override;
   at::Tensor param_sum_of_squares() const override;
 
   void set_lr(double lr) override { options_.lr = lr; }
@@ -75,13 +75,13 @@ class AdamW : public Optimizer {
 
   // For checkpoints: "<param>.exp_avg", "<param>.exp_avg_sq" and "<param>.step" (an int64
   // scalar) for every parameter that has state. Loading checks names and shapes.
-  std::map<std::string, at::Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, at::Tensor>& state);
+  std::map<std::string, at::Tensor> state_tensors() const;
+  void load_state_tensors(const std::map<std::string, at::Tensor>& state);
 
-  // Optimizer's checkpoint calls: state_dict() out; in through targets, then load_state_dict.
-  OptimizerState state_to_save() override { return {state_dict(), {}}; }
-  OptimizerState state_to_load(const std::map<std::string, std::vector<int64_t>>& saved) override;
-  void loaded() override;
+  // Optimizer's checkpoint calls, by state_tensors() and load_state_tensors().
+  OptimizerState state_dict() override { return {state_tensors(), {}}; }
+  void load_state_dict(const std::map<std::string, std::vector<int64_t>>& saved,
+                       const ReadState& read) override;
 
  private:
   struct State {
@@ -93,7 +93,6 @@ class AdamW : public Optimizer {
   AdamWOptions options_;
   std::map<std::string, State> state_;
   std::vector<at::Tensor> clip_order_;
-  std::map<std::string, at::Tensor> loading_;  // state_to_load's targets until loaded()
 };
 
 }  // namespace vescale::optim

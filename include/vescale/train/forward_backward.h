@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "vescale/mesh/device_mesh.h"
+#include "vescale/optim/optimizer.h"
 #include "vescale/parallel/pipeline/pipeline_stages.h"
 #include "vescale/parallel/pipeline/runner.h"
 #include "vescale/train/model_factory.h"
@@ -15,9 +16,6 @@
 
 namespace vescale::parallel {
 class GradReducer;
-}
-namespace vescale::optim {
-class Optimizer;
 }
 
 namespace vescale::train {
@@ -41,6 +39,8 @@ class ForwardBackward {
   virtual void after_reduction() {}
   // `t` summed over the ranks that hold other layers (pipeline ranks), in place; else nothing.
   virtual void sum_over_layers(at::Tensor& t) { (void)t; }
+  // For the optimizer's gradient norm: a sum of squares over every stage (empty: local).
+  virtual optim::SumAcross norm_across() { return {}; }
   // The pipeline's schedule and its last step's counters; null for a local run.
   virtual const parallel::pipeline::Schedule* schedule() const { return nullptr; }
   virtual const parallel::pipeline::RunnerStats* stats() const { return nullptr; }
@@ -60,10 +60,9 @@ std::unique_ptr<ForwardBackward> local_forward_backward(Model& model, ForwardBac
 
 // This rank's pipeline stages (built before the reducer and the optimizer, which see only them)
 // run by the schedule: the loss on the last stage, sent to every rank; the tied weights'
-// gradients and the gradient norm summed across the stages (`optimizer`'s norm).
+// gradients and the gradient norm summed across the stages.
 std::unique_ptr<ForwardBackward> pipeline_forward_backward(
     Model& model, std::unique_ptr<parallel::pipeline::PipelineStages> stages,
-    const mesh::DeviceMesh& mesh, optim::Optimizer& optimizer, int world_rank,
-    ForwardBackwardOptions o);
+    const mesh::DeviceMesh& mesh, int world_rank, ForwardBackwardOptions o);
 
 }  // namespace vescale::train

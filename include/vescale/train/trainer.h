@@ -18,6 +18,7 @@
 #include "vescale/checkpoint/root_lock.h"
 #include "vescale/dist/process_group.h"
 #include "vescale/parallel/grad_reducer.h"
+#include "vescale/parallel/sharded_parameters.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/optim/optimizer.h"
@@ -106,9 +107,9 @@ class Trainer {
  private:
   checkpoint::StateDict checkpoint_state(std::vector<checkpoint::Piece>& pieces);
   void resume_from(const std::string& folder);
-  void add_optimizer_targets(const checkpoint::CheckpointInfo& info, checkpoint::StateDict& state,
-                             std::vector<checkpoint::Piece>& pieces);
-  void load_optimizer_state(const std::string& folder);
+  // The checkpoint's optimizer entries this rank's optimizer holds (name -> global shape).
+  std::map<std::string, std::vector<int64_t>> saved_optimizer_state(
+      const checkpoint::CheckpointInfo& info) const;
   void check_outputs();
   // Under a pipeline plan: checks the model can be cut, cuts it (this rank's stages become
   // model_.module) and logs the stages. Collective.
@@ -136,8 +137,10 @@ class Trainer {
   int64_t dp_rank_ = 0, dp_size_ = 1;
   std::string device_ = "cpu";
   Model model_;
-  std::unique_ptr<optim::Optimizer> optimizer_;  // AdamW, or ZeRO with parallel.zero >= 1
+  std::unique_ptr<optim::Optimizer> optimizer_;  // AdamW, or ShardedAdamW with parallel.zero >= 1
+  std::unique_ptr<parallel::GradLayout> grad_layout_;  // the buckets, ZeRO's slices
   std::unique_ptr<parallel::GradReducer> reducer_;
+  std::unique_ptr<parallel::ShardedParameters> sharded_;  // ZeRO-3
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   struct Sampler;  // rank 0's single-process copy for train.sample_every, made at the first
   std::unique_ptr<Sampler> sampler_;
@@ -156,7 +159,6 @@ class Trainer {
   double prev_lr_ = 0;                          // the last update's learning rate
   std::unique_ptr<checkpoint::RootLock> lock_;  // on checkpoint.dir, rank 0
   const char* doing_ = "";                      // the part of the step running, for error messages
-  std::string optimizer_resume_;  // a checkpoint whose optimizer state loads once the optimizer can
   std::unique_ptr<ForwardBackward> forward_backward_;  // local, or this rank's pipeline stages
   bool reduce_per_param_ = false;  // parallel.grad_reduce=per_param on a mesh of several ranks
   std::unique_ptr<TimelineWindow> timeline_;  // with log.timeline set
