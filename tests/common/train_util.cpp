@@ -5,6 +5,7 @@
 #include <torch/nn/module.h>
 
 #include "vescale/dtensor/dtensor.h"
+#include "vescale/parallel/grad_layout.h"
 
 namespace vescale::testing {
 
@@ -41,6 +42,22 @@ plan::Plan replicate_all(const std::vector<std::string>& dims) {
 
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return at::cross_entropy_loss(logits.flatten(0, 1), targets.flatten(0, 1));
+}
+
+std::vector<std::string> unforeseen_gradients(const parallel::GradLayout& layout) {
+  std::vector<std::string> out;
+  for (const auto& p : layout.params()) {
+    const at::Tensor& g = p.tensor.grad();
+    if (!g.defined() || !dtensor::is_dtensor(g)) {
+      out.push_back(p.name + ": no DTensor gradient");
+      continue;
+    }
+    const auto& got = dtensor::spec_of(g).placements;
+    if (got != p.grad_placements)
+      out.push_back(p.name + ": " + dtensor::to_string(got) + " (expected " +
+                    dtensor::to_string(p.grad_placements) + ")");
+  }
+  return out;
 }
 
 models::LlamaOptions tiny_llama(int64_t max_seq_len) {

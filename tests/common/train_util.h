@@ -14,6 +14,9 @@
 namespace torch::nn {
 class Module;
 }
+namespace vescale::parallel {
+class GradLayout;
+}
 
 namespace vescale::testing {
 
@@ -33,5 +36,8 @@ plan::Plan replicate_all(const std::vector<std::string>& dims);
 models::LlamaOptions tiny_llama(int64_t max_seq_len);
 // Next-token cross-entropy of logits [B, T, V] against targets [B, T].
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets);
+// After a backward (no reduction yet): "<name>: <arrived> (expected <layout's>)" for every
+// parameter of `layout` whose gradient arrived in other placements than the layout expects.
+std::vector<std::string> unforeseen_gradients(const parallel::GradLayout& layout);
 
 }  // namespace vescale::testing

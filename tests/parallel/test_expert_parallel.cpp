@@ -18,6 +18,7 @@
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/parallel/expert/expert_parallel.h"
+#include "vescale/parallel/grad_layout.h"
 #include "vescale/parallel/parallelize.h"
 #include "vescale/train/trainer.h"
 
@@ -210,6 +211,35 @@ TEST_CASE("EP=4: one expert per rank trains like one device", "[moe][world4]") {
 TEST_CASE("EP=2 x TP=2: experts split by index over ep and by hidden dim over tp train like one device",
           "[moe][world4]") {
   check_trains_like_one_device("mixtral_ep_tp.json", {{"ep", 2}, {"tp", 2}});
+}
+
+TEST_CASE("EP=2 x TP=2: the gradient layout foresees the router's gradient, Partial over ep and tp",
+          "[moe][world4]") {
+  auto mesh = mesh::DeviceMesh::init({{"ep", 2}, {"tp", 2}});
+  const auto plan = plan::Plan::from_json_file(testing::repo_file("configs/plans/mixtral_ep_tp.json"));
+  const auto o = layer_options();
+  models::Mixtral model(o);
+  parallel::parallelize(*model, plan, mesh);
+  const parallel::GradLayout layout(*model, mesh, plan, {});
+  for (const auto& p : layout.params()) {
+    INFO(p.name);
+    const bool expert = p.name.find(".experts.") != std::string::npos;
+    const bool router = p.name.find(".router.") != std::string::npos;
+    // Experts are sharded on both dims: nothing to reduce. Everything else saw other tokens
+    // over ep; the routers also meet the experts' outputs, Partial over tp.
+    CHECK((p.bucket < 0) == expert);
+    if (!expert) CHECK(p.grad_placements[0].is_partial());
+    if (!expert) CHECK(p.grad_placements[1].is_partial() == router);
+  }
+  const auto tokens = testing::counting_tokens(7, 4, o.max_seq_len, o.vocab_size);
+  auto input = testing::model_input(tokens.narrow(1, 0, o.max_seq_len), mesh);
+  auto target = testing::model_input(tokens.narrow(1, 1, o.max_seq_len), mesh);
+  auto logits = model->forward(input);
+  (testing::lm_loss(logits, target) + 0.1 * model->aux_loss()).backward();
+  // The vocab-parallel embedding's whole-table gradient is the one surprise (a local slice).
+  CHECK(testing::unforeseen_gradients(layout) ==
+        std::vector<std::string>{
+            "tok_embeddings.weight: [Partial(sum), Replicate] (expected [Partial(sum), Shard(0)])"});
 }
 
 TEST_CASE("EP folded over DP=2: dp x ep ranks all see other tokens, experts replicated over dp",

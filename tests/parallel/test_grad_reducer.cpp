@@ -283,6 +283,45 @@ TEST_CASE("bucketed reduction under DP=2 x TP=2 trains like one device", "[paral
   }
 }
 
+TEST_CASE("the layout exists before step 1 and foresees how each gradient arrives under DP x TP+SP",
+          "[parallel][world4]") {
+  REQUIRE(dist::world_size() == 4);  // [world4]
+  auto mesh = mesh::DeviceMesh::init({{"dp", 2}, {"tp", 2}});
+  const auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_dp_tp_sp.json"));
+  const auto o = tiny_llama(kSeq);
+  random::manual_seed(1234);
+  models::Llama model(o);
+  plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
+  parallel::GradLayoutOptions zero1;
+  zero1.zero = 1;
+  const parallel::GradLayout layout(*model, mesh, plan, zero1);
+  // Before any backward: the norm weights (sequence shards in, Replicate weights) over dp and
+  // tp, in one bucket; everything else over dp; ZeRO slices each over its group (a quarter of
+  // the norms' over dp x tp, half of the rest's over dp).
+  std::map<std::vector<int64_t>, int64_t> params_by_dims;
+  for (const auto& b : layout.buckets()) params_by_dims[b.dims] += static_cast<int64_t>(b.params.size());
+  CHECK(params_by_dims.at({0, 1}) == 2 * o.n_layers + 1);
+  CHECK(params_by_dims.at({0}) == static_cast<int64_t>(layout.params().size()) - (2 * o.n_layers + 1));
+  for (const auto& p : layout.params()) {
+    INFO(p.name);
+    CHECK(p.bucket >= 0);  // everything is Replicate on dp
+    CHECK(p.grad_placements[0].is_partial());
+    CHECK(p.grad_placements[1].is_partial() == (p.name.find("norm") != std::string::npos));
+  }
+  for (const auto& b : layout.buckets())
+    CHECK(b.chunk * (b.dims.size() == 2 ? 4 : 2) == b.padded);
+  // One backward: every gradient arrives as foreseen, but the vocab-parallel embedding's, whose
+  // backward gives the whole table (Replicate over tp; the reducer takes this rank's rows).
+  auto full = micro_batch(0, o.vocab_size);
+  auto x = model_input(full.slice(1, 0, kSeq).contiguous(), mesh);
+  auto y = model_input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
+  lm_loss(vescale::nn::call(model, x), y).backward();
+  CHECK(unforeseen_gradients(layout) ==
+        std::vector<std::string>{
+            "tok_embeddings.weight: [Partial(sum), Replicate] (expected [Partial(sum), Shard(0)])"});
+  plan::remove_forward_hooks(*model);
+}
+
 TEST_CASE("N-D fused reduction: one collective over dp x tp for the SP norm weights",
           "[parallel][world4]") {
   REQUIRE(dist::world_size() == 4);  // [world4]
