@@ -169,9 +169,13 @@ std::map<std::string, at::Tensor> adamw_state_targets(
 
 at::Tensor AdamW::param_sum_of_squares() const {
   std::vector<at::Tensor> all;
+  std::vector<double> shares;
   for (const auto& g : groups_)
-    for (const auto& [name, p] : g.params) all.push_back(p);
-  return local_sum_of_squares(all);
+    for (const auto& [name, p] : g.params) {
+      all.push_back(p);
+      shares.push_back(1.0 / static_cast<double>(holders(p)));
+    }
+  return local_sum_of_squares(all, shares);
 }
 
 at::Tensor AdamW::clip_grad_norm_(double max_norm, const SumAcross& across) {

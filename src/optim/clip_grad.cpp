@@ -20,17 +20,34 @@ at::Tensor grad_sum_of_squares(const std::vector<at::Tensor>& params) {
   return sum_sq;
 }
 
-at::Tensor local_sum_of_squares(const std::vector<at::Tensor>& tensors) {
+at::Tensor local_sum_of_squares(const std::vector<at::Tensor>& tensors,
+                                const std::vector<double>& shares) {
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> locals;
-  for (const auto& t : tensors) {
+  std::vector<double> weights;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
     if (!t.defined()) continue;
     at::Tensor local = dtensor::is_dtensor(t) ? dtensor::to_local(t.detach()) : t.detach();
     if (local.is_meta() || local.numel() == 0) continue;
     locals.push_back(local.scalar_type() == at::kFloat ? local : local.to(at::kFloat));
+    weights.push_back(shares.empty() ? 1.0 : shares.at(i));
   }
   if (locals.empty()) return {};
-  return at::stack(at::_foreach_norm(locals, 2)).square().sum();
+  at::Tensor squares = at::stack(at::_foreach_norm(locals, 2)).square();
+  if (!shares.empty())
+    squares = squares * at::tensor(weights, at::TensorOptions().dtype(at::kDouble))
+                            .to(squares.options());
+  return squares.sum();
+}
+
+int64_t holders(const at::Tensor& t) {
+  if (!dtensor::is_dtensor(t)) return 1;
+  const auto& spec = dtensor::spec_of(t);
+  int64_t n = 1;
+  for (size_t d = 0; d < spec.placements.size(); ++d)
+    if (spec.placements[d].is_replicate()) n *= spec.mesh.size(spec.mesh.dim_names()[d]);
+  return n;
 }
 
 at::Tensor clip_factor(const at::Tensor& norm, double max_norm) {

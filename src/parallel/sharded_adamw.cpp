@@ -178,9 +178,31 @@ at::Tensor ShardedAdamW::clip_grad_norm_(double max_norm, const optim::SumAcross
 
 at::Tensor ShardedAdamW::param_sum_of_squares() const {
   const Impl& z = *impl_;
-  std::vector<at::Tensor> mine = z.rest_params;
-  for (const auto& s : z.slices) mine.push_back(s.param);
-  return optim::local_sum_of_squares(mine);
+  std::vector<at::Tensor> mine;
+  std::vector<double> shares;
+  for (const auto& p : z.rest_params) {
+    mine.push_back(p);
+    shares.push_back(1.0 / static_cast<double>(optim::holders(p)));
+  }
+  // A slice's values are held once over its shard group, and by every rank of the mesh dims
+  // outside it where the parameter is Replicate.
+  const GradLayout& layout = z.layout;
+  for (size_t k = 0; k < layout.buckets().size(); ++k) {
+    const LayoutBucket& b = layout.buckets()[k];
+    for (const auto& seg : b.segments) {
+      const LayoutParam& p = layout.params()[seg.param];
+      const auto& placements = dtensor::spec_of(p.tensor).placements;
+      const auto sliced = layout.norm_dims(b, p);
+      int64_t n = 1;
+      for (size_t d = 0; d < placements.size(); ++d)
+        if (placements[d].is_replicate() &&
+            std::find(sliced.begin(), sliced.end(), static_cast<int64_t>(d)) == sliced.end())
+          n *= layout.mesh().size(layout.mesh().dim_names()[d]);
+      mine.push_back(z.slices[k].param.narrow(0, seg.shard_offset, seg.numel));
+      shares.push_back(1.0 / static_cast<double>(n));
+    }
+  }
+  return optim::local_sum_of_squares(mine, shares);
 }
 
 void ShardedAdamW::step() {

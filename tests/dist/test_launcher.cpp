@@ -188,8 +188,9 @@ TEST_CASE("ranks share the cores unless OMP_NUM_THREADS says otherwise, and ps n
   std::filesystem::remove_all(dir);
 }
 
-// (loss, grad_norm) of every step in a metrics JSONL file.
-std::vector<std::pair<double, double>> read_metrics(const std::string& path) {
+// (loss, grad_norm) of every step in a metrics JSONL file; with `param_norms`, theirs too.
+std::vector<std::pair<double, double>> read_metrics(const std::string& path,
+                                                    std::vector<double>* param_norms = nullptr) {
   std::vector<std::pair<double, double>> out;
   std::ifstream f(path);
   for (std::string line; std::getline(f, line);) {
@@ -199,34 +200,51 @@ std::vector<std::pair<double, double>> read_metrics(const std::string& path) {
       return std::stod(line.substr(at + key.size() + 3));
     };
     out.emplace_back(field("loss"), field("grad_norm"));
+    if (param_norms) param_norms->push_back(field("param_norm"));
   }
   return out;
 }
 
-TEST_CASE("vescale-train at DP=2: ZeRO 1, 2 and 3 train like ZeRO 0, bf16 reduction close",
+TEST_CASE("vescale-train at DP=2: ZeRO 1, 2 and 3 train like ZeRO 0, bf16 reduction close, "
+          "parameter norm as on one process",
           "[launcher]") {
   const std::string config = std::string(VESCALE_SOURCE_DIR "/configs/nanogpt_tiny.json");
   const std::string small =
       " --set train.steps=6 --set train.batch_size=4 --set train.seq_len=64 --set "
       "train.log_every=3";
-  auto train = [&](std::string extra) {
+  std::vector<double> param_norms;  // of the last run
+  auto train = [&](std::string extra, int ranks = 2) {
     static int n = 0;
     const std::string metrics = write_temp("zero" + std::to_string(n++) + ".jsonl", "");
-    auto r = run(TRAIN + " --nproc-per-node 2 --config " + config + small +
-                 " --set log.metrics_jsonl=" + metrics + extra);
+    auto r = run(TRAIN + (ranks > 1 ? " --nproc-per-node " + std::to_string(ranks) : "") +
+                 " --config " + config + small + " --set log.metrics_jsonl=" + metrics + extra);
     INFO(r.out << r.err);
     REQUIRE(r.code == 0);
-    auto m = read_metrics(metrics);
+    param_norms.clear();
+    auto m = read_metrics(metrics, &param_norms);
     std::remove(metrics.c_str());
     REQUIRE(m.size() == 6);
     return m;
   };
+  // The weights' norm is the whole model's on any layout: one process with the same global
+  // batch starts from the same weights.
+  train(" --set train.batch_size=8", 1);
+  const std::vector<double> one_process = param_norms;
   const auto base = train("");
   CHECK(base.back().first < base.front().first);
+  auto check_param_norms = [&](const std::string& what) {
+    for (size_t i = 0; i < one_process.size(); ++i) {
+      INFO(what << " step " << i + 1 << ": param_norm " << param_norms[i] << " vs one process "
+                << one_process[i]);
+      CHECK(std::abs(param_norms[i] - one_process[i]) <= 1e-5 * one_process[i]);
+    }
+  };
+  check_param_norms("ZeRO-0");
   for (const char* extra :
        {" --set parallel.zero=1", " --set parallel.zero=2", " --set parallel.zero=3",
         " --set parallel.zero=3 --set train.activation_checkpointing=true"}) {
     const auto got = train(extra);
+    check_param_norms(extra);
     for (size_t i = 0; i < base.size(); ++i) {
       INFO(extra << " step " << i + 1 << ": loss " << got[i].first << " vs " << base[i].first
                  << ", norm " << got[i].second << " vs " << base[i].second);

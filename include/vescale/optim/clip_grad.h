@@ -24,8 +24,14 @@ at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& params, double max_nor
 // the clip factor min(1, max_norm / (norm + 1e-6)), and every gradient times a factor.
 at::Tensor grad_sum_of_squares(const std::vector<at::Tensor>& params);
 // The sum of squares of the tensors' local values (a DTensor's shard; meta tensors skipped), a
-// 0-dim fp32 tensor with no communication; undefined when there are none.
-at::Tensor local_sum_of_squares(const std::vector<at::Tensor>& tensors);
+// 0-dim fp32 tensor with no communication; undefined when there are none. With `shares`, tensor
+// i's sum counts shares[i] times (1 / its number of holders: the sum over ranks is then the
+// whole model's).
+at::Tensor local_sum_of_squares(const std::vector<at::Tensor>& tensors,
+                                const std::vector<double>& shares = {});
+// How many ranks hold each value of `t`: for a DTensor the product of the mesh dims it is
+// Replicate on; 1 for a plain tensor.
+int64_t holders(const at::Tensor& t);
 at::Tensor clip_factor(const at::Tensor& norm, double max_norm);
 void scale_grads_(const std::vector<at::Tensor>& params, const at::Tensor& factor);
 

@@ -41,10 +41,10 @@ class Optimizer {
   virtual at::Tensor clip_grad_norm_(double max_norm, const SumAcross& across) = 0;
   virtual void step() = 0;
   virtual void zero_grad() = 0;
-  // The sum of squares of the parameter values this rank updates (its shards, its ZeRO slices),
-  // a 0-dim fp32 tensor on their device: no communication, nothing read back. Summed over the
-  // ranks it weighs every parameter by its number of holders, a fixed weighting from step to
-  // step: what the divergence guard compares across an update.
+  // This rank's share of the parameters' sum of squares (its shards, its ZeRO slices), each
+  // value divided by the number of ranks that hold it, so that the sum over every rank is the
+  // whole model's (weights tied across pipeline stages count once per stage): a 0-dim fp32
+  // tensor on their device, no communication, nothing read back.
   virtual at::Tensor param_sum_of_squares() const = 0;
 
   // Checkpoints. Collective where the implementation needs it; every rank calls them in order.
