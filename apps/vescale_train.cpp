@@ -18,6 +18,7 @@
 #include "vescale/dist/world.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/train/config.h"
+#include "vescale/train/dry_run.h"
 #include "vescale/train/shipped_files.h"
 #include "vescale/train/stop_signal.h"
 #include "vescale/train/trainer.h"

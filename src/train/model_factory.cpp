@@ -4,6 +4,7 @@
 
 #include "shared/meta_device.h"
 #include "model.h"
+#include "vescale/plan/plan.h"
 
 namespace vescale::train {
 namespace {
@@ -71,6 +72,17 @@ double flops_per_token(const ModelConfig& config, int64_t seq_len) {
 
 Model build_model(const ModelConfig& config) {
   return models::builder(config.type).build(*config.options);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> state_buffers(const Model& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : model.module->named_buffers())
+    for (const auto& pattern : model.state_buffers)
+      if (plan::fqn_match(pattern, item.key())) {
+        out.emplace_back(item.key(), item.value());
+        break;
+      }
+  return out;
 }
 
 }  // namespace vescale::train

@@ -7,6 +7,7 @@
 
 #include "train/trainer_internal.h"
 #include "vescale/common/check.h"
+#include "vescale/common/logging.h"
 #include "vescale/parallel/grad_reducer.h"
 #include "vescale/timeline/recorder.h"
 #include "vescale/train/forward_backward.h"
@@ -114,6 +115,18 @@ std::unique_ptr<ForwardBackward> pipeline_forward_backward(
     int world_rank, ForwardBackwardOptions o) {
   return std::make_unique<PipelineForwardBackward>(model, std::move(stages), mesh, world_rank,
                                                    std::move(o));
+}
+
+std::unique_ptr<pp::PipelineStages> cut_pipeline_stages(Model& model, const plan::Plan& plan,
+                                                        const mesh::DeviceMesh& mesh,
+                                                        const std::string& device) {
+  std::vector<pp::LayerModules> layers;
+  for (const auto& l : model.pipeline_layers) layers.push_back({l.name, l.modules});
+  auto stages =
+      std::make_unique<pp::PipelineStages>(model.module, layers, plan, mesh, device, model.init);
+  model.module = stages->root();
+  log::info(stages->describe(layers));
+  return stages;
 }
 
 }  // namespace vescale::train

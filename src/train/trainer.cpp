@@ -1,7 +1,7 @@
 // The training loop: the Trainer built from a config, its steps, evaluation and run(). Its
-// checkpoints are in trainer_checkpoint.cpp, what it reports in metrics_logger.cpp, a step's
-// micro-batches in forward_backward.h, the data files in data_files.cpp, --dry-run in
-// dry_run.cpp.
+// components: checkpoints (checkpoint_manager.h), what it reports (metrics_logger.h), a step's
+// micro-batches (forward_backward.h), the gradients' reduction (gradient_sync.h), the divergence
+// guard (step_guard.h).
 #include "vescale/train/trainer.h"
 
 #include <ATen/ATen.h>
@@ -12,6 +12,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "shared/meta_device.h"
@@ -19,11 +20,8 @@
 #include "train/trainer_timeline.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
-#include "vescale/parallel/grad_reduce.h"
 #include "vescale/parallel/grad_reducer.h"
-#include "vescale/parallel/grad_layout.h"
 #include "vescale/parallel/sharded_adamw.h"
-#include "vescale/parallel/sharded_parameters.h"
 #include "vescale/dist/object_collectives.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
@@ -35,6 +33,10 @@
 #include "vescale/plan/plan.h"
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
+#include "vescale/train/checkpoint_manager.h"
+#include "vescale/train/dry_run.h"
+#include "vescale/train/gradient_sync.h"
+#include "vescale/train/step_guard.h"
 #include "vescale/train/hf_weights.h"
 #include "vescale/train/peak_flops.h"
 #include "vescale/train/forward_backward.h"
@@ -77,95 +79,121 @@ const SpanNames& span_names() {
   return names;
 }
 
-// ===================================================================================
+// The files rank 0 writes besides the checkpoints (the metrics, the merged timeline): their
+// folders writable before the first step.
+void check_output_files(const Config& config, int rank) {
+  if (rank != 0) return;
+  for (const auto& [path, field] : {std::pair{config.log.metrics_jsonl, "log.metrics_jsonl"},
+                                    std::pair{config.log.timeline.out, "log.timeline.out"}}) {
+    if (path.empty()) continue;
+    VESCALE_CHECK(!std::filesystem::is_directory(path), field, " '", path,
+                  "' is a folder; name a file");
+    const auto parent = std::filesystem::path(path).parent_path();
+    check_writable_dir(parent.empty() ? "." : parent.string(), std::string(field) + "'s folder");
+  }
+}
 
 }  // namespace
 
 Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
-    : config_(std::move(config)), mesh_(std::move(mesh)) {
+    : config_(std::move(config)) {
   const auto& t = config_.train;
-  if (mesh_) {
-    rank_ = mesh_->rank();
-    world_size_ = mesh_->size();
-    const auto shard = data_shard(*mesh_);  // dp, and ep (docs/moe.md)
-    dp_rank_ = shard.rank, dp_size_ = shard.size;
-    device_ = dist::device_string();
+  place_.mesh = std::move(mesh);
+  const mesh::DeviceMesh* on = place_.mesh ? &*place_.mesh : nullptr;
+  if (on) {
+    place_.rank = on->rank();
+    place_.world_size = on->size();
+    const auto shard = data_shard(*on);  // dp, and ep (docs/moe.md)
+    place_.dp_rank = shard.rank, place_.dp_size = shard.size;
+    place_.device = dist::device_string();
   }
   // What can be checked without the world is checked as vescale-train checks it before the world.
-  if (mesh_) validate(config_, world_size_);
-  on_all_ranks([&] { check_outputs(); });
+  if (on) validate(config_, place_.world_size);
+  // Everything the run will write, before the first step (not at the first save, hours later).
+  on_all_ranks([&] {
+    if (!config_.checkpoint.dir.empty())
+      checkpoints_ = std::make_unique<CheckpointManager>(config_, place_.rank);
+    check_output_files(config_, place_.rank);
+  });
   on_all_ranks([&] { check_memory_fits(); });  // hosts differ: one short rank stops them all
   // One seed for everything: libtorch's generator (model init, plain-tensor dropout) and ours.
   torch::manual_seed(t.seed);
   random::manual_seed(t.seed);
 
-  if (device_ == "cpu") kernels::cache_host_memory();
-  std::optional<plan::Plan> plan_in;
-  if (mesh_) plan_in = load_plan(config_, *mesh_);
-  if (plan_in && plan_in->pipeline()) {
+  if (place_.device == "cpu") kernels::cache_host_memory();
+  std::optional<plan::Plan> plan;
+  if (on) plan = load_plan(config_, *on);
+  if (plan && plan->pipeline()) {
     // A pipeline rank keeps only its stages: the model is built without memory, and
-    // setup_pipeline gives this rank's parameters (and the buffers) storage on its device.
+    // cut_pipeline_stages gives this rank's parameters (and the buffers) storage on its device.
     models::MetaDeviceScope meta;
     model_ = build_model(config_.model);
   } else {
     model_ = build_model(config_.model);
-    if (device_ != "cpu") model_.module->to(at::Device(device_));
+    if (place_.device != "cpu") model_.module->to(at::Device(place_.device));
   }
   int64_t zero = 0;
   // Under a pipeline plan: this rank's stages, until the forward-backward takes them.
   std::unique_ptr<parallel::pipeline::PipelineStages> stages;
-  if (!mesh_ && !config_.model.init_from.empty())
+  if (!on && !config_.model.init_from.empty())
     load_hf_weights(config_.model.init_from, model_, config_.model);
-  if (mesh_) {
-    const plan::Plan& plan = *plan_in;
-    if (plan.pipeline()) {
-      stages = cut_stages(plan);  // this rank's stages, parallelized on the stage's mesh
+  if (on) {
+    if (plan->pipeline()) {
+      stages = cut_pipeline_stages(model_, *plan, *on, place_.device);
       const auto shard = data_shard(stages->stage_mesh());
-      dp_rank_ = shard.rank, dp_size_ = shard.size;
+      place_.dp_rank = shard.rank, place_.dp_size = shard.size;
     } else {
-      parallel::parallelize(*model_.module, plan, *mesh_,
+      parallel::parallelize(*model_.module, *plan, *on,
                             {.init = model_.init, .plain_on_one_device = true});
     }
     // Before the reducer and the optimizer see them (ZeRO-3 reshapes the parameters' storage).
     if (!config_.model.init_from.empty())
       load_hf_weights(config_.model.init_from, model_, config_.model);
-    // Bucketed reduction (docs/parallel.md); "per_param" keeps parallel::reduce_gradients.
-    zero = zero_stage(config_.parallel, &plan);
+    zero = zero_stage(config_.parallel, &*plan);
     // (validate() refused ZeRO without buckets, and ZeRO-3 under a pipeline.)
     VESCALE_CHECK(!stages || zero == 0 || !stages->has_shared_weights(),
                   "ZeRO with weights tied across ",
                   "pipeline stages (tied embeddings) is not supported yet; set parallel.zero=0 or "
                   "untie them");
     // One device has no gradient to reduce (and its parameters are plain tensors).
-    const mesh::DeviceMesh& grad_mesh = stages ? stages->stage_mesh() : *mesh_;
-    reduce_per_param_ =
-        grad_mesh.size() > 1 && config_.parallel.grad_reduce == GradReduce::PerParam;
-    if (grad_mesh.size() > 1 && config_.parallel.grad_reduce != GradReduce::PerParam) {
-      // The gradient layout, before step 1 (docs/parallel.md): buckets, and ZeRO's slices.
-      auto layout = parallel::GradLayoutOptions::from_plan(plan.grad_reduce());
-      layout.zero = static_cast<int>(zero);
-      if (zero >= 3) layout.unit_pattern = model_.block_pattern;  // one gather per block
-      grad_layout_ =
-          std::make_unique<parallel::GradLayout>(*model_.module, grad_mesh, plan, layout);
-      reducer_ = std::make_unique<parallel::GradReducer>(
-          *grad_layout_,
-          parallel::GradReducerOptions{
-              .overlap = config_.parallel.grad_reduce == GradReduce::Overlap,
-              .reduce_bf16 = config_.parallel.reduce_dtype == DType::Bf16});
-      // ZeRO-3: the blocks' parameters become slices before their first use.
-      if (zero >= 3) sharded_ = std::make_unique<parallel::ShardedParameters>(*grad_layout_);
-    }
+    const mesh::DeviceMesh& grad_mesh = stages ? stages->stage_mesh() : *on;
+    if (grad_mesh.size() > 1)
+      grads_ = std::make_unique<GradientSync>(config_, *plan, grad_mesh, model_, zero);
   }
   dtensor::set_static_eager(config_.parallel.static_eager);
   // A pipeline stage may hold no block (only the embedding, say).
   if (t.activation_checkpointing && (!stages || has_block(*model_.module, model_.block_pattern)))
-    checkpointed_ = enable_activation_checkpointing(*model_.module, model_.block_pattern,
-                                                    model_.block_side_outputs);
+    hooks_.checkpointed = enable_activation_checkpointing(*model_.module, model_.block_pattern,
+                                                          model_.block_side_outputs);
   // Around the checkpointing hook, so a block's forward span is the forward it runs.
   if (config_.log.timeline.on())
-    timeline_ = std::make_unique<TimelineWindow>(config_, mesh_ ? &*mesh_ : nullptr, *model_.module,
-                                                 model_.block_pattern);
+    hooks_.timeline =
+        std::make_unique<TimelineWindow>(config_, on, *model_.module, model_.block_pattern);
+  build_step(std::move(stages), zero);
+  build_loaders();
+  guard_ = std::make_unique<StepGuard>(
+      DivergenceGuardOptions{t.max_loss_spike, t.warmup_steps, config_.model.vocab_size(), t.lr,
+                             t.grad_clip},
+      place_.world_size);
+  if (checkpoints_)
+    checkpoints_->start({.model = &model_,
+                         .optimizer = optimizer_.get(),
+                         .sharded = grads_ ? grads_->sharded() : nullptr,
+                         .train_loader = data_.train.get(),
+                         .device = place_.device,
+                         .pipeline_stage = forward_backward_->schedule() != nullptr},
+                        step_batch());
+  guard_->measure(*optimizer_, 0);  // the guard's first reference: the weights step 1 runs with
+  // Every rank at once: on a CPU the measured GEMM peak is each rank's share of the cores.
+  metrics_ = std::make_unique<MetricsLogger>(
+      config_, MetricsLogger::Run{place_.rank, place_.world_size, tokens_per_step(),
+                                  flops_per_token(config_.model, t.seq_len), resumed_step(),
+                                  place_.device, model_.moe.layers});
+}
 
+void Trainer::build_step(std::unique_ptr<parallel::pipeline::PipelineStages> stages,
+                         int64_t zero) {
+  const auto& t = config_.train;
   optim::NamedParams named;
   for (const auto& item : model_.module->named_parameters())
     named.emplace_back(item.key(), item.value());
@@ -173,78 +201,62 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   for (const auto& [n, p] : named) params.push_back(p);
   const optim::AdamWOptions adamw{
       .lr = t.lr, .beta1 = t.betas[0], .beta2 = t.betas[1], .eps = t.eps};
-  if (zero >= 1 && reducer_) {
+  parallel::GradReducer* reducer = grads_ ? grads_->reducer() : nullptr;
+  if (zero >= 1 && reducer) {
     optimizer_ = std::make_unique<parallel::ShardedAdamW>(
-        *reducer_, sharded_.get(), optim::decay_groups(named, t.weight_decay), adamw);
+        *reducer, grads_->sharded(), optim::decay_groups(named, t.weight_decay), adamw);
   } else {
     optimizer_ =
         std::make_unique<optim::AdamW>(optim::decay_groups(named, t.weight_decay), adamw, params);
   }
-  ForwardBackwardOptions fb{mesh_ ? &*mesh_ : nullptr,
-                            device_,
-                            t.dtype == DType::Bf16,
-                            t.grad_accum,
-                            reducer_.get(),
-                            [this](const char* p) { doing_ = p; }};
-  forward_backward_ = stages ? pipeline_forward_backward(model_, std::move(stages), *mesh_,
-                                                         rank_, std::move(fb))
-                             : local_forward_backward(model_, std::move(fb));
+  const mesh::DeviceMesh* on = place_.mesh ? &*place_.mesh : nullptr;
+  ForwardBackwardOptions fb{on,           place_.device, t.dtype == DType::Bf16,
+                            t.grad_accum, reducer,       [this](const char* p) { run_.doing = p; }};
+  forward_backward_ =
+      stages ? pipeline_forward_backward(model_, std::move(stages), *on, place_.rank, std::move(fb))
+             : local_forward_backward(model_, std::move(fb));
+}
 
+void Trainer::build_loaders() {
+  const auto& t = config_.train;
+  const int64_t dp_rank = place_.dp_rank, dp_size = place_.dp_size;
   auto train_data = std::make_shared<TokenDataset>(data_files(config_.data, "train"));
-  train_loader_ = std::make_unique<DataLoader>(train_data, t.batch_size, t.seq_len, dp_rank_,
-                                               dp_size_, t.seed, config_.data.shuffle);
-  train_loader_->set_vocab_size(config_.model.vocab_size());
-  VESCALE_CHECK(train_loader_->steps_per_epoch() >= 1, "data.train: ", train_data->size(),
+  data_.train = std::make_unique<DataLoader>(train_data, t.batch_size, t.seq_len, dp_rank, dp_size,
+                                             t.seed, config_.data.shuffle);
+  data_.train->set_vocab_size(config_.model.vocab_size());
+  VESCALE_CHECK(data_.train->steps_per_epoch() >= 1, "data.train: ", train_data->size(),
                 " tokens are too few for one ", "batch of ", t.batch_size, " x ", t.seq_len,
-                " on each of ", dp_size_, " data-parallel ranks");
+                " on each of ", dp_size, " data-parallel ranks");
   const bool has_val = !config_.data.val.empty() || config_.data.train.empty();
-  if (has_val) {
-    auto val_data = std::make_shared<TokenDataset>(data_files(config_.data, "val"));
-    val_loader_ = std::make_unique<DataLoader>(val_data, t.batch_size, t.seq_len, dp_rank_,
-                                               dp_size_, t.seed, false);
-    val_loader_->set_vocab_size(config_.model.vocab_size());
-    if (val_loader_->steps_per_epoch() < 1) val_loader_.reset();  // too small to evaluate on
-    // Now, not at the first evaluation (often the last step, before the final save): the
-    // validation set is small, and every step after the last checkpoint would be lost.
-    if (val_loader_) {
-      const int64_t batches = std::min(t.eval_steps, val_loader_->steps_per_epoch());
-      val_data->check_ids(0, batches * t.batch_size * dp_size_ * t.seq_len + 1,
-                          config_.model.vocab_size(), "data.val");
-    }
+  if (!has_val) return;
+  auto val_data = std::make_shared<TokenDataset>(data_files(config_.data, "val"));
+  data_.val =
+      std::make_unique<DataLoader>(val_data, t.batch_size, t.seq_len, dp_rank, dp_size, t.seed, false);
+  data_.val->set_vocab_size(config_.model.vocab_size());
+  if (data_.val->steps_per_epoch() < 1) {
+    data_.val.reset();  // too small to evaluate on
+    return;
   }
-  guard_ = std::make_unique<DivergenceGuard>(DivergenceGuardOptions{
-      t.max_loss_spike, t.warmup_steps, config_.model.vocab_size(), t.lr, t.grad_clip});
-  if (!config_.checkpoint.dir.empty()) {
-    saver_ = std::make_unique<checkpoint::AsyncSave>();
-    if (config_.checkpoint.resume) {
-      if (auto folder = checkpoint::latest(config_.checkpoint.dir)) resume_from(*folder);
-    }
-    // Resumed: the checkpoint's run goes on. Fresh: a new id, the same on every rank.
-    if (!resumed_) run_id_ = dist::all_gather_text(rank_ == 0 ? new_run_id() : "").front();
-  }
-  measure_params();  // the guard's first reference: the weights step 1 runs with
-  // Every rank at once: on a CPU the measured GEMM peak is each rank's share of the cores.
-  metrics_ = std::make_unique<MetricsLogger>(
-      config_, MetricsLogger::Run{rank_, world_size_, tokens_per_step(),
-                                  flops_per_token(config_.model, t.seq_len), resumed_step_, device_,
-                                  model_.moe.layers});
+  // Now, not at the first evaluation (often the last step, before the final save): the
+  // validation set is small, and every step after the last checkpoint would be lost.
+  const int64_t batches = std::min(t.eval_steps, data_.val->steps_per_epoch());
+  val_data->check_ids(0, batches * t.batch_size * dp_size * t.seq_len + 1,
+                      config_.model.vocab_size(), "data.val");
 }
 
 Trainer::~Trainer() {
-  timeline_.reset();
-  optimizer_.reset();  // ZeRO before the reducer it reads
-  sharded_.reset();    // ZeRO-3: whole parameters again
+  hooks_.timeline.reset();
+  optimizer_.reset();  // ShardedAdamW before the reducer it reads
+  grads_.reset();      // ZeRO-3: whole parameters again
   forward_backward_.reset();
-  reducer_.reset();
-  grad_layout_.reset();
 }
 
 void Trainer::check_memory_fits() const {
   std::string where;
   const int local = dist::is_initialized() ? dist::launch_env().local_world_size : 1;
-  const double available = rank_memory_bytes(device_, local, where);
-  if (mesh_) {
-    check_fits(config_, mesh_->shape(), available, where);
+  const double available = rank_memory_bytes(place_.device, local, where);
+  if (place_.mesh) {
+    check_fits(config_, place_.mesh->shape(), available, where);
     return;
   }
   Config one = config_;  // one process: no plan is applied
@@ -254,28 +266,29 @@ void Trainer::check_memory_fits() const {
   check_fits(one, mesh::MeshShape(one.parallel.mesh, 1), available, where);
 }
 
-void Trainer::measure_params() {
-  param_sq_ = optimizer_->param_sum_of_squares();
-  if (!param_sq_.defined()) return;
-  param_sq_ = param_sq_.reshape({1});
-  if (world_size_ > 1) param_sq_work_ = dist::world().all_reduce(param_sq_);
+StepBatch Trainer::step_batch() const {
+  return {config_.train.batch_size, microbatches(), place_.dp_size, config_.train.seq_len};
 }
 
-double Trainer::read_param_norm() {
-  if (!param_sq_.defined()) return 0;
-  param_sq_work_.wait();
-  param_sq_work_ = {};
-  return std::sqrt(param_sq_.item<double>());
+int64_t Trainer::resumed_step() const { return checkpoints_ ? checkpoints_->resumed_step() : 0; }
+
+const std::string& Trainer::run_id() const {
+  static const std::string none;
+  return checkpoints_ ? checkpoints_->run_id() : none;
 }
 
-std::unique_ptr<parallel::pipeline::PipelineStages> Trainer::cut_stages(const plan::Plan& plan) {
-  std::vector<parallel::pipeline::LayerModules> layers;
-  for (const auto& l : model_.pipeline_layers) layers.push_back({l.name, l.modules});
-  auto stages = std::make_unique<parallel::pipeline::PipelineStages>(model_.module, layers, plan,
-                                                                     *mesh_, device_, model_.init);
-  model_.module = stages->root();
-  log::info(stages->describe(layers));
-  return stages;
+const parallel::GradReducer* Trainer::grad_reducer() const {
+  return grads_ ? grads_->reducer() : nullptr;
+}
+
+void Trainer::save_checkpoint(int64_t steps_done) {
+  VESCALE_CHECK(checkpoints_, "save_checkpoint: checkpoint.dir is not set");
+  checkpoints_->stage(steps_done);
+  if (!config_.checkpoint.async) checkpoints_->commit();
+}
+
+void Trainer::finish_checkpoint() {
+  if (checkpoints_) checkpoints_->commit();
 }
 
 int64_t Trainer::microbatches() const { return forward_backward_->microbatches(); }
@@ -290,7 +303,7 @@ const parallel::pipeline::RunnerStats* Trainer::pipeline_stats() const {
 
 int64_t Trainer::tokens_per_step() const {
   const auto& t = config_.train;
-  return t.batch_size * t.seq_len * microbatches() * dp_size_;
+  return t.batch_size * t.seq_len * microbatches() * place_.dp_size;
 }
 
 StepMetrics Trainer::step(int64_t step) {
@@ -298,29 +311,25 @@ StepMetrics Trainer::step(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   const SpanNames& names = span_names();
   timeline::Scope step_span(timeline::Kind::Step, names.step, step + 1);
-  doing_ = "starting the step";
-  if (step_hook_) step_hook_(step + 1);
+  run_.doing = "starting the step";
+  if (run_.step_hook) run_.step_hook(step + 1);
   dtensor::static_eager_step();  // replay (when on) restarts at the step's first call
   const double lr = optim::lr_at({t.lr, t.min_lr, t.warmup_steps, t.steps, t.decay}, step);
   optimizer_->set_lr(lr);
   model_.module->train();
   dtensor::BackwardOnCallerThread
       same_thread;  // no hand-offs to autograd's "dtensor" device thread
-  const double loss = forward_backward_->train([this] { return train_loader_->next(); });
+  const double loss = forward_backward_->train([this] { return data_.train->next(); });
   // Gradients with other placements than their parameters (Partial over dp, or over tp for
   // replicated weights fed sequence shards) are reduced: by the buckets (most of them already
   // launched during backward), or one collective per parameter.
-  doing_ = "reducing gradients";
+  run_.doing = "reducing gradients";
   std::optional<timeline::Scope> phase;
   phase.emplace(timeline::Kind::GradSync, names.grad_sync);
-  if (reducer_) {
-    reducer_->finish();
-  } else if (reduce_per_param_) {
-    parallel::reduce_gradients(*model_.module);
-  }
+  if (grads_) grads_->finish();
   forward_backward_->after_reduction();
   // The norm of the whole gradient, however it is sharded (ZeRO holds slices of it).
-  doing_ = "clipping gradients";
+  run_.doing = "clipping gradients";
   phase.reset();
   phase.emplace(timeline::Kind::Optimizer, names.clip);
   at::Tensor norm = optimizer_->clip_grad_norm_(t.grad_clip, forward_backward_->norm_across());
@@ -330,29 +339,28 @@ StepMetrics Trainer::step(int64_t step) {
   m.lr = lr;
   m.loss = loss;
   m.grad_norm = norm.item<double>();
-  m.param_norm = read_param_norm();
+  m.param_norm = guard_->param_norm();
   // Every rank holds the same loss and norms, so all pass or all stop here.
   try {
-    guard_->check({m.step, m.loss, m.grad_norm, prev_lr_, m.param_norm});
+    guard_->check(m.step, m.loss, m.grad_norm, m.param_norm);
   } catch (const Error& e) {
-    throw Error(std::string(e.what()) + "." + last_good_checkpoint(m.step));
+    throw Error(std::string(e.what()) + "." +
+                (checkpoints_ ? checkpoints_->last_good(m.step) : std::string()));
   }
   // The parameters of the save in flight gave this loss: that checkpoint may become latest.
   phase.reset();
-  doing_ = "committing a checkpoint";
-  {
-    std::optional<timeline::Scope> span;
-    if (saver_ && saver_->pending()) span.emplace(timeline::Kind::Checkpoint, names.commit);
-    finish_checkpoint();
+  run_.doing = "committing a checkpoint";
+  if (checkpoints_ && checkpoints_->pending()) {
+    timeline::Scope span(timeline::Kind::Checkpoint, names.commit);
+    checkpoints_->commit();
   }
-  doing_ = "optimizer step";
+  run_.doing = "optimizer step";
   phase.emplace(timeline::Kind::Optimizer, names.optimizer);
   optimizer_->step();
   optimizer_->zero_grad();
-  prev_lr_ = lr;
-  measure_params();
+  guard_->measure(*optimizer_, lr);
   phase.reset();
-  doing_ = "balancing experts";
+  run_.doing = "balancing experts";
   {
     std::optional<timeline::Scope> span;
     if (!model_.moe.layers.empty()) span.emplace(timeline::Kind::Other, names.experts);
@@ -367,35 +375,36 @@ StepMetrics Trainer::step(int64_t step) {
 
 double Trainer::evaluate() {
   VESCALE_CHECK(
-      val_loader_,
+      data_.val,
       "evaluate: no validation data (data.val names no files, or they hold less than a batch)");
   c10::NoGradGuard no_grad;
   model_.module->eval();
-  val_loader_->seek({});
-  const int64_t n = std::min(config_.train.eval_steps, val_loader_->steps_per_epoch());
-  const double loss = forward_backward_->evaluate([this] { return val_loader_->next(); }, n);
+  data_.val->seek({});
+  const int64_t n = std::min(config_.train.eval_steps, data_.val->steps_per_epoch());
+  const double loss = forward_backward_->evaluate([this] { return data_.val->next(); }, n);
   model_.module->train();
   return loss;
 }
 
 std::vector<StepMetrics> Trainer::run() {
   const auto& t = config_.train;
-  if (rank_ == 0) {
+  if (place_.rank == 0) {
     log::info("model " + config_.model.type + ": " +
               human(static_cast<double>(parameter_count(parameter_shapes(config_.model))), "") +
               " parameters; " + std::to_string(tokens_per_step()) + " tokens per step (" +
               std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) + " x " +
               std::to_string(microbatches()) +
               (forward_backward_->schedule() ? " micro-batches x " : " accum x ") +
-              std::to_string(dp_size_) + " dp); " + std::to_string(t.steps) + " steps, dtype " +
+              std::to_string(place_.dp_size) + " dp); " + std::to_string(t.steps) + " steps, dtype " +
               to_string(t.dtype) +
               (t.activation_checkpointing ? ", activation checkpointing" : ""));
   }
   std::vector<StepMetrics> all;
   const auto start = std::chrono::steady_clock::now();
-  if (resumed_step_ >= t.steps) {
-    if (rank_ == 0)
-      log::info("nothing to do: the checkpoint is at step " + std::to_string(resumed_step_) +
+  const int64_t resumed = resumed_step();
+  if (resumed >= t.steps) {
+    if (place_.rank == 0)
+      log::info("nothing to do: the checkpoint is at step " + std::to_string(resumed) +
                 " and train.steps is " + std::to_string(t.steps));
     return {};
   }
@@ -404,45 +413,44 @@ std::vector<StepMetrics> Trainer::run() {
     try {
       f();
     } catch (const std::exception& e) {
-      if (saver_) saver_->abort();
+      if (checkpoints_) checkpoints_->abort();
       const std::string msg = message_of(e);
       if (msg.rfind("step ", 0) == 0) throw;
       // One line naming the step and the phase, a timeout included (its rank is in `msg`).
-      const std::string where = "step " + std::to_string(s + 1) + ": " + doing_ + ": ";
+      const std::string where = "step " + std::to_string(s + 1) + ": " + run_.doing + ": ";
       if (dynamic_cast<const TimeoutError*>(&e)) throw TimeoutError(where + msg);
       throw Error(where + msg);
     }
   };
-  for (int64_t s = resumed_step_; s < t.steps; ++s) {
+  for (int64_t s = resumed; s < t.steps; ++s) {
     StepMetrics m;
     int stop = 0;
-    if (timeline_)
+    if (hooks_.timeline)
       guarded(s, [&] {
-        doing_ = "aligning the timeline's clocks";
-        timeline_->before_step(s + 1);
+        run_.doing = "aligning the timeline's clocks";
+        hooks_.timeline->before_step(s + 1);
       });
     guarded(s, [&] {
       // The previous step's save writes in the background; this step commits it once its loss
       // passed the guard. A step that fails throws before that, and the save is dropped.
       m = step(s);
       // Every rank stops after the same step, whichever got the signal. Collective.
-      doing_ = "agreeing on a stop";
+      run_.doing = "agreeing on a stop";
       stop = static_cast<int>(dist::all_max(stop_requested()));
     });
     const bool last = s + 1 == t.steps || stop != 0;
     // Saved before the evaluation and the sample: a failure in either loses no trained step.
-    const auto& ck = config_.checkpoint;
-    if (saver_ && ((ck.every > 0 && m.step % ck.every == 0) || last)) {
+    if (checkpoints_ && checkpoints_->due(m.step, last)) {
       guarded(s, [&] {
-        doing_ = "saving a checkpoint";
+        run_.doing = "saving a checkpoint";
         timeline::Scope span(timeline::Kind::Checkpoint, span_names().save);
-        stage_checkpoint(m.step);
-        if (last) finish_checkpoint();  // no next step to wait for
+        checkpoints_->stage(m.step);
+        if (last) checkpoints_->commit();  // no next step to wait for
       });
     }
-    if (val_loader_ && ((t.eval_every > 0 && m.step % t.eval_every == 0) || s + 1 == t.steps)) {
+    if (data_.val && ((t.eval_every > 0 && m.step % t.eval_every == 0) || s + 1 == t.steps)) {
       guarded(s, [&] {
-        doing_ = "evaluating";
+        run_.doing = "evaluating";
         timeline::Scope span(timeline::Kind::Eval, span_names().eval);
         m.val_loss = evaluate();
       });
@@ -451,21 +459,21 @@ std::vector<StepMetrics> Trainer::run() {
     all.push_back(m);
     if (t.sample_every > 0 && (m.step % t.sample_every == 0 || last))
       guarded(s, [&] {
-        doing_ = "sampling";
+        run_.doing = "sampling";
         print_sample(m.step);
       });
-    if (timeline_)
+    if (hooks_.timeline)
       guarded(s, [&] {
-        doing_ = "writing the timeline";
-        if (auto summary = timeline_->after_step(m.step))
+        run_.doing = "writing the timeline";
+        if (auto summary = hooks_.timeline->after_step(m.step))
           metrics_->timeline(m.step, summary->to_json());
       });
     if (stop != 0) {
-      stopped_by_ = stop;
-      if (rank_ == 0)
+      run_.stopped_by = stop;
+      if (place_.rank == 0)
         log::info(std::string(stop == SIGINT ? "SIGINT" : "SIGTERM") + ": stopped after step " +
                   std::to_string(m.step) +
-                  (saver_ ? " with a checkpoint; rerun the same command to resume" : ""));
+                  (checkpoints_ ? " with a checkpoint; rerun the same command to resume" : ""));
       return all;
     }
   }

@@ -74,9 +74,6 @@ at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets);
 // matches it (component_match: '*' is one name component).
 bool has_block(torch::nn::Module& root, const std::string& pattern);
 
-// A fresh run's id: checkpoints carry it, and `keep` prunes only its own run's.
-std::string new_run_id();
-
 // 1234567 -> "1.23M"; seconds -> "h:mm:ss".
 std::string human(double x, const char* unit);
 std::string gib(double bytes);  // "12.34 GiB"

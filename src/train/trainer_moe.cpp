@@ -17,7 +17,7 @@ void Trainer::balance_experts(StepMetrics& m) {
   const int64_t E = model_.moe.n_experts;
   // [L, E]: a layer's loads are Partial over the ranks that saw other tokens (a collective on
   // the mesh); a pipeline stage fills its own layers, the pp group sums the table.
-  auto table = at::zeros({L, E}, at::TensorOptions().dtype(at::kFloat).device(at::Device(device_)));
+  auto table = at::zeros({L, E}, at::TensorOptions().dtype(at::kFloat).device(at::Device(place_.device)));
   std::vector<at::Tensor> global(loads.size());
   for (int64_t i = 0; i < L; ++i) {
     const auto& l = loads[i];

@@ -7,7 +7,9 @@
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
 #include "vescale/dtensor/dtensor.h"
+#include "vescale/parallel/sharded_parameters.h"
 #include "vescale/train/generate.h"
+#include "vescale/train/gradient_sync.h"
 #include "vescale/train/metrics_logger.h"
 #include "vescale/train/text_tokenizer.h"
 #include "train/trainer_internal.h"
@@ -18,7 +20,7 @@ namespace vescale::train {
 // gathers); rank 0 then generates on a single-process copy of the model, kept between samples.
 void Trainer::print_sample(int64_t step) {
   const auto& t = config_.train;
-  if (sharded_) sharded_->gather_all();
+  if (grads_ && grads_->sharded()) grads_->sharded()->gather_all();
   models::StateDict weights;
   {
     c10::NoGradGuard no_grad;
@@ -26,10 +28,10 @@ void Trainer::print_sample(int64_t step) {
       const auto p = item.value().detach();
       weights[item.key()] = dtensor::is_dtensor(p) ? dtensor::full_tensor(p) : p;
     }
-    for (auto& [name, b] : state_buffers())
+    for (auto& [name, b] : state_buffers(model_))
       weights[name] = dtensor::is_dtensor(b) ? dtensor::full_tensor(b) : b;
   }
-  if (rank_ != 0) return;
+  if (place_.rank != 0) return;
   if (!sampler_) {
     // Built on the CPU, whose generator its init would advance on rank 0 alone: put it back so
     // dropout and resumes see the stream they would without samples.
@@ -37,7 +39,7 @@ void Trainer::print_sample(int64_t step) {
     sampler_ = std::make_unique<Sampler>(
         Sampler{build_model(config_.model), TextTokenizer(config_.data.tokenizer)});
     set_cpu_rng_state(rng);
-    sampler_->model.module->to(at::Device(device_));
+    sampler_->model.module->to(at::Device(place_.device));
   }
   copy_weights(sampler_->model, weights, "train.sample_every");
   const auto& tok = sampler_->tokenizer;

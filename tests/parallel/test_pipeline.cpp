@@ -17,6 +17,7 @@
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/mesh/device_mesh.h"
+#include "vescale/parallel/grad_reducer.h"
 #include "vescale/train/trainer.h"
 
 using namespace vescale;

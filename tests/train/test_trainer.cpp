@@ -25,7 +25,10 @@
 #include "vescale/plan/parallelize.h"
 #include "vescale/random/random.h"
 #include "vescale/train/activation_checkpoint.h"
+#include "vescale/train/divergence_guard.h"
+#include "vescale/train/dry_run.h"
 #include "vescale/train/model_factory.h"
+#include "vescale/parallel/grad_reducer.h"
 #include "vescale/train/trainer.h"
 
 using namespace vescale::train;

@@ -9,6 +9,7 @@
 
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/optim/optimizer.h"
+#include "vescale/plan/plan.h"
 #include "vescale/parallel/pipeline/pipeline_stages.h"
 #include "vescale/parallel/pipeline/runner.h"
 #include "vescale/train/model_factory.h"
@@ -57,6 +58,14 @@ struct ForwardBackwardOptions {
 
 // The whole model, grad_accum micro-batches one after another (each loss scaled by 1/accum).
 std::unique_ptr<ForwardBackward> local_forward_backward(Model& model, ForwardBackwardOptions o);
+
+// Under a pipeline plan: checks the model can be cut, cuts it on `mesh` (this rank's stages,
+// parallelized on the stage's mesh, become model.module; built on the meta device, they get
+// storage on `device`) and logs the stages. Collective.
+std::unique_ptr<parallel::pipeline::PipelineStages> cut_pipeline_stages(Model& model,
+                                                                        const plan::Plan& plan,
+                                                                        const mesh::DeviceMesh& mesh,
+                                                                        const std::string& device);
 
 // This rank's pipeline stages (built before the reducer and the optimizer, which see only them)
 // run by the schedule: the loss on the last stage, sent to every rank; the tied weights'

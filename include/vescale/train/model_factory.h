@@ -38,6 +38,10 @@ int64_t parameter_count(const ParamShapes& shapes);
 // Mixtral only top_k of the experts run) plus attention's 12 x layers x dim x seq_len.
 double flops_per_token(const ModelConfig& config, int64_t seq_len);
 
+// The model's buffers that are state (Model::state_buffers' patterns), by name: saved and loaded
+// with the weights, copied to the sampler.
+std::vector<std::pair<std::string, at::Tensor>> state_buffers(const Model& model);
+
 // FQN match where '*' is one whole name component: "h.*" matches "h.3" but not "h.3.attn".
 bool component_match(const std::string& pattern, const std::string& fqn);
 

@@ -14,28 +14,28 @@
 #include <utility>
 #include <vector>
 
-#include "vescale/checkpoint/distributed_checkpoint.h"
-#include "vescale/checkpoint/root_lock.h"
-#include "vescale/dist/process_group.h"
-#include "vescale/parallel/grad_reducer.h"
-#include "vescale/parallel/sharded_parameters.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/optim/optimizer.h"
 #include "vescale/parallel/pipeline/pipeline_stages.h"
 #include "vescale/parallel/pipeline/runner.h"
+#include "vescale/train/checkpoint_manager.h"
 #include "vescale/train/config.h"
-#include "vescale/train/divergence_guard.h"
-#include "vescale/train/dry_run.h"
 #include "vescale/train/model_factory.h"
 #include "vescale/train/peak_flops.h"
 #include "vescale/train/token_data.h"
+
+namespace vescale::parallel {
+class GradReducer;
+}
 
 namespace vescale::train {
 
 class ForwardBackward;  // forward_backward.h
 class TimelineWindow;   // trainer_timeline.h
 class MetricsLogger;    // metrics_logger.h
+class GradientSync;     // gradient_sync.h
+class StepGuard;        // step_guard.h
 
 // One optimizer step, as logged (and written to the metrics JSONL).
 struct StepMetrics {
@@ -81,11 +81,11 @@ class Trainer {
   // Commits a save still in flight (collective); no-op without one.
   void finish_checkpoint();
   // The steps the loaded checkpoint had done (0 when training starts fresh).
-  int64_t resumed_step() const { return resumed_step_; }
+  int64_t resumed_step() const;
   // The signal run() stopped on (SIGTERM or SIGINT), 0 when it ran to train.steps.
-  int stopped_by() const { return stopped_by_; }
+  int stopped_by() const { return run_.stopped_by; }
   // This run's id, recorded in its checkpoints (a resumed run keeps the checkpoint's).
-  const std::string& run_id() const { return run_id_; }
+  const std::string& run_id() const;
 
   Model& model() { return model_; }
   const Config& config() const { return config_; }
@@ -99,71 +99,65 @@ class Trainer {
   // The last step's pipeline counters (peak live activations, transfers); null without one.
   const parallel::pipeline::RunnerStats* pipeline_stats() const;
   // The bucketed gradient reducer; null without a mesh or with parallel.grad_reduce=per_param.
-  const parallel::GradReducer* grad_reducer() const { return reducer_.get(); }
+  const parallel::GradReducer* grad_reducer() const;
   // Runs at the start of every step (1-based number), inside the step's timeline span: for
   // embedders, and for tests (a synthetic straggler sleeps in it).
-  void set_step_hook(std::function<void(int64_t step)> hook) { step_hook_ = std::move(hook); }
+  void set_step_hook(std::function<void(int64_t step)> hook) { run_.step_hook = std::move(hook); }
 
  private:
-  checkpoint::StateDict checkpoint_state(std::vector<checkpoint::Piece>& pieces);
-  void resume_from(const std::string& folder);
-  // The checkpoint's optimizer entries this rank's optimizer holds (name -> global shape).
-  std::map<std::string, std::vector<int64_t>> saved_optimizer_state(
-      const checkpoint::CheckpointInfo& info) const;
-  void check_outputs();
-  // Under a pipeline plan: checks the model can be cut, cuts it (this rank's stages become
-  // model_.module) and logs the stages. Collective.
-  std::unique_ptr<parallel::pipeline::PipelineStages> cut_stages(const plan::Plan& plan);
+  // Where this rank stands: the mesh (none: one process), its rank, the data shard it reads
+  // (dp, and ep: plan::ParallelDims::data; a pipeline stage's own data dims), its device.
+  struct Place {
+    std::optional<mesh::DeviceMesh> mesh;
+    int rank = 0;
+    int64_t world_size = 1, dp_rank = 0, dp_size = 1;
+    std::string device = "cpu";
+  };
+  struct Loaders {
+    std::unique_ptr<DataLoader> train, val;  // val: null without validation data
+  };
+  // The transforms of the model that hold hook links: train.activation_checkpointing's, and
+  // the timeline's window (log.timeline).
+  struct Hooks {
+    std::vector<nn::HookHandle> checkpointed;
+    std::unique_ptr<TimelineWindow> timeline;
+  };
+  // What a step is doing (for error messages), the stop signal run() ended on, the embedder's
+  // hook.
+  struct RunState {
+    const char* doing = "";
+    int stopped_by = 0;
+    std::function<void(int64_t)> step_hook;
+  };
+
+  // Builds the optimizer over the model's parameters (ShardedAdamW under ZeRO), then the
+  // forward-backward over `stages` (a pipeline) or the whole model.
+  void build_step(std::unique_ptr<parallel::pipeline::PipelineStages> stages, int64_t zero);
+  void build_loaders();
   // Refuses a model whose dry-run estimate exceeds this rank's memory (train.allow_oversubscribe).
   void check_memory_fits() const;
-  // Starts measuring the parameters for the guard; read_param_norm() waits for it (0: unknown).
-  void measure_params();
-  double read_param_norm();
-  // Which checkpoint is the last good one, for the guard's message.
-  std::string last_good_checkpoint(int64_t failed_step) const;
-  // Starts a save; without checkpoint.async, also waits until it is written. Commits nothing.
-  void stage_checkpoint(int64_t steps_done);
+  // The batch a checkpoint records (train.batch_size, micro-batches, data ranks, seq_len).
+  StepBatch step_batch() const;
   // train.sample_every (trainer_sample.cpp); collective.
   void print_sample(int64_t step);
   // After the optimizer step: the step's global expert loads into m, and the aux-loss-free
   // expert bias update with them (trainer_moe.cpp).
   void balance_experts(StepMetrics& m);
-  // The model's state buffers (Model::state_buffers) by name, saved and loaded with the weights.
-  std::vector<std::pair<std::string, at::Tensor>> state_buffers() const;
 
   Config config_;
-  std::optional<mesh::DeviceMesh> mesh_;
-  int rank_ = 0;
-  int64_t dp_rank_ = 0, dp_size_ = 1;
-  std::string device_ = "cpu";
+  Place place_;
   Model model_;
+  std::unique_ptr<GradientSync> grads_;  // on a mesh of several ranks
   std::unique_ptr<optim::Optimizer> optimizer_;  // AdamW, or ShardedAdamW with parallel.zero >= 1
-  std::unique_ptr<parallel::GradLayout> grad_layout_;  // the buckets, ZeRO's slices
-  std::unique_ptr<parallel::GradReducer> reducer_;
-  std::unique_ptr<parallel::ShardedParameters> sharded_;  // ZeRO-3
-  std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<ForwardBackward> forward_backward_;  // local, or this rank's pipeline stages
+  Loaders data_;
+  std::unique_ptr<CheckpointManager> checkpoints_;  // with checkpoint.dir
+  std::unique_ptr<StepGuard> guard_;
+  std::unique_ptr<MetricsLogger> metrics_;  // the progress line, JSONL, TensorBoard (rank 0)
+  Hooks hooks_;
   struct Sampler;  // rank 0's single-process copy for train.sample_every, made at the first
   std::unique_ptr<Sampler> sampler_;
-  int64_t world_size_ = 1;
-  std::unique_ptr<MetricsLogger> metrics_;  // the progress line, JSONL, TensorBoard (rank 0)
-  std::unique_ptr<checkpoint::AsyncSave> saver_;
-  int64_t resumed_step_ = 0;
-  bool resumed_ = false;
-  std::string run_id_;
-  int stopped_by_ = 0;
-  std::unique_ptr<DivergenceGuard> guard_;
-  // The guard's view of the parameters: their sum of squares after the last update, summed over
-  // the world in the background until the next step reads it (measure_params, read_param_norm).
-  at::Tensor param_sq_;
-  dist::Work param_sq_work_;
-  double prev_lr_ = 0;                          // the last update's learning rate
-  std::unique_ptr<checkpoint::RootLock> lock_;  // on checkpoint.dir, rank 0
-  const char* doing_ = "";                      // the part of the step running, for error messages
-  std::unique_ptr<ForwardBackward> forward_backward_;  // local, or this rank's pipeline stages
-  bool reduce_per_param_ = false;  // parallel.grad_reduce=per_param on a mesh of several ranks
-  std::unique_ptr<TimelineWindow> timeline_;  // with log.timeline set
-  std::vector<nn::HookHandle> checkpointed_;  // train.activation_checkpointing's links
-  std::function<void(int64_t)> step_hook_;
+  RunState run_;
 };
 
 // The .bin files a config's data section names (globs expanded, sorted), or the built-in

@@ -1,0 +1,296 @@
+// The run's checkpoints (checkpoint_manager.h): the checks before the run, resume, save, commit.
+#include "vescale/train/checkpoint_manager.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <torch/nn/module.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <set>
+
+#include "train/trainer_internal.h"
+#include "vescale/common/check.h"
+#include "vescale/common/logging.h"
+#include "vescale/dist/object_collectives.h"
+#include "vescale/optim/optimizer.h"
+#include "vescale/parallel/sharded_parameters.h"
+#include "vescale/random/random.h"
+#include "vescale/train/token_data.h"
+
+namespace vescale::train {
+
+void check_writable_dir(const std::string& dir, const std::string& field) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  VESCALE_CHECK(!ec && fs::is_directory(dir), field, " '", dir,
+                "' cannot be created: ", ec ? ec.message() : "a file of that name exists",
+                "; choose a folder this user can write");
+  const fs::path probe = fs::path(dir) / (".vescale-write-test." + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A block, not a byte: a full disk often still takes a few bytes.
+  const std::string block(4096, 'x');
+  const bool ok = fd >= 0 &&
+                  ::write(fd, block.data(), block.size()) == static_cast<ssize_t>(block.size()) &&
+                  ::fsync(fd) == 0;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  fs::remove(probe, ec);
+  VESCALE_CHECK(ok, field, " '", dir, "' is not writable: ", std::strerror(err),
+                err == ENOSPC ? "; free space on its disk or choose another folder"
+                              : "; choose a folder this user can write");
+}
+
+std::string new_run_id() {
+  std::random_device rd;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%lld-%08x",
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count()),
+                rd());
+  return buf;
+}
+
+namespace {
+at::Generator torch_generator(const std::string& device) {
+  return at::globalContext().defaultGenerator(at::Device(device));
+}
+}  // namespace
+
+// Checked before the first step (not at the first save, after hours of training): every rank
+// writes its own file; one run per folder; a used folder only when asked to.
+CheckpointManager::CheckpointManager(const Config& config, int rank)
+    : config_(config.checkpoint),
+      model_type_(config.model.type),
+      config_json_(config.to_json()),
+      rank_(rank) {
+  const auto& ck = config_;
+  VESCALE_CHECK(!ck.dir.empty(), "CheckpointManager: checkpoint.dir is not set");
+  check_writable_dir(ck.dir, "checkpoint.dir");
+  // One run per folder: a second would interleave its saves with ours (rank 0 holds it).
+  if (rank_ == 0) {
+    lock_ = std::make_unique<checkpoint::RootLock>(ck.dir, "vescale-train");
+    if (!lock_->took_over().empty())
+      log::warn("checkpoint.dir '" + ck.dir + "': took over the lock of a process that is gone (" +
+                lock_->took_over() + ")");
+  }
+  if (!ck.resume && !ck.overwrite && checkpoint::has_checkpoints(ck.dir)) {
+    const auto at = checkpoint::latest(ck.dir);
+    VESCALE_FAIL(
+        "checkpoint.dir '", ck.dir, "' already holds checkpoints",
+        at ? " (latest: " + *at + ")" : "",
+        " and checkpoint.resume is false. Resume them (checkpoint.resume=true), choose an empty ",
+        "checkpoint.dir, or set checkpoint.overwrite=true to write this run's beside them");
+  }
+  if (rank_ == 0) {
+    for (const auto& stale : checkpoint::remove_stale_saves(ck.dir))
+      log::info("checkpoint: removed " + stale +
+                ", an unfinished save older than the newest checkpoint");
+  }
+}
+
+CheckpointManager::~CheckpointManager() = default;
+
+void CheckpointManager::start(const CheckpointParts& parts, const StepBatch& batch) {
+  VESCALE_CHECK(parts.model && parts.optimizer && parts.train_loader,
+                "CheckpointManager::start: the model, optimizer and train loader are required");
+  parts_ = parts;
+  batch_ = batch;
+  if (config_.resume) {
+    if (auto folder = checkpoint::latest(config_.dir)) resume_from(*folder);
+  }
+  // Resumed: the checkpoint's run goes on. Fresh: a new id, the same on every rank.
+  if (!resumed_) run_id_ = dist::all_gather_text(rank_ == 0 ? new_run_id() : "").front();
+}
+
+bool CheckpointManager::due(int64_t step, bool last) const {
+  return (config_.every > 0 && step % config_.every == 0) || last;
+}
+
+checkpoint::StateDict CheckpointManager::model_state() const {
+  checkpoint::StateDict s;
+  const Model& model = *parts_.model;
+  for (const auto& item : model.module->named_parameters())
+    s["model/" + item.key()] = item.value();
+  for (auto& [name, buffer] : state_buffers(model)) s["model/" + name] = buffer;
+  return s;
+}
+
+void CheckpointManager::stage(int64_t steps_done) {
+  VESCALE_CHECK(parts_.model, "CheckpointManager::stage before start()");
+  commit();
+  const auto start = std::chrono::steady_clock::now();
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(steps_done));
+  const auto rng = random::get_state();
+  const auto pos = parts_.train_loader->position();
+  const nlohmann::json meta{{"step", steps_done},
+                            {"model", model_type_},
+                            {"train_loader", {{"epoch", pos.epoch}, {"step", pos.step}}},
+                            {"global_batch", batch_.loader_batch()},
+                            {"seq_len", batch_.seq_len},
+                            {"sequences_per_step", batch_.sequences()},
+                            {"philox", {{"seed", rng.seed}, {"offset", rng.offset}}},
+                            {"config", nlohmann::json::parse(config_json_)}};
+  // ZeRO-3: whole parameters to copy (released at their next use).
+  if (parts_.sharded) parts_.sharded->gather_all();
+  auto state = model_state();
+  std::vector<checkpoint::Piece> pieces;
+  auto optim_state = parts_.optimizer->state_dict();
+  for (auto& [k, v] : optim_state.tensors) state["optim/" + k] = v;
+  for (auto& p : optim_state.pieces) {
+    p.name = "optim/" + p.name;
+    pieces.push_back(std::move(p));
+  }
+  {
+    auto gen = torch_generator(parts_.device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state["rng/torch"] = gen.get_state();
+  }
+  saver_.begin(config_.dir, name, state, meta.dump(), pieces);
+  if (rank_ == 0) {
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    char line[256];
+    std::snprintf(line, sizeof(line), "checkpoint %s/%s: staged in %.0f ms%s",
+                  config_.dir.c_str(), name, ms,
+                  config_.async ? ", writing in the background" : "");
+    log::info(line);
+  }
+  if (!config_.async) saver_.wait();
+}
+
+void CheckpointManager::commit() {
+  if (!saver_.pending()) return;
+  const std::string folder = saver_.commit(config_.keep, run_id_);
+  if (rank_ == 0) log::info("checkpoint " + folder + ": saved");
+}
+
+void CheckpointManager::abort() { saver_.abort(); }
+
+bool CheckpointManager::pending() const { return saver_.pending(); }
+
+std::string CheckpointManager::last_good(int64_t failed_step) const {
+  const auto at = checkpoint::latest(config_.dir);
+  if (!at) return " No checkpoint has been committed yet.";
+  // The first step after a resume failed: the weights it ran with are the resumed checkpoint's.
+  if (resumed_ && failed_step == resumed_step_ + 1) {
+    namespace fs = std::filesystem;
+    std::string before;
+    for (const auto& e : fs::directory_iterator(config_.dir)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_directory() && name.rfind("step-", 0) == 0 && name.size() == 13 &&
+          fs::exists(e.path() / "index.json") && name < fs::path(*at).filename().string() &&
+          name > before)
+        before = name;
+    }
+    return " This run resumed from " + *at +
+           ", so that checkpoint holds the broken model; the last good one is the one before it" +
+           (before.empty()
+                ? " (there is none: start over with checkpoint.resume=false and "
+                  "checkpoint.overwrite=true)"
+                : ", " + before + ": point " + config_.dir + "/latest at it (echo " + before +
+                      " > " + config_.dir + "/latest) and rerun.");
+  }
+  return " The last good checkpoint is " + *at + " (latest).";
+}
+
+std::map<std::string, std::vector<int64_t>> CheckpointManager::saved_optimizer_state(
+    const checkpoint::CheckpointInfo& info) const {
+  std::map<std::string, std::vector<int64_t>> saved;
+  // A pipeline stage's optimizer holds its own parameters' state: the other stages' is theirs.
+  std::set<std::string> mine;
+  const bool stage = parts_.pipeline_stage;
+  if (stage)
+    for (const auto& item : parts_.model->module->named_parameters()) mine.insert(item.key());
+  auto owned = [&](const std::string& state_name) {
+    const auto dot = state_name.rfind('.');
+    return !stage || (dot != std::string::npos && mine.count(state_name.substr(0, dot)));
+  };
+  for (const auto& [key, entry] : info.tensors)
+    if (key.rfind("optim/", 0) == 0 && owned(key.substr(6))) saved[key.substr(6)] = entry.shape;
+  return saved;
+}
+
+void CheckpointManager::resume_from(const std::string& folder) {
+  const auto info = checkpoint::read_info(folder);
+  const auto meta = nlohmann::json::parse(info.metadata);
+  VESCALE_CHECK(
+      meta.contains("step") && meta.contains("train_loader") && meta.contains("philox"),
+      "checkpoint ", folder,
+      ": its metadata lacks the step, data position or RNG state; not written by vescale-train");
+  VESCALE_CHECK(meta.value("model", model_type_) == model_type_, "checkpoint ", folder,
+                " holds a ", meta.value("model", std::string()), " model but model.type is ",
+                model_type_, "; point checkpoint.dir elsewhere or set checkpoint.resume=false");
+  if (parts_.sharded) parts_.sharded->gather_all();  // ZeRO-3: whole parameters to load into
+  auto state = model_state();
+  auto gen = torch_generator(parts_.device);
+  at::Tensor torch_rng;
+  if (info.tensors.count("rng/torch")) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    torch_rng = at::empty_like(gen.get_state());
+    state["rng/torch"] = torch_rng;
+  }
+  // The optimizer's state in the same pass over the files (the layout exists before step 1).
+  parts_.optimizer->load_state_dict(
+      saved_optimizer_state(info), [&](optim::OptimizerState& targets) {
+        for (auto& [k, v] : targets.tensors) state["optim/" + k] = v;
+        std::vector<checkpoint::Piece> pieces;
+        for (const auto& p : targets.pieces) {
+          pieces.push_back(p);
+          pieces.back().name = "optim/" + p.name;
+        }
+        on_all_ranks([&] { checkpoint::load(folder, state, pieces); });
+      });
+  if (torch_rng.defined()) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(torch_rng);
+  }
+  random::set_state(
+      {meta["philox"].at("seed").get<uint64_t>(), meta["philox"].at("offset").get<uint64_t>()});
+  // The data position is a count of sequences of seq_len tokens: another length, or another
+  // number of sequences per step, would resume elsewhere in the data (and change the math).
+  if (meta.contains("seq_len"))
+    VESCALE_CHECK(meta["seq_len"].get<int64_t>() == batch_.seq_len, "checkpoint ", folder,
+                  " was trained with train.seq_len=", meta["seq_len"].get<int64_t>(),
+                  ", this run has ", batch_.seq_len,
+                  "; resume with --set train.seq_len=", meta["seq_len"].get<int64_t>(),
+                  ", or start a new run in another checkpoint.dir");
+  if (meta.contains("sequences_per_step"))
+    VESCALE_CHECK(meta["sequences_per_step"].get<int64_t>() == batch_.sequences(), "checkpoint ",
+                  folder, " took ", meta["sequences_per_step"].get<int64_t>(),
+                  " sequences per step (its global batch), this run takes ", batch_.sequences(),
+                  " (train.batch_size ", batch_.batch_size, " x ", batch_.microbatches,
+                  " micro-batches x ", batch_.data_ranks,
+                  " data ranks); set train.batch_size so that the product is ",
+                  meta["sequences_per_step"].get<int64_t>(),
+                  ", or start a new run in another checkpoint.dir");
+  // The position counts global batches; another dp size or batch size maps it through samples.
+  LoaderPosition pos{meta["train_loader"].at("epoch").get<int64_t>(),
+                     meta["train_loader"].at("step").get<int64_t>()};
+  const int64_t saved_batch = meta.value("global_batch", batch_.loader_batch());
+  const int64_t loader_batch = batch_.loader_batch();
+  VESCALE_CHECK(pos.step * saved_batch % loader_batch == 0, "checkpoint ", folder,
+                ": it stopped after ", pos.step * saved_batch, " samples of epoch ", pos.epoch,
+                ", not a whole number of this run's global batches of ", loader_batch,
+                " (train.batch_size x dp); choose a batch size that divides it");
+  pos.step = pos.step * saved_batch / loader_batch;
+  parts_.train_loader->seek(pos);
+  resumed_step_ = meta["step"].get<int64_t>();
+  run_id_ = info.run_id;
+  resumed_ = true;
+  if (rank_ == 0)
+    log::info("resumed from " + folder + " after step " + std::to_string(resumed_step_));
+}
+
+}  // namespace vescale::train
