@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "llama/llama.h"
+#include "vescale/models/llama/llama.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/parallel/grad_reduce.h"
 #include "vescale/parallel/grad_reducer.h"
@@ -39,8 +39,8 @@ namespace {
 constexpr int64_t kBatch = 8, kSeq = 64, kWarmup = 2, kSteps = 10;
 constexpr double kBucketMb = 2;
 
-models::LlamaOptions bench_llama() {
-  models::LlamaOptions o;
+vescale::models::LlamaOptions bench_llama() {
+  vescale::models::LlamaOptions o;
   o.vocab_size = 512;
   o.dim = 256;
   o.n_layers = 4;
@@ -83,7 +83,7 @@ Result run(const std::string& mesh_label, const mesh::DeviceMesh& mesh, const pl
   kernels::reset_peak_memory();
   const int64_t base = kernels::memory_stats().current;
   random::manual_seed(1);
-  models::Llama model(o);
+  vescale::models::Llama model(o);
   plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
   std::unique_ptr<parallel::GradLayout> layout;
   std::unique_ptr<parallel::GradReducer> reducer;

@@ -1,5 +1,5 @@
 // Training-step time of a tiny LLaMA under tensor parallelism, three ways in one process:
-//   eager    models::Llama + plan::parallelize(configs/plans/llama_tp.json), DTensor dispatch
+//   eager    vescale::models::Llama + plan::parallelize(configs/plans/llama_tp.json), DTensor dispatch
 //   static   the same model with static eager on (recorded dispatch replayed each step)
 //   baseline the same math hand-written on local shards with explicit collectives (Megatron
 //            style f/g operators, vocab-parallel embedding and cross-entropy): the lower bound
@@ -27,7 +27,7 @@
 #include <tuple>
 #include <vector>
 
-#include "llama/llama.h"
+#include "vescale/models/llama/llama.h"
 #include "vescale/nn/module_hooks.h"
 #include "bench_util.h"
 #include "vescale/common/check.h"
@@ -59,8 +59,8 @@ constexpr double kLr = 1e-3, kEps = 1e-6, kWeightDecay = 0.1;
 
 // configs/llama_tiny.json's shapes, with 8 query / 4 kv heads (head_dim 16) instead of 4 / 2 so
 // that TP=4 splits whole kv heads; every parameter keeps its shape.
-models::LlamaOptions bench_llama() {
-  models::LlamaOptions o;
+vescale::models::LlamaOptions bench_llama() {
+  vescale::models::LlamaOptions o;
   o.vocab_size = 256;
   o.dim = 128;
   o.n_layers = 4;
@@ -135,9 +135,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return w * (x * at::rsqrt(x.pow(2).mean(-1, true) + eps));
 }
 
-// LLaMA on this rank's shards, with the same math as models::Llama.
+// LLaMA on this rank's shards, with the same math as vescale::models::Llama.
 struct LocalTpLlama {
-  models::LlamaOptions o;
+  vescale::models::LlamaOptions o;
   int64_t tp, rank;
   std::map<std::string, at::Tensor> p;  // local shards, keyed by the model's parameter names
   at::Tensor cos, sin;
@@ -158,8 +158,8 @@ struct LocalTpLlama {
     for (int64_t i = 0; i < o.n_layers; ++i) {
       const std::string l = "layers." + std::to_string(i) + ".";
       auto x = CopyToTp::apply(rms_norm(h, w(l + "attention_norm.weight"), o.norm_eps));
-      auto q = models::apply_rope(heads(at::linear(x, w(l + "attention.wq.weight"))), c, s);
-      auto k = models::apply_rope(heads(at::linear(x, w(l + "attention.wk.weight"))), c, s);
+      auto q = vescale::models::apply_rope(heads(at::linear(x, w(l + "attention.wq.weight"))), c, s);
+      auto k = vescale::models::apply_rope(heads(at::linear(x, w(l + "attention.wk.weight"))), c, s);
       auto v = heads(at::linear(x, w(l + "attention.wv.weight")));
       auto repeat_kv = [&](const at::Tensor& t) {
         const int64_t kv = t.size(1);
@@ -218,11 +218,11 @@ int main() {
   // Two DTensor models from the same seed (eager and static eager keep separate optimizer state).
   auto make_model = [&] {
     random::manual_seed(1234);
-    models::Llama m(o);
+    vescale::models::Llama m(o);
     plan::parallelize(*m, plan, mesh, {.init = [&] { m->init_weights(); }});
     return m;
   };
-  models::Llama eager_model = make_model(), static_model = make_model();
+  vescale::models::Llama eager_model = make_model(), static_model = make_model();
   // Every variant steps with vescale's AdamW (libtorch's fused kernel; DTensors on their shards),
   // what vescale-train runs, so the variants differ only in forward and backward.
   auto adamw = [](optim::NamedParams params) {
@@ -230,7 +230,7 @@ int main() {
         std::vector<optim::ParamGroup>{{std::move(params), kWeightDecay}},
         optim::AdamWOptions{.lr = kLr, .eps = kEps});
   };
-  auto named = [](models::Llama& m) {
+  auto named = [](vescale::models::Llama& m) {
     optim::NamedParams out;
     for (auto& kv : m->named_parameters()) out.emplace_back(kv.key(), kv.value());
     return out;
@@ -248,13 +248,13 @@ int main() {
     base.p[kv.key()] = local;
     base_params.emplace_back(kv.key(), local);
   }
-  std::tie(base.cos, base.sin) = models::rope_tables(o, at::TensorOptions().dtype(at::kFloat));
+  std::tie(base.cos, base.sin) = vescale::models::rope_tables(o, at::TensorOptions().dtype(at::kFloat));
   auto base_opt = adamw(base_params);
 
   auto replicated = [&](const at::Tensor& t) {
     return dtensor::from_local(t.contiguous(), mesh, {dtensor::Replicate()}, t.sizes().vec());
   };
-  auto dtensor_step = [&](models::Llama& model, optim::AdamW& opt, int64_t s) {
+  auto dtensor_step = [&](vescale::models::Llama& model, optim::AdamW& opt, int64_t s) {
     dtensor::static_eager_step();
     auto full = batch(s, o.vocab_size);
     auto x = replicated(full.slice(1, 0, kSeq)), y = replicated(full.slice(1, 1, kSeq + 1));

@@ -1,8 +1,8 @@
-#include "model.h"
+#include "vescale/models/model.h"
 
 #include <map>
 
-namespace models {
+namespace vescale::models {
 
 namespace {
 std::map<std::string, ModelBuilder>& builders() {
@@ -26,4 +26,4 @@ const ModelBuilder& builder(const std::string& type) {
   return it->second;
 }
 
-}  // namespace models
+}  // namespace vescale::models

@@ -10,14 +10,14 @@
 #include <utility>
 #include <vector>
 
-#include "registry.h"
-#include "shared/kv_cache.h"
+#include "vescale/models/registry.h"
+#include "vescale/models/shared/kv_cache.h"
 
 namespace torch::nn {
 class Module;
 }
 
-namespace models {
+namespace vescale::models {
 
 using StateDict = std::map<std::string, at::Tensor>;
 
@@ -108,4 +108,4 @@ void register_builder(ModelBuilder builder);
 // The builder of model.type `type`; throws naming the registered types.
 const ModelBuilder& builder(const std::string& type);
 
-}  // namespace models
+}  // namespace vescale::models

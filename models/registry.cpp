@@ -1,11 +1,11 @@
-#include "registry.h"
+#include "vescale/models/registry.h"
 
 #include <algorithm>
 #include <map>
 
 #include "vescale/common/suggest.h"
 
-namespace models {
+namespace vescale::models {
 
 namespace {
 std::map<std::string, ModelFamily>& families() {
@@ -48,4 +48,4 @@ std::unique_ptr<ModelOptions> default_options(const std::string& type) {
   return f->defaults();
 }
 
-}  // namespace models
+}  // namespace vescale::models

@@ -20,7 +20,7 @@ class Reader;  // vescale/common/json_schema.h
 class Writer;
 }  // namespace vescale::json_schema
 
-namespace models {
+namespace vescale::models {
 
 // One family's options, type-erased: the train config holds them without knowing the family.
 class ModelOptions {
@@ -80,4 +80,4 @@ std::vector<std::string> family_types();  // registered, sorted
 // The default options of a registered family; throws naming model.type when it is unknown.
 std::unique_ptr<ModelOptions> default_options(const std::string& type);
 
-}  // namespace models
+}  // namespace vescale::models

@@ -1,4 +1,4 @@
-#include "gpt/gpt.h"
+#include "vescale/models/gpt/gpt.h"
 
 #include "vescale/kernels/attention.h"
 #include "vescale/kernels/gelu.h"
@@ -10,7 +10,7 @@
 
 #include <cmath>
 
-namespace models {
+namespace vescale::models {
 
 using vescale::nn::call;
 
@@ -107,4 +107,4 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, KVCache* cache) {
   return at::linear(call(ln_f, x), wte->weight);  // tied LM head
 }
 
-}  // namespace models
+}  // namespace vescale::models

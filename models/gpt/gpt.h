@@ -7,10 +7,10 @@
 // Linear weights are [out, in] (models::Linear); HF's Conv1D stores [in, out], so import
 // transposes them. The LM head is wte (tied), so it has no parameter of its own.
 #pragma once
-#include "shared/kv_cache.h"
-#include "shared/layer_norm.h"
-#include "shared/linear.h"
-#include "gpt/gpt_options.h"
+#include "vescale/models/shared/kv_cache.h"
+#include "vescale/models/shared/layer_norm.h"
+#include "vescale/models/shared/linear.h"
+#include "vescale/models/gpt/gpt_options.h"
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -19,7 +19,7 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
-namespace models {
+namespace vescale::models {
 
 struct GPTAttentionImpl : torch::nn::Module {
   explicit GPTAttentionImpl(const GPTOptions& o);
@@ -65,4 +65,4 @@ struct GPTImpl : torch::nn::Module {
 };
 TORCH_MODULE(GPT);
 
-}  // namespace models
+}  // namespace vescale::models

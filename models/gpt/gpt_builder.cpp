@@ -1,12 +1,12 @@
 // model.type "gpt" in the registry: the module, FLOPs, blocks, Hugging Face import, plans.
 #include <torch/nn/module.h>
 
-#include "shared/hugging_face.h"
-#include "gpt/gpt.h"
-#include "model.h"
+#include "vescale/models/shared/hugging_face.h"
+#include "vescale/models/gpt/gpt.h"
+#include "vescale/models/model.h"
 #include "vescale/nn/module_hooks.h"
 
-namespace models {
+namespace vescale::models {
 namespace {
 
 Model build(const ModelOptions& options) {
@@ -58,4 +58,4 @@ const bool registered =
      true);
 
 }  // namespace
-}  // namespace models
+}  // namespace vescale::models

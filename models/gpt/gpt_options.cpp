@@ -1,13 +1,13 @@
 // model.type "gpt": GPTOptions as model.* fields, and their checks.
-#include "gpt/gpt_options.h"
+#include "vescale/models/gpt/gpt_options.h"
 
 #include <memory>
 
-#include "shared/hf_config.h"
+#include "vescale/models/shared/hf_config.h"
 
-#include "shared/options_impl.h"
+#include "vescale/models/shared/options_impl.h"
 
-namespace models {
+namespace vescale::models {
 namespace {
 
 template <class V>
@@ -58,4 +58,4 @@ const bool registered = (register_family({"gpt", [] { return std::make_unique<Gp
                          true);
 
 }  // namespace
-}  // namespace models
+}  // namespace vescale::models

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-namespace models {
+namespace vescale::models {
 
 struct GPTOptions {
   int64_t vocab_size = 50257;
@@ -16,4 +16,4 @@ struct GPTOptions {
   double layer_norm_eps = 1e-5;
 };
 
-}  // namespace models
+}  // namespace vescale::models

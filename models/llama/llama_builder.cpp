@@ -1,13 +1,11 @@
 // model.type "llama" in the registry: the module, FLOPs, blocks, Hugging Face import, plans.
 #include <torch/nn/module.h>
 
-#include "shared/hugging_face.h"
-#include "llama/llama.h"
-#include "model.h"
-#include "llama/llama_pipeline.h"
-#include "vescale/nn/module_hooks.h"
+#include "vescale/models/shared/hugging_face.h"
+#include "vescale/models/llama/llama.h"
+#include "vescale/models/model.h"
 
-namespace models {
+namespace vescale::models {
 namespace {
 
 Model build(const ModelOptions& options) {
@@ -20,18 +18,7 @@ Model build(const ModelOptions& options) {
   };
   m.init = [impl = llama.ptr()] { impl->init_weights(); };
   m.block_pattern = "layers.*";
-  // Pipeline layers: the same calls as LlamaImpl::forward, one layer at a time.
-  LlamaImpl* l = llama.get();
-  m.pipeline_layers = llama_trunk_layers(
-      {.tok_embeddings = l->tok_embeddings,
-       .n_layers = l->layers->size(),
-       .block = [l](size_t i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-         return vescale::nn::call(l->layers->ptr<LlamaBlockImpl>(i), x, cos, sin);
-       },
-       .rope_cos = &l->rope_cos,
-       .rope_sin = &l->rope_sin,
-       .norm = l->norm,
-       .output = l->output});
+  m.pipeline_layers = llama->pipeline_layers();
   return m;
 }
 
@@ -58,4 +45,4 @@ const bool registered =
      true);
 
 }  // namespace
-}  // namespace models
+}  // namespace vescale::models

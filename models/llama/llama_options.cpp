@@ -1,12 +1,12 @@
 // model.type "llama": LlamaOptions as model.* fields, and their checks.
-#include "llama/llama_options.h"
+#include "vescale/models/llama/llama_options.h"
 
 #include <memory>
 
-#include "shared/attention_options.h"
-#include "shared/hf_config.h"
+#include "vescale/models/shared/attention_options.h"
+#include "vescale/models/shared/hf_config.h"
 
-namespace models {
+namespace vescale::models {
 namespace {
 
 template <class V>
@@ -54,4 +54,4 @@ const bool registered =
      true);
 
 }  // namespace
-}  // namespace models
+}  // namespace vescale::models

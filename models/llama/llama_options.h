@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-namespace models {
+namespace vescale::models {
 
 struct RopeScaling {
   // Llama 3.1's "llama3" scaling of the rotary frequencies; off when factor <= 0.
@@ -27,4 +27,4 @@ struct LlamaOptions {
   bool tie_embeddings = false;
 };
 
-}  // namespace models
+}  // namespace vescale::models

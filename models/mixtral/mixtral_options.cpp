@@ -1,23 +1,19 @@
 // model.type "mixtral": MixtralOptions as model.* fields, and their checks.
-#include "mixtral/mixtral_options.h"
+#include "vescale/models/mixtral/mixtral_options.h"
 
 #include <memory>
 
-#include "shared/attention_options.h"
-#include "shared/hf_config.h"
+#include "vescale/models/shared/attention_options.h"
+#include "vescale/models/shared/hf_config.h"
+#include "vescale/models/shared/moe_options.h"
 
-namespace models {
+namespace vescale::models {
 namespace {
 
 template <class V>
 void visit(V& v, MixtralOptions& c) {
-  visit_attention(v, c);
-  v.field("n_experts", c.n_experts);
-  v.field("top_k", c.top_k);
-  v.field("aux_loss_coef", c.aux_loss_coef);
-  v.field("router_z_loss_coef", c.router_z_loss_coef);
-  v.field("capacity_factor", c.capacity_factor);
-  v.field("expert_bias_rate", c.expert_bias_rate);
+  visit_attention(v, c.llama);
+  visit_moe(v, c.moe, /*with_normalize=*/false);  // Mixtral always renormalizes
 }
 
 struct MixtralModelOptions final : OptionsImpl<MixtralOptions> {
@@ -31,22 +27,13 @@ struct MixtralModelOptions final : OptionsImpl<MixtralOptions> {
     visit(w, copy);
   }
   void validate(const Fail& fail) const override {
-    validate_attention(fail, value);
-    check_positive(fail, "n_experts", value.n_experts);
-    if (!(value.top_k >= 1 && value.top_k <= value.n_experts))
-      fail("top_k", "must be in [1, n_experts = " + std::to_string(value.n_experts) + "], got " +
-                        std::to_string(value.top_k));
-    if (!(value.aux_loss_coef >= 0)) fail("aux_loss_coef", "must be >= 0");
-    if (!(value.router_z_loss_coef >= 0)) fail("router_z_loss_coef", "must be >= 0");
-    if (!(value.capacity_factor >= 0))
-      fail("capacity_factor", "must be >= 0 (0: dropless; e.g. 1.25 drops beyond 125% of even)");
-    if (!(value.expert_bias_rate >= 0))
-      fail("expert_bias_rate", "must be >= 0 (0: off; DeepSeek-V3 used 0.001)");
+    validate_attention(fail, value.llama);
+    validate_moe(fail, value.moe);
   }
-  int64_t vocab_size() const override { return value.vocab_size; }
-  int64_t max_seq_len() const override { return value.max_seq_len; }
-  int64_t n_layers() const override { return value.n_layers; }
-  int64_t dim() const override { return value.dim; }
+  int64_t vocab_size() const override { return value.llama.vocab_size; }
+  int64_t max_seq_len() const override { return value.llama.max_seq_len; }
+  int64_t n_layers() const override { return value.llama.n_layers; }
+  int64_t dim() const override { return value.llama.dim; }
 };
 
 const bool registered =
@@ -58,4 +45,4 @@ const bool registered =
      true);
 
 }  // namespace
-}  // namespace models
+}  // namespace vescale::models

@@ -3,9 +3,9 @@
 #pragma once
 #include <string>
 
-#include "shared/options_impl.h"
+#include "vescale/models/shared/options_impl.h"
 
-namespace models {
+namespace vescale::models {
 
 template <class V, class C>
 void visit_attention(V& v, C& c) {
@@ -21,8 +21,10 @@ void visit_attention(V& v, C& c) {
   v.field("tie_embeddings", c.tie_embeddings);
 }
 
+// `head_from_dim`: the head width is dim / n_heads (LLaMA, Mixtral), so they must divide into an
+// even width; a family with its own head_dim checks that instead.
 template <class C>
-void validate_attention(const ModelOptions::Fail& fail, const C& c) {
+void validate_attention(const ModelOptions::Fail& fail, const C& c, bool head_from_dim = true) {
   check_positive(fail, "vocab_size", c.vocab_size);
   check_positive(fail, "dim", c.dim);
   check_positive(fail, "n_layers", c.n_layers);
@@ -30,7 +32,7 @@ void validate_attention(const ModelOptions::Fail& fail, const C& c) {
   check_positive(fail, "n_kv_heads", c.n_kv_heads);
   check_positive(fail, "ffn_dim", c.ffn_dim);
   check_positive(fail, "max_seq_len", c.max_seq_len);
-  if (!(c.dim % c.n_heads == 0 && (c.dim / c.n_heads) % 2 == 0))
+  if (head_from_dim && !(c.dim % c.n_heads == 0 && (c.dim / c.n_heads) % 2 == 0))
     fail("dim", std::to_string(c.dim) + " must be divisible by n_heads (" +
                     std::to_string(c.n_heads) + ") into an even head dim (RoPE)");
   if (c.n_heads % c.n_kv_heads != 0)
@@ -39,4 +41,4 @@ void validate_attention(const ModelOptions::Fail& fail, const C& c) {
                            ")");
 }
 
-}  // namespace models
+}  // namespace vescale::models

@@ -1,20 +1,17 @@
-#include "shared/hf_config.h"
+#include "vescale/models/shared/hf_config.h"
+#include "vescale/models/shared/hf_config_json.h"
 
 #include <nlohmann/json.hpp>
 
-#include "gpt/gpt_options.h"
-#include "llama/llama_options.h"
-#include "mixtral/mixtral_options.h"
+#include "vescale/models/gpt/gpt_options.h"
+#include "vescale/models/llama/llama_options.h"
+#include "vescale/models/mixtral/mixtral_options.h"
 #include "vescale/common/check.h"
 
-namespace models {
+namespace vescale::models {
 
-namespace {
-
-using json = nlohmann::json;
-
-json parse(const std::string& text, const std::string& where,
-           const std::vector<std::string>& types) {
+json parse_hf_config(const std::string& text, const std::string& where,
+                     const std::vector<std::string>& types) {
   json c;
   try {
     c = json::parse(text);
@@ -31,24 +28,23 @@ json parse(const std::string& text, const std::string& where,
   return c;
 }
 
-const json& need(const json& c, const char* key, const std::string& where) {
+const json& hf_need(const json& c, const char* key, const std::string& where) {
   VESCALE_CHECK(c.contains(key) && !c[key].is_null(), "model.init_from: ", where, " lacks '", key,
                 "'");
   return c[key];
 }
 
-// The fields LLaMA and Mixtral share (shared/attention_options.h), and LLaMA 3.1's RoPE scaling
-// (transformers' rope_scaling, or rope_parameters in newer versions).
-void attention_fields(const json& c, const std::string& where, HfConfigFields& out, bool scaling) {
+void trunk_fields_from_hf(const json& c, const std::string& where, HfConfigFields& out,
+                          bool scaling) {
   auto put = [&](const char* ours, const char* theirs) {
-    out.emplace_back(ours, need(c, theirs, where).dump());
+    out.emplace_back(ours, hf_need(c, theirs, where).dump());
   };
   put("vocab_size", "vocab_size");
   put("dim", "hidden_size");
   put("n_layers", "num_hidden_layers");
   put("n_heads", "num_attention_heads");
   out.emplace_back("n_kv_heads",
-                   c.value("num_key_value_heads", need(c, "num_attention_heads", where)).dump());
+                   c.value("num_key_value_heads", hf_need(c, "num_attention_heads", where)).dump());
   put("ffn_dim", "intermediate_size");
   put("norm_eps", "rms_norm_eps");
   put("max_seq_len", "max_position_embeddings");
@@ -67,7 +63,7 @@ void attention_fields(const json& c, const std::string& where, HfConfigFields& o
     for (const char* k :
          {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
       out.emplace_back(std::string("rope_scaling.") + k,
-                       need(rope, k, where + " (rope scaling)").dump());
+                       hf_need(rope, k, where + " (rope scaling)").dump());
   } else {
     VESCALE_CHECK(kind == "default", "model.init_from: ", where, ": rope type '", kind,
                   "' is not supported (default and llama3 are)");
@@ -75,26 +71,24 @@ void attention_fields(const json& c, const std::string& where, HfConfigFields& o
   }
 }
 
-}  // namespace
-
 HfConfigFields llama_fields_from_hf(const std::string& text, const std::string& where) {
-  const json c = parse(text, where, {"llama"});
+  const json c = parse_hf_config(text, where, {"llama"});
   HfConfigFields out;
-  attention_fields(c, where, out, /*scaling=*/true);
+  trunk_fields_from_hf(c, where, out, /*scaling=*/true);
   return out;
 }
 
 HfConfigFields mixtral_fields_from_hf(const std::string& text, const std::string& where) {
-  const json c = parse(text, where, {"mixtral"});
+  const json c = parse_hf_config(text, where, {"mixtral"});
   HfConfigFields out;
-  attention_fields(c, where, out, /*scaling=*/false);
-  out.emplace_back("n_experts", need(c, "num_local_experts", where).dump());
-  out.emplace_back("top_k", need(c, "num_experts_per_tok", where).dump());
+  trunk_fields_from_hf(c, where, out, /*scaling=*/false);
+  out.emplace_back("n_experts", hf_need(c, "num_local_experts", where).dump());
+  out.emplace_back("top_k", hf_need(c, "num_experts_per_tok", where).dump());
   return out;
 }
 
 HfConfigFields gpt2_fields_from_hf(const std::string& text, const std::string& where) {
-  const json c = parse(text, where, {"gpt2"});
+  const json c = parse_hf_config(text, where, {"gpt2"});
   HfConfigFields out;
   for (auto [ours, theirs] : {std::pair{"vocab_size", "vocab_size"},
                               {"n_positions", "n_positions"},
@@ -102,14 +96,12 @@ HfConfigFields gpt2_fields_from_hf(const std::string& text, const std::string& w
                               {"n_layer", "n_layer"},
                               {"n_head", "n_head"},
                               {"layer_norm_eps", "layer_norm_epsilon"}})
-    out.emplace_back(ours, need(c, theirs, where).dump());
+    out.emplace_back(ours, hf_need(c, theirs, where).dump());
   return out;
 }
 
-namespace {
-
-template <class O>
-json attention_to_hf(const O& o, const char* arch, const char* type, const std::string& dtype) {
+json trunk_config_to_hf(const LlamaOptions& o, const char* arch, const char* type,
+                        const std::string& dtype) {
   json rope = nullptr;
   if (o.rope_scaling.factor > 0)
     rope = {{"rope_type", "llama3"},
@@ -138,22 +130,20 @@ json attention_to_hf(const O& o, const char* arch, const char* type, const std::
           {"use_cache", true}};
 }
 
-}  // namespace
-
 std::string llama_config_to_hf(const LlamaOptions& o, const std::string& dtype) {
-  json j = attention_to_hf(o, "LlamaForCausalLM", "llama", dtype);
+  json j = trunk_config_to_hf(o, "LlamaForCausalLM", "llama", dtype);
   j["mlp_bias"] = false;
   return j.dump(2);
 }
 
 std::string mixtral_config_to_hf(const MixtralOptions& o, const std::string& dtype) {
-  VESCALE_CHECK(o.rope_scaling.factor == 0, "vescale-convert: Mixtral with rope_scaling has no ",
+  VESCALE_CHECK(o.llama.rope_scaling.factor == 0, "vescale-convert: Mixtral with rope_scaling has no ",
                 "transformers counterpart; set model.rope_scaling.factor=0");
-  json j = attention_to_hf(o, "MixtralForCausalLM", "mixtral", dtype);
+  json j = trunk_config_to_hf(o.llama, "MixtralForCausalLM", "mixtral", dtype);
   j.erase("rope_scaling");
-  j["num_local_experts"] = o.n_experts;
-  j["num_experts_per_tok"] = o.top_k;
-  j["router_aux_loss_coef"] = o.aux_loss_coef;
+  j["num_local_experts"] = o.moe.n_experts;
+  j["num_experts_per_tok"] = o.moe.top_k;
+  j["router_aux_loss_coef"] = o.moe.aux_loss_coef;
   j["output_router_logits"] = false;
   j["sliding_window"] = nullptr;
   return j.dump(2);
@@ -183,4 +173,4 @@ std::string gpt2_config_to_hf(const GPTOptions& o, const std::string& dtype) {
   return j.dump(2);
 }
 
-}  // namespace models
+}  // namespace vescale::models

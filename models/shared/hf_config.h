@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-namespace models {
+namespace vescale::models {
 
 using HfConfigFields = std::vector<std::pair<std::string, std::string>>;
 
@@ -28,4 +28,4 @@ std::string llama_config_to_hf(const LlamaOptions& o, const std::string& torch_d
 std::string mixtral_config_to_hf(const MixtralOptions& o, const std::string& torch_dtype);
 std::string gpt2_config_to_hf(const GPTOptions& o, const std::string& torch_dtype);
 
-}  // namespace models
+}  // namespace vescale::models

@@ -18,7 +18,7 @@ namespace torch::nn {
 class Module;
 }
 
-namespace models {
+namespace vescale::models {
 
 struct LlamaOptions;
 struct MixtralOptions;
@@ -51,4 +51,4 @@ at::Tensor permute_interleaved_rope(const at::Tensor& w, int64_t n_heads);
 // Buffers are not loaded: the models' buffers (rope tables) are functions of their options.
 void load_state_dict(torch::nn::Module& module, const StateDict& sd);
 
-}  // namespace models
+}  // namespace vescale::models

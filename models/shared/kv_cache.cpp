@@ -1,9 +1,9 @@
-#include "shared/kv_cache.h"
+#include "vescale/models/shared/kv_cache.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
-namespace models {
+namespace vescale::models {
 
 KVCache::KVCache(int64_t n_layers, int64_t capacity)
     : k_(static_cast<size_t>(n_layers)), v_(static_cast<size_t>(n_layers)), capacity_(capacity) {
@@ -46,4 +46,4 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return at::scaled_dot_product_attention(q, k, v, cols <= rows);
 }
 
-}  // namespace models
+}  // namespace vescale::models

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-namespace models {
+namespace vescale::models {
 
 class KVCache {
  public:
@@ -39,4 +39,4 @@ class KVCache {
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             int64_t offset);
 
-}  // namespace models
+}  // namespace vescale::models

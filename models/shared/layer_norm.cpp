@@ -1,8 +1,8 @@
-#include "shared/layer_norm.h"
+#include "vescale/models/shared/layer_norm.h"
 
 #include "vescale/kernels/layer_norm.h"
 
-namespace models {
+namespace vescale::models {
 
 torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
   if (options.normalized_shape().size() != 1 || !options.elementwise_affine())
@@ -10,4 +10,4 @@ torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
   return vescale::kernels::layer_norm(x, weight, bias, options.eps());
 }
 
-}  // namespace models
+}  // namespace vescale::models

@@ -5,7 +5,7 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
-namespace models {
+namespace vescale::models {
 
 struct LayerNormImpl : torch::nn::LayerNormImpl {
   using torch::nn::LayerNormImpl::LayerNormImpl;
@@ -13,4 +13,4 @@ struct LayerNormImpl : torch::nn::LayerNormImpl {
 };
 TORCH_MODULE(LayerNorm);
 
-}  // namespace models
+}  // namespace vescale::models

@@ -9,7 +9,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
-namespace models {
+namespace vescale::models {
 
 struct LinearImpl : torch::nn::LinearImpl {
   using torch::nn::LinearImpl::LinearImpl;
@@ -17,4 +17,4 @@ struct LinearImpl : torch::nn::LinearImpl {
 };
 TORCH_MODULE(Linear);
 
-}  // namespace models
+}  // namespace vescale::models

@@ -1,8 +1,8 @@
-#include "shared/meta_device.h"
+#include "vescale/models/shared/meta_device.h"
 
 #include <torch/nn/module.h>
 
-namespace models {
+namespace vescale::models {
 
 MetaDeviceScope::MetaDeviceScope()
     : include_meta_(c10::DispatchKey::Meta),
@@ -14,4 +14,4 @@ int64_t count_parameters(const torch::nn::Module& module) {
   return n;
 }
 
-}  // namespace models
+}  // namespace vescale::models

@@ -22,7 +22,7 @@ namespace torch::nn {
 class Module;
 }
 
-namespace models {
+namespace vescale::models {
 
 class MetaDeviceScope {
  public:
@@ -38,4 +38,4 @@ class MetaDeviceScope {
 // Total elements of a module's parameters (tied weights count once: they are one parameter).
 int64_t count_parameters(const torch::nn::Module& module);
 
-}  // namespace models
+}  // namespace vescale::models

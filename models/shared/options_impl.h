@@ -5,10 +5,10 @@
 #include <typeinfo>
 #include <utility>
 
-#include "registry.h"
+#include "vescale/models/registry.h"
 #include "vescale/common/json_schema.h"
 
-namespace models {
+namespace vescale::models {
 
 template <class T>
 class OptionsImpl : public ModelOptions {
@@ -31,4 +31,4 @@ inline void check_positive(const ModelOptions::Fail& fail, const std::string& fi
   if (v < 1) fail(field, "must be >= 1, got " + std::to_string(v));
 }
 
-}  // namespace models
+}  // namespace vescale::models

@@ -15,7 +15,7 @@
 #include "vescale/common/check.h"
 #include "vescale/common/json_schema.h"
 #include "vescale/common/suggest.h"
-#include "shared/hf_config.h"
+#include "vescale/models/shared/hf_config.h"
 
 namespace vescale::train {
 namespace {

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "train/trainer_internal.h"
-#include "shared/meta_device.h"
+#include "vescale/models/shared/meta_device.h"
 #include "vescale/common/check.h"
 #include "vescale/parallel/pipeline/schedule.h"
 #include "vescale/parallel/pipeline/stages.h"

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <set>
 
-#include "model.h"
-#include "registry.h"
+#include "vescale/models/model.h"
+#include "vescale/models/registry.h"
 #include "vescale/checkpoint/distributed_checkpoint.h"
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/common/check.h"
@@ -159,9 +159,17 @@ Config hf_folder_config(const std::string& hf_dir, const std::string& who) {
     VESCALE_FAIL(who, ": ", hf_dir, "/config.json is not valid JSON: ", e.what());
   }
   const std::string hf_type = hf.value("model_type", "");
+  // Our families by transformers' model_type (GPT is transformers' gpt2): those whose options
+  // read a config.json.
   const std::string type = hf_type == "gpt2" ? "gpt" : hf_type;
-  VESCALE_CHECK(type == "llama" || type == "mixtral" || type == "gpt", who, ": ", hf_dir,
-                " holds a '", hf_type, "' model; llama, mixtral and gpt2 are supported");
+  const models::ModelFamily* family = models::find_family(type);
+  if (!family || !family->from_hf_config) {
+    std::string supported;
+    for (const auto& t : models::family_types())
+      if (models::find_family(t)->from_hf_config)
+        supported += (supported.empty() ? "" : ", ") + (t == "gpt" ? std::string("gpt2") : t);
+    VESCALE_FAIL(who, ": ", hf_dir, " holds a '", hf_type, "' model; supported: ", supported);
+  }
   // model.* from config.json: the same path as model.init_from with from_hf_config.
   // (train.* is a placeholder: the folder describes a model, not a run.)
   return Config::from_json(json{{"model",

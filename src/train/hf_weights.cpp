@@ -9,7 +9,7 @@
 #include <fstream>
 #include <set>
 
-#include "model.h"
+#include "vescale/models/model.h"
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"

@@ -2,8 +2,8 @@
 
 #include <torch/nn/module.h>
 
-#include "shared/meta_device.h"
-#include "model.h"
+#include "vescale/models/shared/meta_device.h"
+#include "vescale/models/model.h"
 #include "vescale/plan/plan.h"
 
 namespace vescale::train {

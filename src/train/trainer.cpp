@@ -15,7 +15,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "shared/meta_device.h"
+#include "vescale/models/shared/meta_device.h"
 #include "train/trainer_internal.h"
 #include "train/trainer_timeline.h"
 #include "vescale/common/check.h"

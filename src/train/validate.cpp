@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "shared/meta_device.h"
+#include "vescale/models/shared/meta_device.h"
 #include "train/trainer_internal.h"
 #include "vescale/common/check.h"
 #include "vescale/mesh/device_mesh.h"

@@ -12,7 +12,7 @@
 #include <set>
 
 #include "common/train_util.h"
-#include "llama/llama.h"
+#include "vescale/models/llama/llama.h"
 #include "vescale/checkpoint/distributed_checkpoint.h"
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/dist/world.h"
@@ -43,9 +43,9 @@ using dtensor::Partial;
 using dtensor::Replicate;
 using dtensor::Shard;
 
-models::Llama planned_llama(uint64_t seed, const plan::Plan& plan, const mesh::DeviceMesh& mesh) {
+vescale::models::Llama planned_llama(uint64_t seed, const plan::Plan& plan, const mesh::DeviceMesh& mesh) {
   random::manual_seed(seed);
-  models::Llama model(testing::tiny_llama(16));
+  vescale::models::Llama model(testing::tiny_llama(16));
   plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
   return model;
 }
@@ -135,7 +135,7 @@ TEST_CASE("checkpoint: a LLaMA saved under a TP plan loads replicated and into a
   auto replicated = planned_llama(2, testing::replicate_all({"dp"}), dp);
   checkpoint::load(folder, params_of(*replicated));
   random::manual_seed(3);
-  models::Llama plain(testing::tiny_llama(16));  // libtorch's init, plain tensors
+  vescale::models::Llama plain(testing::tiny_llama(16));  // libtorch's init, plain tensors
   checkpoint::load(folder, params_of(*plain));
   auto retp = planned_llama(4, tp_plan, tp);
   const auto fresh = testing::full_params(*retp);

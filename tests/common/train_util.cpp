@@ -60,8 +60,8 @@ std::vector<std::string> unforeseen_gradients(const parallel::GradLayout& layout
   return out;
 }
 
-models::LlamaOptions tiny_llama(int64_t max_seq_len) {
-  models::LlamaOptions o;
+vescale::models::LlamaOptions tiny_llama(int64_t max_seq_len) {
+  vescale::models::LlamaOptions o;
   o.vocab_size = 64;
   o.dim = 64;
   o.n_layers = 2;

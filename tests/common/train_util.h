@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "llama/llama.h"
+#include "vescale/models/llama/llama.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/plan/plan.h"
 
@@ -33,7 +33,7 @@ at::Tensor model_input(const at::Tensor& full, const mesh::DeviceMesh& mesh);
 plan::Plan replicate_all(const std::vector<std::string>& dims);
 // The tiny LLaMA the multi-rank tests share: GQA with 8 query and 4 kv heads, so tp=4 still
 // splits whole kv heads.
-models::LlamaOptions tiny_llama(int64_t max_seq_len);
+vescale::models::LlamaOptions tiny_llama(int64_t max_seq_len);
 // Next-token cross-entropy of logits [B, T, V] against targets [B, T].
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets);
 // After a backward (no reduction yet): "<name>: <arrived> (expected <layout's>)" for every

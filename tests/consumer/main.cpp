@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "llama/llama.h"  // include/vescale/models/, from vescale::models
+#include "vescale/models/llama/llama.h"  // include/vescale/models/, from vescale::models
 
 namespace {
 
@@ -58,11 +58,11 @@ int main() {
   const std::string plan_file = "plan_" + std::to_string(rank) + ".json";
 
   // 1. The installed models, parallelized by a plan.
-  models::LlamaOptions o;
+  vescale::models::LlamaOptions o;
   o.vocab_size = 64, o.dim = 32, o.n_layers = 2, o.n_heads = 4, o.n_kv_heads = 2;
   o.ffn_dim = 64, o.max_seq_len = 16;
   random::manual_seed(5);
-  models::Llama llama(o);
+  vescale::models::Llama llama(o);
   plan::parallelize(*llama, plan::Plan::from_json_file(plan_file), mesh,
                     {.init = [&] { llama->init_weights(); }});
   ok &= check(dtensor::is_dtensor(llama->named_parameters()["layers.0.attention.wq.weight"]),

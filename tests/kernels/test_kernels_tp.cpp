@@ -9,8 +9,8 @@
 #include <string>
 
 #include "common/train_util.h"
-#include "gpt/gpt.h"
-#include "llama/llama.h"
+#include "vescale/models/gpt/gpt.h"
+#include "vescale/models/llama/llama.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/mesh/device_mesh.h"
@@ -111,8 +111,8 @@ TEST_CASE("a TP LLaMA step runs the attention kernel on each rank's heads, as on
           "[kernels][world2]") {
   const auto o = tiny_llama(16);
   const int tp = dist::world_size();
-  const auto [one, one_loss] = run<models::Llama>(o, "configs/plans/llama_tp.json", false);
-  const auto [par, par_loss] = run<models::Llama>(o, "configs/plans/llama_tp.json", true);
+  const auto [one, one_loss] = run<vescale::models::Llama>(o, "configs/plans/llama_tp.json", false);
+  const auto [par, par_loss] = run<vescale::models::Llama>(o, "configs/plans/llama_tp.json", true);
   for (const char* op :
        {"vescale::causal_attention_forward", "vescale::causal_attention_backward"}) {
     INFO(op);
@@ -130,15 +130,15 @@ TEST_CASE("a TP LLaMA step runs the attention kernel on each rank's heads, as on
 
 TEST_CASE("a TP GPT step runs the GELU, LayerNorm and packed attention kernels, as one device does",
           "[kernels][world2]") {
-  models::GPTOptions o;
+  vescale::models::GPTOptions o;
   o.vocab_size = 64;
   o.n_positions = 16;
   o.n_embd = 32;
   o.n_layer = 2;
   o.n_head = 4;
   o.dropout = 0.0;
-  const auto [one, one_loss] = run<models::GPT>(o, "configs/plans/gpt2_tp.json", false);
-  const auto [par, par_loss] = run<models::GPT>(o, "configs/plans/gpt2_tp.json", true);
+  const auto [one, one_loss] = run<vescale::models::GPT>(o, "configs/plans/gpt2_tp.json", false);
+  const auto [par, par_loss] = run<vescale::models::GPT>(o, "configs/plans/gpt2_tp.json", true);
   const std::map<std::string, int> per_step = {
       {"vescale::gelu_tanh_forward", o.n_layer},
       {"vescale::gelu_tanh_backward", o.n_layer},

@@ -8,7 +8,7 @@
 #include <torch/autograd.h>
 
 #include "vescale/kernels/simd_level.h"
-#include "shared/layer_norm.h"
+#include "vescale/models/shared/layer_norm.h"
 #include "vescale/kernels/layer_norm.h"
 
 namespace {
@@ -94,7 +94,7 @@ TEST_CASE(
                    b = at::randn({10}, gen).to(at::kDouble);
   CHECK(at::equal(vescale::kernels::layer_norm(x, w, b, 1e-5), at::layer_norm(x, {10}, w, b, 1e-5)));
 
-  models::LayerNorm m(torch::nn::LayerNormOptions({10}).eps(1e-6));
+  vescale::models::LayerNorm m(torch::nn::LayerNormOptions({10}).eps(1e-6));
   const auto names = m->named_parameters().keys();
   CHECK(names == std::vector<std::string>{"weight", "bias"});
   torch::NoGradGuard no_grad;
@@ -105,6 +105,6 @@ TEST_CASE(
                                          m->bias.to(at::kDouble), 1e-6);
   CHECK(max_rel(m->forward(xf), want) <= 1e-6);
   // A two-dimensional normalized shape is torch's own LayerNorm.
-  models::LayerNorm m2(torch::nn::LayerNormOptions({5, 10}));
+  vescale::models::LayerNorm m2(torch::nn::LayerNormOptions({5, 10}));
   CHECK(at::equal(m2->forward(xf), at::layer_norm(xf, {5, 10}, m2->weight, m2->bias, 1e-5)));
 }

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Reference outputs from Hugging Face transformers for the C++ cross-check (test only).
 
-Builds tiny random LlamaForCausalLM (GQA, llama3 rope scaling), MixtralForCausalLM and
-GPT2LMHeadModel in fp32 with fixed seeds, saves each with save_pretrained (model.safetensors +
+Builds tiny random LlamaForCausalLM (GQA, llama3 rope scaling), MixtralForCausalLM,
+GPT2LMHeadModel, Qwen3ForCausalLM (head_dim apart from the width, q/k/v biases, tied head) and
+Qwen3MoeForCausalLM in fp32 with fixed seeds, saves each with save_pretrained (model.safetensors +
 config.json) and, in reference.safetensors, fixed input tokens with HF's logits and loss
-(labels = tokens, shifted inside HF), for Mixtral its load-balancing aux loss, and the
+(labels = tokens, shifted inside HF), for Mixtral and Qwen3-MoE their load-balancing aux loss, and the
 tokens of a greedy model.generate from a fixed prompt (gen_prompt, gen_greedy).
 Also writes dtypes.safetensors (one tensor per safetensors dtype, values from a formula the
 C++ test recomputes), and with --check-cpp FILE verifies a file written by our C++ writer.
@@ -90,6 +91,54 @@ def make_mixtral(out_dir):
     def aux(tokens):
         with torch.no_grad():
             o = model(input_ids=tokens, output_router_logits=True)
+        return {"aux_loss": o.aux_loss.reshape(()).float()}
+
+    save_reference(model, out_dir, cfg.vocab_size, aux)
+
+
+def make_qwen3(out_dir):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    # head_dim 24 with 4 heads over hidden 64: Qwen's heads need not tile the width; biases on
+    # q, k, v (Qwen2's) and a tied head, so every extra of the family is exercised.
+    cfg = Qwen3Config(
+        vocab_size=96, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=24, max_position_embeddings=64,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, attention_bias=True,
+        torch_dtype="float32", initializer_range=0.2)
+    model = Qwen3ForCausalLM(cfg).float()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.uniform_(0.5, 1.5)
+            elif n.endswith(".bias"):
+                p.normal_(0.0, 0.1)
+    save_reference(model, out_dir, cfg.vocab_size)
+
+
+def make_qwen3_moe(out_dir):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3MoeConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=96, moe_intermediate_size=48,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+        num_experts=6, num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=64,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
+        router_aux_loss_coef=0.001, torch_dtype="float32", initializer_range=0.2)
+    model = Qwen3MoeForCausalLM(cfg).float()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.uniform_(0.5, 1.5)
+            if "mlp.gate.weight" in n:  # a router that prefers some experts, so routing matters
+                p.normal_(0.0, 0.5)
+
+    def aux(tokens):
+        with torch.no_grad():
+            o = model(input_ids=tokens, output_router_logits=True)
+        # HF adds coef x aux to the loss; the raw load-balancing loss is what we compare.
         return {"aux_loss": o.aux_loss.reshape(()).float()}
 
     save_reference(model, out_dir, cfg.vocab_size, aux)
@@ -194,7 +243,8 @@ def main():
     if a.check_export:
         return check_export(a.check_export, a.reference)
     torch.set_default_dtype(torch.float32)
-    for name, make in (("llama", make_llama), ("mixtral", make_mixtral), ("gpt2", make_gpt2)):
+    for name, make in (("llama", make_llama), ("mixtral", make_mixtral), ("gpt2", make_gpt2),
+                       ("qwen3", make_qwen3), ("qwen3_moe", make_qwen3_moe)):
         d = os.path.join(a.out, name)
         os.makedirs(d, exist_ok=True)
         make(d)

@@ -6,10 +6,10 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adamw.h>
 
-#include "gpt/gpt.h"
+#include "vescale/models/gpt/gpt.h"
 
-using models::GPT;
-using models::GPTOptions;
+using vescale::models::GPT;
+using vescale::models::GPTOptions;
 
 TEST_CASE("GPT-2 124M has 124,439,808 parameters with HF-style names", "[models]") {
   GPT model(GPTOptions{});

@@ -13,10 +13,10 @@
 #include <fstream>
 #include <iostream>
 
-#include "gpt/gpt.h"
-#include "shared/hugging_face.h"
-#include "llama/llama.h"
-#include "mixtral/mixtral.h"
+#include "vescale/models/gpt/gpt.h"
+#include "vescale/models/shared/hugging_face.h"
+#include "vescale/models/llama/llama.h"
+#include "vescale/models/mixtral/mixtral.h"
 #include "vescale/checkpoint/safetensors.h"
 
 using json = nlohmann::json;
@@ -32,7 +32,7 @@ json read_config(const std::string& model) {
 }
 
 // transformers 5 keeps rope settings in rope_parameters; 4.x used rope_theta / rope_scaling.
-void rope_from_config(const json& c, double& theta, models::RopeScaling& s) {
+void rope_from_config(const json& c, double& theta, vescale::models::RopeScaling& s) {
   const json& r = c.contains("rope_parameters") && c["rope_parameters"].is_object()
                       ? c["rope_parameters"]
                   : c.contains("rope_scaling") && c["rope_scaling"].is_object() ? c["rope_scaling"]
@@ -71,7 +71,7 @@ void report(const char* model, const Diffs& d, const at::Tensor& ref_logits) {
 TEST_CASE("LLaMA with HF weights matches LlamaForCausalLM's logits and loss to 1e-5",
           "[models][hf]") {
   auto c = read_config("llama");
-  models::LlamaOptions o{.vocab_size = c["vocab_size"],
+  vescale::models::LlamaOptions o{.vocab_size = c["vocab_size"],
                          .dim = c["hidden_size"],
                          .n_layers = c["num_hidden_layers"],
                          .n_heads = c["num_attention_heads"],
@@ -83,9 +83,9 @@ TEST_CASE("LLaMA with HF weights matches LlamaForCausalLM's logits and loss to 1
   rope_from_config(c, o.rope_theta, o.rope_scaling);
   REQUIRE(o.n_kv_heads < o.n_heads);   // GQA is exercised
   REQUIRE(o.rope_scaling.factor > 0);  // and the llama3 scaling
-  models::Llama model(o);
-  models::load_state_dict(
-      *model, models::llama_from_hf(ckpt::load_safetensors(kDir + "/llama/model.safetensors"), o));
+  vescale::models::Llama model(o);
+  vescale::models::load_state_dict(
+      *model, vescale::models::llama_from_hf(ckpt::load_safetensors(kDir + "/llama/model.safetensors"), o));
   model->eval();
   auto ref = ckpt::load_safetensors(kDir + "/llama/reference.safetensors");
   at::NoGradGuard ng;
@@ -99,22 +99,22 @@ TEST_CASE("LLaMA with HF weights matches LlamaForCausalLM's logits and loss to 1
 TEST_CASE("Mixtral with HF weights matches MixtralForCausalLM's logits, loss and aux loss to 1e-5",
           "[models][hf]") {
   auto c = read_config("mixtral");
-  models::MixtralOptions o{.vocab_size = c["vocab_size"],
-                           .dim = c["hidden_size"],
-                           .n_layers = c["num_hidden_layers"],
-                           .n_heads = c["num_attention_heads"],
-                           .n_kv_heads = c["num_key_value_heads"],
-                           .ffn_dim = c["intermediate_size"],
-                           .n_experts = c["num_local_experts"],
-                           .top_k = c["num_experts_per_tok"],
-                           .norm_eps = c["rms_norm_eps"],
-                           .max_seq_len = c["max_position_embeddings"],
-                           .tie_embeddings = c["tie_word_embeddings"]};
-  rope_from_config(c, o.rope_theta, o.rope_scaling);
-  models::Mixtral model(o);
-  models::load_state_dict(
+  vescale::models::MixtralOptions o{
+      .llama = {.vocab_size = c["vocab_size"],
+                .dim = c["hidden_size"],
+                .n_layers = c["num_hidden_layers"],
+                .n_heads = c["num_attention_heads"],
+                .n_kv_heads = c["num_key_value_heads"],
+                .ffn_dim = c["intermediate_size"],
+                .norm_eps = c["rms_norm_eps"],
+                .max_seq_len = c["max_position_embeddings"],
+                .tie_embeddings = c["tie_word_embeddings"]},
+      .moe = {.n_experts = c["num_local_experts"], .top_k = c["num_experts_per_tok"]}};
+  rope_from_config(c, o.llama.rope_theta, o.llama.rope_scaling);
+  vescale::models::Mixtral model(o);
+  vescale::models::load_state_dict(
       *model,
-      models::mixtral_from_hf(ckpt::load_safetensors(kDir + "/mixtral/model.safetensors"), o));
+      vescale::models::mixtral_from_hf(ckpt::load_safetensors(kDir + "/mixtral/model.safetensors"), o));
   model->eval();
   auto ref = ckpt::load_safetensors(kDir + "/mixtral/reference.safetensors");
   auto logits = model->forward(ref.at("tokens"));
@@ -131,16 +131,16 @@ TEST_CASE("Mixtral with HF weights matches MixtralForCausalLM's logits, loss and
 TEST_CASE("GPT-2 with HF weights matches GPT2LMHeadModel's logits and loss to 1e-5",
           "[models][hf]") {
   auto c = read_config("gpt2");
-  models::GPTOptions o{.vocab_size = c["vocab_size"],
+  vescale::models::GPTOptions o{.vocab_size = c["vocab_size"],
                        .n_positions = c["n_positions"],
                        .n_embd = c["n_embd"],
                        .n_layer = c["n_layer"],
                        .n_head = c["n_head"],
                        .dropout = 0.0,
                        .layer_norm_eps = c["layer_norm_epsilon"]};
-  models::GPT model(o);
-  models::load_state_dict(
-      *model, models::gpt2_from_hf(ckpt::load_safetensors(kDir + "/gpt2/model.safetensors"), o));
+  vescale::models::GPT model(o);
+  vescale::models::load_state_dict(
+      *model, vescale::models::gpt2_from_hf(ckpt::load_safetensors(kDir + "/gpt2/model.safetensors"), o));
   model->eval();
   auto ref = ckpt::load_safetensors(kDir + "/gpt2/reference.safetensors");
   {
@@ -159,23 +159,23 @@ TEST_CASE("GPT-2 with HF weights matches GPT2LMHeadModel's logits and loss to 1e
 TEST_CASE("HF import names what does not fit", "[models][hf]") {
   auto c = read_config("llama");
   auto hf = ckpt::load_safetensors(kDir + "/llama/model.safetensors");
-  models::LlamaOptions o{.vocab_size = c["vocab_size"],
+  vescale::models::LlamaOptions o{.vocab_size = c["vocab_size"],
                          .dim = c["hidden_size"],
                          .n_layers = 1,
                          .n_heads = c["num_attention_heads"],
                          .n_kv_heads = c["num_key_value_heads"],
                          .ffn_dim = c["intermediate_size"]};
   // One layer fewer than the file: layer 1's keys are unexpected.
-  CHECK_THROWS_WITH(models::llama_from_hf(hf, o),
+  CHECK_THROWS_WITH(vescale::models::llama_from_hf(hf, o),
                     Catch::Matchers::Contains("unexpected: layers.1."));
   o.n_layers = 2;
   hf.erase("model.layers.0.mlp.up_proj.weight");
-  CHECK_THROWS_WITH(models::llama_from_hf(hf, o),
+  CHECK_THROWS_WITH(vescale::models::llama_from_hf(hf, o),
                     Catch::Matchers::Contains("missing: layers.0.mlp.up_proj.weight"));
   // A tied model refuses a head that differs from the embedding.
   o.tie_embeddings = true;
   hf = ckpt::load_safetensors(kDir + "/llama/model.safetensors");
-  CHECK_THROWS_WITH(models::llama_from_hf(hf, o),
+  CHECK_THROWS_WITH(vescale::models::llama_from_hf(hf, o),
                     Catch::Matchers::Contains("lm_head.weight differs"));
 }
 

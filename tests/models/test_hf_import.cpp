@@ -8,10 +8,10 @@
 
 #include <torch/nn/module.h>
 
-#include "shared/hugging_face.h"
-#include "gpt/gpt.h"
-#include "llama/llama.h"
-#include "mixtral/mixtral.h"
+#include "vescale/models/shared/hugging_face.h"
+#include "vescale/models/gpt/gpt.h"
+#include "vescale/models/llama/llama.h"
+#include "vescale/models/mixtral/mixtral.h"
 
 TEST_CASE(
     "permute_interleaved_rope makes our rotate-half RoPE give Meta's interleaved attention scores",
@@ -32,13 +32,13 @@ TEST_CASE(
         meta[p][h][2 * j + 1] = b * std::cos(angle(p, j)) + a * std::sin(angle(p, j));
       }
   // Ours: the permuted weight, then rotate-half.
-  models::LlamaOptions o{
+  vescale::models::LlamaOptions o{
       .dim = H * hd, .n_heads = H, .n_kv_heads = H, .rope_theta = 1e4, .max_seq_len = T};
-  auto [cos, sin] = models::rope_tables(o, at::TensorOptions());
-  auto ours = at::matmul(x, models::permute_interleaved_rope(w_meta, H).t())
+  auto [cos, sin] = vescale::models::rope_tables(o, at::TensorOptions());
+  auto ours = at::matmul(x, vescale::models::permute_interleaved_rope(w_meta, H).t())
                   .view({T, H, hd})
                   .transpose(0, 1);
-  ours = models::apply_rope(ours, cos.to(at::kDouble), sin.to(at::kDouble)).transpose(0, 1);
+  ours = vescale::models::apply_rope(ours, cos.to(at::kDouble), sin.to(at::kDouble)).transpose(0, 1);
   // Same q.q' dot products per head (the layout inside a head differs, the scores do not).
   auto scores = [](const at::Tensor& q) {
     return at::matmul(q.transpose(0, 1), q.transpose(0, 1).transpose(1, 2));
@@ -50,24 +50,24 @@ TEST_CASE(
 
 TEST_CASE("load_state_dict copies parameters and names missing, unexpected and misshapen keys",
           "[models]") {
-  models::LlamaOptions o{.vocab_size = 16,
+  vescale::models::LlamaOptions o{.vocab_size = 16,
                          .dim = 8,
                          .n_layers = 1,
                          .n_heads = 2,
                          .n_kv_heads = 1,
                          .ffn_dim = 8,
                          .max_seq_len = 4};
-  models::Llama a(o), b(o);
-  models::StateDict sd;
+  vescale::models::Llama a(o), b(o);
+  vescale::models::StateDict sd;
   for (const auto& p : a->named_parameters()) sd[p.key()] = p.value().detach().clone();
-  models::load_state_dict(*b, sd);
+  vescale::models::load_state_dict(*b, sd);
   for (const auto& p : b->named_parameters()) CHECK(p.value().equal(sd.at(p.key())));
 
   sd.erase("layers.0.ffn_norm.weight");
   sd["layers.0.attention.bias"] = at::zeros({8});
   sd["norm.weight"] = at::zeros({9});
   CHECK_THROWS_WITH(
-      models::load_state_dict(*b, sd),
+      vescale::models::load_state_dict(*b, sd),
       Catch::Matchers::Contains("missing: layers.0.ffn_norm.weight") &&
           Catch::Matchers::Contains("unexpected: layers.0.attention.bias") &&
           Catch::Matchers::Contains("shape mismatch: norm.weight (file [9], model [8])"));
@@ -76,13 +76,13 @@ TEST_CASE("load_state_dict copies parameters and names missing, unexpected and m
 namespace {
 
 // Every parameter of a model, by name (what from_hf produces and to_hf consumes).
-models::StateDict params_of(torch::nn::Module& m) {
-  models::StateDict sd;
+vescale::models::StateDict params_of(torch::nn::Module& m) {
+  vescale::models::StateDict sd;
   for (const auto& p : m.named_parameters()) sd[p.key()] = p.value().detach().clone();
   return sd;
 }
 
-void check_bitwise(const models::StateDict& got, const models::StateDict& want) {
+void check_bitwise(const vescale::models::StateDict& got, const vescale::models::StateDict& want) {
   REQUIRE(got.size() == want.size());
   for (const auto& [k, t] : want) {
     INFO(k);
@@ -99,7 +99,7 @@ TEST_CASE("ours -> Hugging Face -> ours gives the same tensors bitwise, for ever
   at::manual_seed(3);
   SECTION("LLaMA, untied and tied") {
     for (bool tied : {false, true}) {
-      models::LlamaOptions o{.vocab_size = 40,
+      vescale::models::LlamaOptions o{.vocab_size = 40,
                              .dim = 16,
                              .n_layers = 2,
                              .n_heads = 4,
@@ -107,59 +107,60 @@ TEST_CASE("ours -> Hugging Face -> ours gives the same tensors bitwise, for ever
                              .ffn_dim = 24,
                              .max_seq_len = 8,
                              .tie_embeddings = tied};
-      models::Llama m(o);
+      vescale::models::Llama m(o);
       const auto ours = params_of(*m);
-      const auto hf = models::llama_to_hf(ours, o);
+      const auto hf = vescale::models::llama_to_hf(ours, o);
       CHECK(hf.count("model.layers.1.self_attn.k_proj.weight") == 1);
       CHECK(hf.count("model.layers.0.mlp.gate_proj.weight") == 1);
       CHECK(hf.count("lm_head.weight") == (tied ? 0 : 1));  // save_pretrained drops a tied head
-      check_bitwise(models::llama_from_hf(hf, o), ours);
+      check_bitwise(vescale::models::llama_from_hf(hf, o), ours);
       // And HF -> ours -> HF: the same HF tensors.
-      check_bitwise(models::llama_to_hf(models::llama_from_hf(hf, o), o), hf);
+      check_bitwise(vescale::models::llama_to_hf(vescale::models::llama_from_hf(hf, o), o), hf);
     }
   }
   SECTION("Mixtral: stacked experts one by one") {
-    models::MixtralOptions o;
-    o.vocab_size = 40, o.dim = 16, o.n_layers = 1, o.n_heads = 4, o.n_kv_heads = 2;
-    o.ffn_dim = 12, o.n_experts = 3, o.top_k = 2, o.max_seq_len = 8;
-    models::Mixtral m(o);
+    vescale::models::MixtralOptions o;
+    o.llama.vocab_size = 40, o.llama.dim = 16, o.llama.n_layers = 1, o.llama.n_heads = 4;
+    o.llama.n_kv_heads = 2, o.llama.ffn_dim = 12, o.llama.max_seq_len = 8;
+    o.moe.n_experts = 3, o.moe.top_k = 2;
+    vescale::models::Mixtral m(o);
     const auto ours = params_of(*m);
-    const auto hf = models::mixtral_to_hf(ours, o);
+    const auto hf = vescale::models::mixtral_to_hf(ours, o);
     const auto& e2 = hf.at("model.layers.0.block_sparse_moe.experts.2.w1.weight");
     CHECK(e2.sizes() == at::IntArrayRef{12, 16});
     CHECK(at::equal(e2, ours.at("layers.0.feed_forward.experts.w1")[2]));
-    check_bitwise(models::mixtral_from_hf(hf, o), ours);
-    check_bitwise(models::mixtral_to_hf(models::mixtral_from_hf(hf, o), o), hf);
+    check_bitwise(vescale::models::mixtral_from_hf(hf, o), ours);
+    check_bitwise(vescale::models::mixtral_to_hf(vescale::models::mixtral_from_hf(hf, o), o), hf);
   }
   SECTION("GPT-2: Conv1D layout, tied head") {
-    models::GPTOptions o;
+    vescale::models::GPTOptions o;
     o.vocab_size = 40, o.n_positions = 8, o.n_embd = 16, o.n_layer = 2, o.n_head = 2;
-    models::GPT m(o);
+    vescale::models::GPT m(o);
     const auto ours = params_of(*m);
-    const auto hf = models::gpt2_to_hf(ours, o);
+    const auto hf = vescale::models::gpt2_to_hf(ours, o);
     const auto& c_fc = hf.at("transformer.h.0.mlp.c_fc.weight");
     CHECK(c_fc.sizes() == at::IntArrayRef{16, 64});  // [in, out]
     CHECK(at::equal(c_fc, ours.at("h.0.mlp.c_fc.weight").t()));
     CHECK(hf.count("lm_head.weight") == 0);
-    check_bitwise(models::gpt2_from_hf(hf, o), ours);
-    check_bitwise(models::gpt2_to_hf(models::gpt2_from_hf(hf, o), o), hf);
+    check_bitwise(vescale::models::gpt2_from_hf(hf, o), ours);
+    check_bitwise(vescale::models::gpt2_to_hf(vescale::models::gpt2_from_hf(hf, o), o), hf);
   }
 }
 
 TEST_CASE("to_hf names what does not match the options", "[hf_export]") {
-  models::LlamaOptions o{.vocab_size = 40,
+  vescale::models::LlamaOptions o{.vocab_size = 40,
                          .dim = 16,
                          .n_layers = 2,
                          .n_heads = 4,
                          .n_kv_heads = 2,
                          .ffn_dim = 24,
                          .max_seq_len = 8};
-  models::Llama m(o);
+  vescale::models::Llama m(o);
   auto ours = params_of(*m);
   ours.erase("layers.1.ffn_norm.weight");
   ours["extra.weight"] = at::zeros({2});
   CHECK_THROWS_WITH(
-      models::llama_to_hf(ours, o),
+      vescale::models::llama_to_hf(ours, o),
       Catch::Matchers::Contains("Llama to Hugging Face: the state dict does not "
                                 "match the options; missing: layers.1.ffn_norm.weight "
                                 "unexpected: extra.weight"));

@@ -9,11 +9,11 @@
 #include <cmath>
 #include <numbers>
 
-#include "llama/llama.h"
-#include "shared/meta_device.h"
+#include "vescale/models/llama/llama.h"
+#include "vescale/models/shared/meta_device.h"
 
-using models::Llama;
-using models::LlamaOptions;
+using vescale::models::Llama;
+using vescale::models::LlamaOptions;
 
 namespace {
 LlamaOptions tiny() {
@@ -37,16 +37,16 @@ TEST_CASE("LLaMA-3 8B and 70B parameter counts, from the formula and from meta-d
           "[models]") {
   // Hand-computed: 8B = 2 x 128256 x 4096 + 32 x (2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 14336
   // + 2 x 4096) + 4096; 70B likewise with 8192 / 80 / 1024 (8 kv heads x 128) / 28672.
-  CHECK(models::llama_parameter_count(models::llama3_8b()) == 8030261248);
-  CHECK(models::llama_parameter_count(models::llama3_70b()) == 70553706496);
+  CHECK(vescale::models::llama_parameter_count(vescale::models::llama3_8b()) == 8030261248);
+  CHECK(vescale::models::llama_parameter_count(vescale::models::llama3_70b()) == 70553706496);
 
-  for (const auto& o : {models::llama3_8b(), models::llama3_70b()}) {
+  for (const auto& o : {vescale::models::llama3_8b(), vescale::models::llama3_70b()}) {
     Llama model{nullptr};
     {
-      models::MetaDeviceScope meta;
+      vescale::models::MetaDeviceScope meta;
       model = Llama(o);
     }
-    CHECK(models::count_parameters(*model) == models::llama_parameter_count(o));
+    CHECK(vescale::models::count_parameters(*model) == vescale::models::llama_parameter_count(o));
     for (auto& p : model->parameters()) CHECK(p.is_meta());
     CHECK(model->rope_cos.is_meta());
     auto params = model->named_parameters();
@@ -63,7 +63,7 @@ TEST_CASE("a tiny LLaMA has Meta/TorchTitan names and the counted parameters, ti
           "[models]") {
   auto o = tiny();
   Llama untied(o);
-  CHECK(models::count_parameters(*untied) == models::llama_parameter_count(o));
+  CHECK(vescale::models::count_parameters(*untied) == vescale::models::llama_parameter_count(o));
   for (const char* n :
        {"tok_embeddings.weight", "layers.1.attention.wq.weight", "layers.1.attention.wo.weight",
         "layers.0.feed_forward.w3.weight", "layers.0.attention_norm.weight",
@@ -74,13 +74,13 @@ TEST_CASE("a tiny LLaMA has Meta/TorchTitan names and the counted parameters, ti
   o.tie_embeddings = true;
   Llama tied(o);
   CHECK(!has_name(*tied, "output.weight"));
-  CHECK(models::count_parameters(*tied) == models::llama_parameter_count(o));
-  CHECK(models::llama_parameter_count(o) == models::llama_parameter_count(tiny()) - 64 * 32);
+  CHECK(vescale::models::count_parameters(*tied) == vescale::models::llama_parameter_count(o));
+  CHECK(vescale::models::llama_parameter_count(o) == vescale::models::llama_parameter_count(tiny()) - 64 * 32);
 }
 
 TEST_CASE("RMSNorm computes in fp32 and casts back before the weight", "[models]") {
   torch::manual_seed(1);  // fixed inputs: the reference rounds in double, the model in fp32
-  models::RMSNorm norm(8, 1e-6);
+  vescale::models::RMSNorm norm(8, 1e-6);
   torch::NoGradGuard ng;
   norm->weight.copy_(at::linspace(0.5, 2.0, 8));
   auto x = at::randn({3, 8}).to(at::kBFloat16);
@@ -105,9 +105,9 @@ TEST_CASE("RMSNorm computes in fp32 and casts back before the weight", "[models]
 
 TEST_CASE("RoPE rotates pair (j, j + hd/2) by position * theta^(-2j/hd)", "[models]") {
   LlamaOptions o = tiny();  // head_dim 8, theta 1e4
-  auto [cos, sin] = models::rope_tables(o, at::TensorOptions());
+  auto [cos, sin] = vescale::models::rope_tables(o, at::TensorOptions());
   auto x = at::randn({1, 1, 16, 8}, at::kDouble);
-  auto y = models::apply_rope(x, cos, sin);
+  auto y = vescale::models::apply_rope(x, cos, sin);
   for (int64_t p : {0, 1, 5, 15}) {
     for (int64_t j = 0; j < 4; ++j) {
       const double angle = p * std::pow(1e4, -2.0 * j / 8);
@@ -122,12 +122,12 @@ TEST_CASE("RoPE rotates pair (j, j + hd/2) by position * theta^(-2j/hd)", "[mode
 
 TEST_CASE("llama3 rope scaling matches the piecewise frequencies computed by hand", "[models]") {
   // Llama 3.1's values: factor 8, low 1, high 4, original context 8192; head_dim 128.
-  LlamaOptions o = models::llama3_8b();
+  LlamaOptions o = vescale::models::llama3_8b();
   o.rope_scaling = {.factor = 8,
                     .low_freq_factor = 1,
                     .high_freq_factor = 4,
                     .original_max_position_embeddings = 8192};
-  auto inv = models::rope_inv_freq(o, at::TensorOptions());
+  auto inv = vescale::models::rope_inv_freq(o, at::TensorOptions());
   REQUIRE(inv.size(0) == 64);
   int kept = 0, slowed = 0, blended = 0;
   for (int64_t j = 0; j < 64; ++j) {
@@ -148,14 +148,14 @@ TEST_CASE("llama3 rope scaling matches the piecewise frequencies computed by han
   CHECK(slowed > 0);
   CHECK(blended > 0);
   // Off by default: plain theta frequencies.
-  auto plain = models::rope_inv_freq(models::llama3_8b(), at::TensorOptions());
+  auto plain = vescale::models::rope_inv_freq(vescale::models::llama3_8b(), at::TensorOptions());
   CHECK(plain[63].item<double>() == Approx(std::pow(500000.0, -126.0 / 128)).epsilon(1e-5));
 }
 
 TEST_CASE("GQA attention equals a plain repeat-kv causal softmax attention", "[models]") {
   LlamaOptions o = tiny();  // 4 query heads, 2 kv heads, head_dim 8
-  models::LlamaAttention attn(o);
-  auto [cos, sin] = models::rope_tables(o, at::TensorOptions());
+  vescale::models::Attention attn(o);
+  auto [cos, sin] = vescale::models::rope_tables(o, at::TensorOptions());
   const int64_t B = 2, T = 7, H = 4, KV = 2, hd = 8;
   auto x = at::randn({B, T, 32});
   auto c = cos.narrow(0, 0, T), s = sin.narrow(0, 0, T);

@@ -10,30 +10,29 @@
 #include <cmath>
 #include <numeric>
 
-#include "shared/meta_device.h"
-#include "mixtral/mixtral.h"
+#include "vescale/models/shared/meta_device.h"
+#include "vescale/models/mixtral/mixtral.h"
 
-using models::Mixtral;
-using models::MixtralOptions;
+using vescale::models::Mixtral;
+using vescale::models::MixtralOptions;
 
 namespace {
 MixtralOptions tiny() {
-  return MixtralOptions{.vocab_size = 64,
-                        .dim = 32,
-                        .n_layers = 2,
-                        .n_heads = 4,
-                        .n_kv_heads = 2,
-                        .ffn_dim = 24,
-                        .n_experts = 4,
-                        .top_k = 2,
-                        .norm_eps = 1e-5,
-                        .rope_theta = 10000.0,
-                        .max_seq_len = 16};
+  return MixtralOptions{.llama = {.vocab_size = 64,
+                                  .dim = 32,
+                                  .n_layers = 2,
+                                  .n_heads = 4,
+                                  .n_kv_heads = 2,
+                                  .ffn_dim = 24,
+                                  .norm_eps = 1e-5,
+                                  .rope_theta = 10000.0,
+                                  .max_seq_len = 16},
+                        .moe = {.n_experts = 4, .top_k = 2}};
 }
 
 // For each token on its own: softmax over all experts, pick the k largest by a plain sort,
 // renormalize, and add up the chosen experts' SwiGLU outputs.
-at::Tensor naive_moe(const models::MoEImpl& moe, const at::Tensor& x) {
+at::Tensor naive_moe(const vescale::models::MoEImpl& moe, const at::Tensor& x) {
   auto flat = x.reshape({-1, x.size(-1)}).to(at::kDouble);
   auto router = moe.router->weight.to(at::kDouble);
   auto w1 = moe.experts->w1.to(at::kDouble), w2 = moe.experts->w2.to(at::kDouble),
@@ -65,13 +64,13 @@ at::Tensor naive_moe(const models::MoEImpl& moe, const at::Tensor& x) {
 TEST_CASE("Mixtral 8x7B has 46.7B parameters, counted and built on the meta device", "[models]") {
   // 2 x 32000 x 4096 + 32 x (2 x 4096^2 + 2 x 4096 x 1024 + 8 x 3 x 4096 x 14336 + 8 x 4096 + 2 x
   // 4096) + 4096
-  CHECK(models::mixtral_parameter_count(models::mixtral_8x7b()) == 46702792704);
+  CHECK(vescale::models::mixtral_parameter_count(vescale::models::mixtral_8x7b()) == 46702792704);
   Mixtral model{nullptr};
   {
-    models::MetaDeviceScope meta;
-    model = Mixtral(models::mixtral_8x7b());
+    vescale::models::MetaDeviceScope meta;
+    model = Mixtral(vescale::models::mixtral_8x7b());
   }
-  CHECK(models::count_parameters(*model) == 46702792704);
+  CHECK(vescale::models::count_parameters(*model) == 46702792704);
   auto params = model->named_parameters();
   CHECK(params["layers.3.feed_forward.router.weight"].sizes() == c10::IntArrayRef({8, 4096}));
   CHECK(params["layers.3.feed_forward.experts.w1"].sizes() == c10::IntArrayRef({8, 14336, 4096}));
@@ -83,8 +82,8 @@ TEST_CASE("the sparse MoE equals a per-token loop over the top-k experts", "[mod
   torch::manual_seed(3);
   auto o = tiny();
   for (int64_t k : {1, 2, 3}) {
-    o.top_k = k;
-    models::MoE moe(o);
+    o.moe.top_k = k;
+    vescale::models::MoE moe(o.llama.dim, o.llama.ffn_dim, o.moe);
     {
       torch::NoGradGuard ng;
       moe->router->weight.normal_(0, 0.5);
@@ -102,7 +101,7 @@ TEST_CASE("the sparse MoE equals a per-token loop over the top-k experts", "[mod
 TEST_CASE("the MoE is dropless: every token reaches its experts however skewed the routing",
           "[models]") {
   auto o = tiny();
-  models::MoE moe(o);
+  vescale::models::MoE moe(o.llama.dim, o.llama.ffn_dim, o.moe);
   {
     torch::NoGradGuard ng;
     moe->router->weight.fill_(-1.0);
@@ -123,12 +122,12 @@ TEST_CASE("the MoE is dropless: every token reaches its experts however skewed t
 TEST_CASE("the load-balancing loss matches a hand computation pooled over layers", "[models]") {
   torch::manual_seed(4);
   auto o = tiny();
-  o.n_experts = 5, o.top_k = 2;
+  o.moe.n_experts = 5, o.moe.top_k = 2;
   Mixtral model(o);
   {
     torch::NoGradGuard ng;
     for (auto& l : *model->layers)
-      l->as<models::MixtralBlockImpl>()->feed_forward->router->weight.normal_(0, 0.3);
+      vescale::models::moe_of(*l).router->weight.normal_(0, 0.3);
   }
   model->forward(at::randint(64, {2, 6}, at::kLong));
   auto aux = model->aux_loss();
@@ -137,7 +136,7 @@ TEST_CASE("the load-balancing loss matches a hand computation pooled over layers
   std::vector<double> assigned(5, 0), prob(5, 0);
   double rows = 0;
   for (auto& l : *model->layers) {
-    auto logits = l->as<models::MixtralBlockImpl>()->feed_forward->router_logits.to(at::kDouble);
+    auto logits = vescale::models::moe_of(*l).router_logits.to(at::kDouble);
     for (int64_t n = 0; n < logits.size(0); ++n, ++rows) {
       std::vector<double> p(5);
       double z = 0;
@@ -155,15 +154,15 @@ TEST_CASE("the load-balancing loss matches a hand computation pooled over layers
 
   // Gradient reaches the routers; a uniform router gives exactly k.
   aux.backward();
-  CHECK(model->layers->ptr<models::MixtralBlockImpl>(0)
-            ->feed_forward->router->weight.grad()
+  CHECK(vescale::models::moe_of(*model->layers->ptr(0))
+            .router->weight.grad()
             .abs()
             .sum()
             .item<double>() > 0);
   {
     torch::NoGradGuard ng;
     for (auto& l : *model->layers)
-      l->as<models::MixtralBlockImpl>()->feed_forward->router->weight.zero_();
+      vescale::models::moe_of(*l).router->weight.zero_();
   }
   model->forward(at::randint(64, {2, 6}, at::kLong));
   CHECK(model->aux_loss().item<double>() == Approx(2.0).epsilon(1e-6));
@@ -210,12 +209,12 @@ TEST_CASE("a tiny Mixtral overfits a fixed batch with the aux loss added", "[mod
 TEST_CASE("the router z-loss is the mean of logsumexp^2 per layer, summed over layers", "[models]") {
   torch::manual_seed(5);
   auto o = tiny();
-  o.router_z_loss_coef = 0.001, o.aux_loss_coef = 0.02;
+  o.moe.router_z_loss_coef = 0.001, o.moe.aux_loss_coef = 0.02;
   Mixtral model(o);
   model->forward(at::randint(64, {2, 6}, at::kLong));
   double want = 0;
   for (auto& l : *model->layers) {
-    auto logits = l->as<models::MixtralBlockImpl>()->feed_forward->router_logits.to(at::kDouble);
+    auto logits = vescale::models::moe_of(*l).router_logits.to(at::kDouble);
     double layer = 0;
     for (int64_t n = 0; n < logits.size(0); ++n) {
       double s = 0;
@@ -233,8 +232,8 @@ TEST_CASE("the router z-loss is the mean of logsumexp^2 per layer, summed over l
 TEST_CASE("the expert bias steers the choice of experts, not the gates", "[models]") {
   torch::manual_seed(6);
   auto o = tiny();
-  o.expert_bias_rate = 0.5;
-  models::MoE moe(o);
+  o.moe.expert_bias_rate = 0.5;
+  vescale::models::MoE moe(o.llama.dim, o.llama.ffn_dim, o.moe);
   REQUIRE(moe->expert_bias.defined());
   auto x = at::randn({2, 5, 32});
   auto plain = moe->forward(x);

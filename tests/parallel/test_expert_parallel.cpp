@@ -13,7 +13,8 @@
 #include <utility>
 
 #include "common/train_util.h"
-#include "mixtral/mixtral.h"
+#include "vescale/models/mixtral/mixtral.h"
+#include "vescale/models/qwen3/qwen3.h"
 #include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/mesh/device_mesh.h"
@@ -83,22 +84,23 @@ void check_trains_like_one_device(const std::string& plan, const mesh::MeshDims&
   CHECK(stats.all_to_alls >= 10 * 2 * 4);
 }
 
-// One forward and backward of a Mixtral MoE layer stack: the loss and every gradient, gathered
+// One forward and backward of a MoE transformer (Mixtral, Qwen3-MoE): the loss and every gradient, gathered
 // whole (plain tensors), on `mesh` under `plan` or, with no plan, on this process alone.
 struct Grads {
   double loss = 0;
   std::map<std::string, at::Tensor> grads;
 };
-Grads grads_of(const models::MixtralOptions& o, const at::Tensor& tokens,
-               const std::function<void(models::MixtralImpl&)>& set_weights,
+template <class Holder, class Options>
+Grads grads_of(const Options& o, const at::Tensor& tokens,
+               const std::function<void(typename Holder::ContainedType&)>& set_weights,
                const plan::Plan* plan, const mesh::DeviceMesh* mesh) {
-  models::Mixtral model(o);
+  Holder model(o);
   set_weights(*model);
   if (plan) parallel::parallelize(*model, *plan, *mesh);  // keeps the weights set above
   auto input = tokens.narrow(1, 0, tokens.size(1) - 1), target = tokens.narrow(1, 1, tokens.size(1) - 1);
   if (plan) input = testing::model_input(input, *mesh), target = testing::model_input(target, *mesh);
-  auto logits = model->forward(input);  // before aux_loss, which reads the router logits
-  auto loss = testing::lm_loss(logits, target) + 0.1 * model->aux_loss();
+  at::Tensor logits = model->forward(input);  // before aux_loss, which reads the router logits
+  at::Tensor loss = testing::lm_loss(logits, target) + 0.1 * model->aux_loss();
   loss.backward();
   Grads g;
   g.loss = (plan ? dtensor::full_tensor(loss) : loss).item<double>();
@@ -110,31 +112,34 @@ Grads grads_of(const models::MixtralOptions& o, const at::Tensor& tokens,
   return g;
 }
 
-models::MixtralOptions layer_options() {
-  models::MixtralOptions o;
-  o.vocab_size = 64, o.dim = 16, o.n_layers = 2, o.n_heads = 2, o.n_kv_heads = 2, o.ffn_dim = 24;
-  o.n_experts = 4, o.top_k = 2, o.max_seq_len = 16;
+vescale::models::MixtralOptions layer_options() {
+  vescale::models::MixtralOptions o;
+  o.llama.vocab_size = 64, o.llama.dim = 16, o.llama.n_layers = 2, o.llama.n_heads = 2;
+  o.llama.n_kv_heads = 2, o.llama.ffn_dim = 24, o.llama.max_seq_len = 16;
+  o.moe.n_experts = 4, o.moe.top_k = 2;
   return o;
 }
 
-plan::Plan ep_plan() {
-  return plan::Plan::from_json_file(testing::repo_file("configs/plans/mixtral_ep.json"));
+plan::Plan ep_plan(const std::string& file = "mixtral_ep.json") {
+  return plan::Plan::from_json_file(testing::repo_file("configs/plans/" + file));
 }
 
 void check_grads_equal(const Grads& got, const Grads& want);
 
 // The model at EP=2 (mixtral_ep.json) against one device, same weights and tokens: loss and
 // gathered gradients; returns the reference's and the boundary's dispatch stats.
+template <class Holder = vescale::models::Mixtral, class Options>
 std::pair<Grads, parallel::expert::DispatchStats> check_ep2_grads(
-    const models::MixtralOptions& o, const at::Tensor& tokens,
-    const std::function<void(models::MixtralImpl&)>& weights, uint64_t seed) {
+    const Options& o, const at::Tensor& tokens,
+    const std::function<void(typename Holder::ContainedType&)>& weights, uint64_t seed,
+    const std::string& plan_file = "mixtral_ep.json") {
   auto world = mesh::DeviceMesh::init({{"ep", 2}});
   at::manual_seed(seed);
-  auto want = grads_of(o, tokens, weights, nullptr, nullptr);
+  auto want = grads_of<Holder>(o, tokens, weights, nullptr, nullptr);
   parallel::expert::reset_dispatch_stats();
   at::manual_seed(seed);
-  const auto plan = ep_plan();
-  const auto got = grads_of(o, tokens, weights, &plan, &world);
+  const auto plan = ep_plan(plan_file);
+  const auto got = grads_of<Holder>(o, tokens, weights, &plan, &world);
   check_grads_equal(got, want);
   return {std::move(want), parallel::expert::dispatch_stats()};
 }
@@ -157,21 +162,38 @@ TEST_CASE("EP=2: dropless all-to-all dispatch trains like one device", "[moe][wo
 TEST_CASE("EP=2: expert-weight and router gradients equal one device's after gathering",
           "[moe][world2]") {
   const auto o = layer_options();
-  auto tokens = testing::counting_tokens(5, 4, 12, o.vocab_size);
+  auto tokens = testing::counting_tokens(5, 4, 12, o.llama.vocab_size);
   // The model's own init (same seed on every rank).
-  check_ep2_grads(o, tokens, [](models::MixtralImpl&) {}, 7);
+  check_ep2_grads(o, tokens, [](vescale::models::MixtralImpl&) {}, 7);
+}
+
+TEST_CASE("Qwen3-MoE at EP=2 under its shipped plan equals one device in loss and gradients "
+          "with and without renormalized top-k",
+          "[moe][world2]") {
+  vescale::models::Qwen3MoeOptions o;
+  o.qwen3.llama = {.vocab_size = 64, .dim = 16, .n_layers = 2, .n_heads = 2, .n_kv_heads = 1,
+                   .ffn_dim = 12, .norm_eps = 1e-6, .max_seq_len = 16};
+  o.qwen3.head_dim = 12;  // heads wider than dim / n_heads, as Qwen3-30B-A3B's
+  o.moe = {.n_experts = 4, .top_k = 2, .normalize_top_k = true, .aux_loss_coef = 0.001};
+  auto tokens = testing::counting_tokens(8, 4, 12, o.qwen3.llama.vocab_size);
+  for (bool normalize : {true, false}) {
+    INFO("normalize_top_k " << normalize);
+    o.moe.normalize_top_k = normalize;
+    check_ep2_grads<vescale::models::Qwen3Moe>(
+        o, tokens, [](vescale::models::Qwen3MoeImpl&) {}, 11, "qwen3_moe_ep.json");
+  }
 }
 
 TEST_CASE("EP=2: every token routed to one expert, so one rank receives none: same results, no hang",
           "[moe][world2]") {
   const auto o = layer_options();
-  auto tokens = testing::counting_tokens(6, 4, 12, o.vocab_size);
+  auto tokens = testing::counting_tokens(6, 4, 12, o.llama.vocab_size);
   // Router rows favour experts 0 and 1 for every token: both live on ep rank 0; rank 1 holds
   // experts 2 and 3 and receives zero tokens, yet joins every all-to-all, forward and backward.
-  auto skew = [](models::MixtralImpl& m) {
+  auto skew = [](vescale::models::MixtralImpl& m) {
     torch::NoGradGuard no_grad;
     for (auto& l : *m.layers) {
-      auto& router = l->as<models::MixtralBlockImpl>()->feed_forward->router->weight;
+      auto& router = vescale::models::moe_of(*l).router->weight;
       router.zero_();
       router[0].fill_(1.0), router[1].fill_(0.5);
     }
@@ -198,9 +220,9 @@ TEST_CASE("EP=2 with a capacity factor drops the tokens the single-device rule d
   // Capacity over the global batch, first come first served in token order: rank 1's tokens
   // queue behind rank 0's (one all-gather of the counts), so EP drops what one device drops.
   auto o = layer_options();
-  o.capacity_factor = 0.5;
-  auto tokens = testing::counting_tokens(9, 4, 12, o.vocab_size);
-  const auto stats = check_ep2_grads(o, tokens, [](models::MixtralImpl&) {}, 9).second;
+  o.moe.capacity_factor = 0.5;
+  auto tokens = testing::counting_tokens(9, 4, 12, o.llama.vocab_size);
+  const auto stats = check_ep2_grads(o, tokens, [](vescale::models::MixtralImpl&) {}, 9).second;
   CHECK(stats.dropped > 0);  // forward of 2 layers dropped some
 }
 
@@ -218,7 +240,7 @@ TEST_CASE("EP=2 x TP=2: the gradient layout foresees the router's gradient, Part
   auto mesh = mesh::DeviceMesh::init({{"ep", 2}, {"tp", 2}});
   const auto plan = plan::Plan::from_json_file(testing::repo_file("configs/plans/mixtral_ep_tp.json"));
   const auto o = layer_options();
-  models::Mixtral model(o);
+  vescale::models::Mixtral model(o);
   parallel::parallelize(*model, plan, mesh);
   const parallel::GradLayout layout(*model, mesh, plan, {});
   for (const auto& p : layout.params()) {
@@ -231,9 +253,9 @@ TEST_CASE("EP=2 x TP=2: the gradient layout foresees the router's gradient, Part
     if (!expert) CHECK(p.grad_placements[0].is_partial());
     if (!expert) CHECK(p.grad_placements[1].is_partial() == router);
   }
-  const auto tokens = testing::counting_tokens(7, 4, o.max_seq_len, o.vocab_size);
-  auto input = testing::model_input(tokens.narrow(1, 0, o.max_seq_len), mesh);
-  auto target = testing::model_input(tokens.narrow(1, 1, o.max_seq_len), mesh);
+  const auto tokens = testing::counting_tokens(7, 4, o.llama.max_seq_len, o.llama.vocab_size);
+  auto input = testing::model_input(tokens.narrow(1, 0, o.llama.max_seq_len), mesh);
+  auto target = testing::model_input(tokens.narrow(1, 1, o.llama.max_seq_len), mesh);
   auto logits = model->forward(input);
   (testing::lm_loss(logits, target) + 0.1 * model->aux_loss()).backward();
   // The vocab-parallel embedding's whole-table gradient is the one surprise (a local slice).

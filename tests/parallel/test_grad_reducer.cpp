@@ -15,7 +15,7 @@
 #include <map>
 #include <optional>
 
-#include "llama/llama.h"
+#include "vescale/models/llama/llama.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/parallel/grad_reducer.h"
 #include "vescale/parallel/grad_layout.h"
@@ -98,7 +98,7 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, DdpOptions o
               int64_t accum = 1, double clip = 0) {
   const auto o = tiny_llama(kSeq);
   random::manual_seed(1234);
-  models::Llama model(o);
+  vescale::models::Llama model(o);
   plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
   Run r;
   r.init = full_params(*model);
@@ -149,7 +149,7 @@ Run train_ddp(const plan::Plan& plan, const mesh::DeviceMesh& mesh, DdpOptions o
 // One device, plain tensors, each step on the `accum` micro-batches concatenated.
 Run train_plain(const std::map<std::string, at::Tensor>& init, int64_t accum = 1, double clip = 0) {
   const auto o = tiny_llama(kSeq);
-  models::Llama model(o);
+  vescale::models::Llama model(o);
   {
     torch::NoGradGuard g;
     for (auto& p : model->named_parameters()) p.value().copy_(init.at(p.key()));
@@ -290,7 +290,7 @@ TEST_CASE("the layout exists before step 1 and foresees how each gradient arrive
   const auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_dp_tp_sp.json"));
   const auto o = tiny_llama(kSeq);
   random::manual_seed(1234);
-  models::Llama model(o);
+  vescale::models::Llama model(o);
   plan::parallelize(*model, plan, mesh, {.init = [&] { model->init_weights(); }});
   parallel::GradLayoutOptions zero1;
   zero1.zero = 1;
@@ -431,7 +431,7 @@ std::pair<int64_t, int64_t> zero_peak_bytes(int zero, const mesh::DeviceMesh& me
   auto o = tiny_llama(kSeq);
   o.dim = 192, o.n_layers = 8, o.ffn_dim = 576;
   random::manual_seed(1234);
-  models::Llama model(o);
+  vescale::models::Llama model(o);
   plan::parallelize(*model, replicate_all({"dp"}), mesh, {.init = [&] { model->init_weights(); }});
   auto ddp = std::make_unique<Ddp>(
       *model, mesh, replicate_all({"dp"}),
@@ -480,7 +480,7 @@ TEST_CASE("peak memory per rank falls from ZeRO 0 to 1 to 2 to 3", "[parallel][z
   // The parameters' bytes: the unit of what each stage saves.
   auto o = tiny_llama(kSeq);
   o.dim = 192, o.n_layers = 8, o.ffn_dim = 576;
-  models::Llama ref(o);
+  vescale::models::Llama ref(o);
   int64_t param_bytes = 0;
   for (auto& p : ref->parameters()) param_bytes += p.numel() * 4;
   if (dist::rank() == 0)

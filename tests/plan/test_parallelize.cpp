@@ -11,9 +11,10 @@
 #include <cstdio>
 #include <map>
 
-#include "gpt/gpt.h"
-#include "llama/llama.h"
-#include "mixtral/mixtral.h"
+#include "vescale/models/gpt/gpt.h"
+#include "vescale/models/llama/llama.h"
+#include "vescale/models/mixtral/mixtral.h"
+#include "vescale/models/qwen3/qwen3.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/parallel/grad_reduce.h"
 #include "common/train_util.h"
@@ -34,8 +35,8 @@ constexpr int64_t kBatch = 4, kSeq = 16, kSteps = 20;
 // AdamW's eps above fp32 rounding noise of the gradients (see check_close).
 constexpr double kLr = 2e-3, kEps = 1e-6;
 
-models::GPTOptions tiny_gpt(double dropout = 0.0) {
-  models::GPTOptions o;
+vescale::models::GPTOptions tiny_gpt(double dropout = 0.0) {
+  vescale::models::GPTOptions o;
   o.vocab_size = 64;
   o.n_positions = kSeq;
   o.n_embd = 32;
@@ -54,26 +55,40 @@ at::Tensor batch(int64_t step, int64_t vocab) {
 }
 
 // With llama3 rope scaling, so the plans also carry the scaled rope tables.
-models::LlamaOptions scaled_tiny_llama() {
+vescale::models::LlamaOptions scaled_tiny_llama() {
   auto o = tiny_llama(kSeq);
   o.rope_scaling.factor = 8.0;
   o.rope_scaling.original_max_position_embeddings = 8;
   return o;
 }
 
-models::MixtralOptions tiny_mixtral() {
-  models::MixtralOptions o;
-  o.vocab_size = 64;
-  o.dim = 64;
-  o.n_layers = 2;
-  o.n_heads = 8;
-  o.n_kv_heads = 4;
-  o.ffn_dim = 48;
-  o.n_experts = 4;
-  o.top_k = 2;
-  o.max_seq_len = kSeq;
+vescale::models::MixtralOptions tiny_mixtral() {
+  vescale::models::MixtralOptions o;
+  o.llama.vocab_size = 64;
+  o.llama.dim = 64;
+  o.llama.n_layers = 2;
+  o.llama.n_heads = 8;
+  o.llama.n_kv_heads = 4;
+  o.llama.ffn_dim = 48;
+  o.moe.n_experts = 4;
+  o.moe.top_k = 2;
+  o.llama.max_seq_len = kSeq;
   return o;
 }
+
+// A Qwen3 whose heads are wider than dim / n_heads (as Qwen3-30B-A3B's).
+vescale::models::Qwen3Options tiny_qwen3() {
+  vescale::models::Qwen3Options o;
+  o.llama = {.vocab_size = 64, .dim = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4,
+             .ffn_dim = 48, .norm_eps = 1e-6, .rope_theta = 10000.0, .max_seq_len = kSeq};
+  o.head_dim = 12;
+  return o;
+}
+
+int64_t vocab_of(const vescale::models::GPTOptions& o) { return o.vocab_size; }
+int64_t vocab_of(const vescale::models::LlamaOptions& o) { return o.vocab_size; }
+int64_t vocab_of(const vescale::models::MixtralOptions& o) { return o.llama.vocab_size; }
+int64_t vocab_of(const vescale::models::Qwen3Options& o) { return o.llama.vocab_size; }
 
 struct Trained {
   std::map<std::string, at::Tensor> init;  // full values, before the first step
@@ -107,7 +122,7 @@ Trained train_planned(const Options& o, const plan::Plan& plan, const mesh::Devi
   dtensor::set_static_eager(run.static_eager);
   for (int64_t s = 0; s < kSteps; ++s) {
     dtensor::static_eager_step();
-    auto full = batch(s, o.vocab_size);
+    auto full = batch(s, vocab_of(o));
     const int64_t T = s == run.short_step ? kSeq / 2 : kSeq;
     auto x = full.slice(1, 0, T).contiguous(), y = full.slice(1, 1, T + 1).contiguous();
     if (!run.plain) x = model_input(x, mesh), y = model_input(y, mesh);
@@ -142,7 +157,7 @@ Trained train_plain(const Options& o, const std::map<std::string, at::Tensor>& i
   torch::optim::AdamW opt(model->parameters(),
                           torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.1));
   for (int64_t s = 0; s < kSteps; ++s) {
-    auto full = batch(s, o.vocab_size);
+    auto full = batch(s, vocab_of(o));
     opt.zero_grad();
     at::Tensor loss = lm_loss(model->forward(full.slice(1, 0, kSeq)), full.slice(1, 1, kSeq + 1));
     loss.backward();
@@ -195,7 +210,7 @@ struct Case {
 // Every plan for one model family on this world size: TP and TP+SP over all ranks, and dp x tp.
 std::vector<Case> cases_for(const std::string& family, int world) {
   std::vector<Case> cases = {{"_tp.json", {{"tp", world}}}};
-  if (family != "mixtral") cases.push_back({"_tp_sp.json", {{"tp", world}}});
+  if (family == "llama" || family == "gpt2") cases.push_back({"_tp_sp.json", {{"tp", world}}});
   if (family != "mixtral" && world > 1)
     cases.push_back({"_dp_tp.json", {{"dp", 2}, {"tp", world / 2}}});
   return cases;
@@ -224,15 +239,21 @@ void check_plans(const std::string& family, const Options& o) {
 }  // namespace
 
 TEST_CASE("GPT under each shipped plan trains like one device", "[plan][world2][world4]") {
-  check_plans<models::GPT>("gpt2", tiny_gpt());
+  check_plans<vescale::models::GPT>("gpt2", tiny_gpt());
 }
 
 TEST_CASE("LLaMA under each shipped plan trains like one device", "[plan][world2][world4]") {
-  check_plans<models::Llama>("llama", scaled_tiny_llama());
+  check_plans<vescale::models::Llama>("llama", scaled_tiny_llama());
 }
 
 TEST_CASE("Mixtral under its TP plan trains like one device", "[plan][world2][world4]") {
-  check_plans<models::Mixtral>("mixtral", tiny_mixtral());
+  check_plans<vescale::models::Mixtral>("mixtral", tiny_mixtral());
+}
+
+TEST_CASE("Qwen3 under each shipped plan trains like one device: per-head q/k norms on the "
+          "heads each rank holds",
+          "[plan][world2][world4]") {
+  check_plans<vescale::models::Qwen3>("qwen3", tiny_qwen3());
 }
 
 TEST_CASE("dropout under TP+SP equals the replicated run bitwise in forward",
@@ -241,8 +262,8 @@ TEST_CASE("dropout under TP+SP equals the replicated run bitwise in forward",
   auto o = tiny_gpt(/*dropout=*/0.1);
   auto mesh = mesh::DeviceMesh::init({{"tp", world}});
   auto plan = plan::Plan::from_json_file(repo_file("configs/plans/gpt2_tp_sp.json"));
-  Trained ref = train_planned<models::GPT>(o, replicate_all({"tp"}), mesh);
-  Trained got = train_planned<models::GPT>(o, plan, mesh);
+  Trained ref = train_planned<vescale::models::GPT>(o, replicate_all({"tp"}), mesh);
+  Trained got = train_planned<vescale::models::GPT>(o, plan, mesh);
   // Same masks everywhere, so the runs differ only by float reduction order.
   check_close(got, ref, 1e-5, "gpt2_tp_sp dropout 0.1 vs replicated");
 }
@@ -252,10 +273,10 @@ TEST_CASE("parallelize on a 1-rank mesh is single-device training", "[plan][worl
   const auto o = tiny_gpt();
   auto mesh = mesh::DeviceMesh::init({{"tp", 1}});
   auto plan = plan::Plan::from_json_file(repo_file("configs/plans/gpt2_tp.json"));
-  Trained got = train_planned<models::GPT>(o, plan, mesh);
+  Trained got = train_planned<vescale::models::GPT>(o, plan, mesh);
   // Plain tensors take vescale::kernels::gelu_tanh's fused backward, DTensors ATen's gelu_backward:
   // rounding only, ~1.2e-6 relative in the parameters after the AdamW steps.
-  check_close(got, train_plain<models::GPT>(o, got.init), 1e-5, "gpt2_tp on a 1-rank mesh");
+  check_close(got, train_plain<vescale::models::GPT>(o, got.init), 1e-5, "gpt2_tp on a 1-rank mesh");
 }
 
 TEST_CASE("plain_on_one_device: plain tensors with the DTensor init bitwise, trained the same",
@@ -265,8 +286,8 @@ TEST_CASE("plain_on_one_device: plain tensors with the DTensor init bitwise, tra
   auto mesh = mesh::DeviceMesh::init({{"tp", 1}});
   auto plan = plan::Plan::from_json_file(
       repo_file("configs/plans/gpt2_tp_sp.json"));  // with forward entries
-  Trained dt = train_planned<models::GPT>(o, plan, mesh);
-  Trained plain = train_planned<models::GPT>(o, plan, mesh, {.plain = true});
+  Trained dt = train_planned<vescale::models::GPT>(o, plan, mesh);
+  Trained plain = train_planned<vescale::models::GPT>(o, plan, mesh, {.plain = true});
   for (auto& [name, t] : dt.init) {
     INFO(name);
     CHECK(at::equal(plain.init.at(name), t));
@@ -318,10 +339,10 @@ TEST_CASE("static eager replays the recorded dispatch and trains bitwise like ea
   auto mesh = mesh::DeviceMesh::init({{"tp", world}});
   auto plan = plan::Plan::from_json_file(repo_file("configs/plans/llama_tp_sp.json"));
   const auto o = scaled_tiny_llama();
-  Trained eager = train_planned<models::Llama>(o, plan, mesh, {.short_step = 7});
+  Trained eager = train_planned<vescale::models::Llama>(o, plan, mesh, {.short_step = 7});
   const auto before = dtensor::static_eager_stats();
   Trained replay =
-      train_planned<models::Llama>(o, plan, mesh, {.static_eager = true, .short_step = 7});
+      train_planned<vescale::models::Llama>(o, plan, mesh, {.static_eager = true, .short_step = 7});
   const auto after = dtensor::static_eager_stats();
   const int64_t replayed = after.replayed - before.replayed,
                 recorded = after.recorded - before.recorded,
@@ -358,7 +379,7 @@ TEST_CASE("phase before_sharding keeps a parameter's values through the init",
   };
 
   random::manual_seed(7);
-  models::Llama model(o);
+  vescale::models::Llama model(o);
   {
     torch::NoGradGuard g;
     for (auto& p : model->named_parameters())
@@ -368,7 +389,7 @@ TEST_CASE("phase before_sharding keeps a parameter's values through the init",
   auto got = full_params(*model);
 
   random::manual_seed(7);
-  models::Llama ref(o);
+  vescale::models::Llama ref(o);
   plan::parallelize(*ref, replicate_all({"tp"}), mesh, {.init = [&] { ref->init_weights(); }});
   auto want = full_params(*ref);
   int kept = 0;
@@ -399,7 +420,7 @@ void check_tp_step_collectives(const std::string& file, const Options& o, int64_
   Model model(o);
   parallel::parallelize(*model, plan::Plan::from_json_file(repo_file(file)), mesh,
                         {.init = [&] { model->init_weights(); }});
-  auto full = batch(0, o.vocab_size);
+  auto full = batch(0, vocab_of(o));
   auto x = model_input(full.slice(1, 0, kSeq).contiguous(), mesh);
   auto y = model_input(full.slice(1, 1, kSeq + 1).contiguous(), mesh);
   const auto before = dist::collective_stats();
@@ -424,15 +445,15 @@ void check_tp_step_collectives(const std::string& file, const Options& o, int64_
 TEST_CASE("a TP step makes Megatron's all-reduces and no other collective",
           "[plan][world2][world4]") {
   const int64_t L = scaled_tiny_llama().n_layers;
-  check_tp_step_collectives<models::Llama>("configs/plans/llama_tp.json", scaled_tiny_llama(),
+  check_tp_step_collectives<vescale::models::Llama>("configs/plans/llama_tp.json", scaled_tiny_llama(),
                                            4 * L + 4, 0);
   // Mixtral's experts are replicated: only attention is split, two all-reduces per block.
-  check_tp_step_collectives<models::Mixtral>("configs/plans/mixtral_tp.json", tiny_mixtral(),
-                                             2 * tiny_mixtral().n_layers + 4, 0);
+  check_tp_step_collectives<vescale::models::Mixtral>("configs/plans/mixtral_tp.json", tiny_mixtral(),
+                                             2 * tiny_mixtral().llama.n_layers + 4, 0);
   // GPT-2's fused c_attn holds q, k and v side by side, so a rank's rows are not whole heads:
   // the split gathers it, and attention's output gradient is gathered back (one each per block).
   const int64_t G = tiny_gpt().n_layer;
-  check_tp_step_collectives<models::GPT>("configs/plans/gpt2_tp.json", tiny_gpt(), 4 * G + 4,
+  check_tp_step_collectives<vescale::models::GPT>("configs/plans/gpt2_tp.json", tiny_gpt(), 4 * G + 4,
                                          2 * G);
 }
 
@@ -442,12 +463,12 @@ TEST_CASE("two models in one process keep their own hooks: parallelized differen
   const auto o = tiny_llama(kSeq);
   auto build = [&](const char* plan_file) {
     random::manual_seed(1234);
-    models::Llama m(o);
+    vescale::models::Llama m(o);
     parallel::parallelize(*m, plan::Plan::from_json_file(repo_file(plan_file)), mesh,
                           {.init = [&] { m->init_weights(); }});
     return m;
   };
-  auto slots = [](models::Llama& m, const std::string& name) {
+  auto slots = [](vescale::models::Llama& m, const std::string& name) {
     for (const auto& item : m->named_modules())
       if (item.key() == name) return nn::hook_slots(*item.value());
     FAIL("no module " << name);
@@ -456,9 +477,9 @@ TEST_CASE("two models in one process keep their own hooks: parallelized differen
   using Slots = std::vector<nn::HookSlot>;
   // The same weights under two plans: sequence-parallel and plain tensor-parallel (both hook
   // layers.*.attention, each its own way).
-  models::Llama sp = build("configs/plans/llama_tp_sp.json"), tp = build("configs/plans/llama_tp.json");
+  vescale::models::Llama sp = build("configs/plans/llama_tp_sp.json"), tp = build("configs/plans/llama_tp.json");
   const auto x = model_input(batch(0, o.vocab_size).slice(1, 0, kSeq).contiguous(), mesh);
-  auto logits = [&](models::Llama& m) {
+  auto logits = [&](vescale::models::Llama& m) {
     torch::NoGradGuard no_grad;
     return dtensor::full_tensor(m->forward(x));
   };

@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "vescale/common/check.h"
-#include "gpt/gpt_options.h"
-#include "llama/llama_options.h"
+#include "vescale/models/gpt/gpt_options.h"
+#include "vescale/models/llama/llama_options.h"
 #include "vescale/train/config.h"
 #include "vescale/train/peak_flops.h"
 
@@ -30,9 +30,9 @@ std::string error_of(const std::string& text, const std::vector<std::string>& ov
 TEST_CASE("config defaults follow TorchTitan / nanoGPT", "[config]") {
   auto c = Config::from_json("{}");
   CHECK(c.model.type == "gpt");
-  CHECK(c.model.as<models::GPTOptions>().n_embd == 768);
-  CHECK(c.model.as<models::GPTOptions>().n_layer == 12);
-  CHECK(c.model.as<models::GPTOptions>().bias);
+  CHECK(c.model.as<vescale::models::GPTOptions>().n_embd == 768);
+  CHECK(c.model.as<vescale::models::GPTOptions>().n_layer == 12);
+  CHECK(c.model.as<vescale::models::GPTOptions>().bias);
   CHECK(c.parallel.mesh == std::vector<std::pair<std::string, int64_t>>{{"dp", -1}});
   CHECK(c.parallel.plan.empty());
   CHECK(c.train.steps == 1000);
@@ -49,10 +49,10 @@ TEST_CASE("config defaults follow TorchTitan / nanoGPT", "[config]") {
   // A section names only what it changes.
   c = Config::from_json(
       R"({"model": {"type": "llama", "dim": 256, "n_heads": 8, "n_kv_heads": 2}, "train": {"seq_len": 64}})");
-  CHECK(c.model.as<models::LlamaOptions>().dim == 256);
-  CHECK(c.model.as<models::LlamaOptions>().n_layers == 32);
-  CHECK(c.model.as<models::LlamaOptions>().ffn_dim == 14336);
-  CHECK(c.model.as<models::LlamaOptions>().rope_theta == 500000.0);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().dim == 256);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().n_layers == 32);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().ffn_dim == 14336);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().rope_theta == 500000.0);
   CHECK(c.train.seq_len == 64);
   CHECK(c.train.batch_size == 8);
 }
@@ -154,7 +154,7 @@ TEST_CASE("overrides (--set) reach any field, with the same checks", "[config]")
   CHECK(c.train.dtype == DType::Bf16);
   CHECK(c.train.betas == std::vector<double>{0.8, 0.9});
   CHECK(c.parallel.mesh == std::vector<std::pair<std::string, int64_t>>{{"dp", 2}, {"tp", 1}});
-  CHECK(c.model.as<models::GPTOptions>().n_layer ==
+  CHECK(c.model.as<vescale::models::GPTOptions>().n_layer ==
         2);  // absent from the file: the schema still knows it
   CHECK(c.data.train == std::vector<std::string>{"a.bin"});
   CHECK(c.log.level == "debug");
@@ -182,7 +182,7 @@ TEST_CASE("to_json prints every field and reads back equal", "[config]") {
       R"({"model": {"type": "llama", "dim": 256, "n_heads": 8}, "train": {"steps": 7}})");
   auto again = Config::from_json(c.to_json());
   CHECK(again.to_json() == c.to_json());
-  CHECK(again.model.as<models::LlamaOptions>().dim == 256);
+  CHECK(again.model.as<vescale::models::LlamaOptions>().dim == 256);
   CHECK(again.train.steps == 7);
   CHECK_THAT(c.to_json(), Contains("\"rope_scaling\""));
   CHECK_THAT(c.to_json(), Contains("\"metrics_jsonl\""));
@@ -200,17 +200,17 @@ TEST_CASE("every shipped config parses", "[config]") {
   CHECK(n >= 7);
   auto c = Config::from_file(VESCALE_SOURCE_DIR "/configs/llama3_70b.json");
   CHECK(c.model.type == "llama");
-  CHECK(c.model.as<models::LlamaOptions>().dim == 8192);
-  CHECK(c.model.as<models::LlamaOptions>().n_layers == 80);
-  CHECK(c.model.as<models::LlamaOptions>().n_heads == 64);
-  CHECK(c.model.as<models::LlamaOptions>().n_kv_heads == 8);
-  CHECK(c.model.as<models::LlamaOptions>().ffn_dim == 28672);
-  CHECK(c.model.as<models::LlamaOptions>().vocab_size == 128256);
-  CHECK(c.model.as<models::LlamaOptions>().rope_theta == 500000.0);
-  CHECK(c.model.as<models::LlamaOptions>().rope_scaling.factor == 8.0);
-  CHECK(c.model.as<models::LlamaOptions>().rope_scaling.low_freq_factor == 1.0);
-  CHECK(c.model.as<models::LlamaOptions>().rope_scaling.high_freq_factor == 4.0);
-  CHECK(c.model.as<models::LlamaOptions>().rope_scaling.original_max_position_embeddings == 8192);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().dim == 8192);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().n_layers == 80);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().n_heads == 64);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().n_kv_heads == 8);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().ffn_dim == 28672);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().vocab_size == 128256);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().rope_theta == 500000.0);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().rope_scaling.factor == 8.0);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().rope_scaling.low_freq_factor == 1.0);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().rope_scaling.high_freq_factor == 4.0);
+  CHECK(c.model.as<vescale::models::LlamaOptions>().rope_scaling.original_max_position_embeddings == 8192);
 }
 
 // Found by fuzz/config_fuzzer: an override is raw command-line bytes, and a non-UTF-8 key or

@@ -1,16 +1,20 @@
 // Generation: the KV cache gives the logits of the full forward, sample_token's choices by hand,
 // generate's limits and errors, and (the [hf_generate] case, after the hf_reference fixture)
-// greedy tokens equal to transformers' generate for LLaMA, Mixtral and GPT-2.
+// greedy tokens equal to transformers' generate for LLaMA, Mixtral, GPT-2, Qwen3 and
+// Qwen3-MoE, and Qwen3's logits, loss and aux loss against transformers'.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 
 #include "vescale/checkpoint/safetensors.h"
+#include "vescale/models/shared/moe.h"
 #include "vescale/train/generate.h"
 
 using namespace vescale;
@@ -48,7 +52,7 @@ TEST_CASE(
     at::NoGradGuard no_grad;
     const auto tokens = at::randint(0, 64, {2, 12}, at::kLong);
     const auto full = m.forward(tokens);  // [2, 12, 64]
-    models::KVCache cache(c.model.options->n_layers(), c.model.options->max_seq_len());
+    vescale::models::KVCache cache(c.model.options->n_layers(), c.model.options->max_seq_len());
     std::vector<at::Tensor> parts;
     parts.push_back(m.forward_cached(tokens.narrow(1, 0, 5), cache));  // positions 0-4
     parts.push_back(m.forward_cached(tokens.narrow(1, 5, 4), cache));  // 5-8: a masked chunk
@@ -143,7 +147,7 @@ TEST_CASE(
 }
 
 TEST_CASE("greedy generation equals transformers' generate token for token", "[.][hf_generate]") {
-  for (const std::string name : {"llama", "mixtral", "gpt2"}) {
+  for (const std::string name : {"llama", "mixtral", "gpt2", "qwen3", "qwen3_moe"}) {
     INFO(name);
     const std::string dir = std::string(HF_REFERENCE_DIR) + "/" + name;
     const auto ref = checkpoint::load_safetensors(dir + "/reference.safetensors");
@@ -157,5 +161,38 @@ TEST_CASE("greedy generation equals transformers' generate token for token", "[.
     s.temperature = 0;
     s.max_new_tokens = static_cast<int64_t>(want.size());
     CHECK(generate(loaded.model, *loaded.config.model.options, prompt, s) == want);
+  }
+}
+
+TEST_CASE("Qwen3 and Qwen3-MoE loaded from transformers folders give their logits, loss and aux "
+          "loss to 1e-5",
+          "[.][hf_generate]") {
+  for (const std::string name : {"qwen3", "qwen3_moe"}) {
+    INFO(name);
+    const std::string dir = std::string(HF_REFERENCE_DIR) + "/" + name;
+    const auto ref = checkpoint::load_safetensors(dir + "/reference.safetensors");
+    auto loaded = load_hf_model(dir);  // config.json through the registry, then the weights
+    CHECK(loaded.config.model.type == name);
+    c10::NoGradGuard no_grad;
+    loaded.model.module->eval();
+    const auto& tokens = ref.at("tokens");
+    const auto logits = loaded.model.forward(tokens);
+    const auto& want = ref.at("logits");
+    const double scale = std::max(1.0, want.abs().max().item<double>());
+    const double diff = max_diff(logits, want) / scale;
+    const int64_t T = tokens.size(1), V = logits.size(-1);
+    const auto loss = at::cross_entropy_loss(logits.narrow(1, 0, T - 1).reshape({-1, V}),
+                                             tokens.narrow(1, 1, T - 1).reshape({-1}));
+    std::printf("hf cross-check %s: max |logits diff| / scale = %.3g, |loss diff| = %.3g\n",
+                name.c_str(), diff, (loss - ref.at("loss")).abs().item<double>());
+    CHECK(diff <= 1e-5);
+    CHECK((loss - ref.at("loss")).abs().item<double>() <= 1e-5);
+    if (ref.count("aux_loss")) {
+      // The aux loss needs the router logits with autograd off: read it directly.
+      auto& moe = dynamic_cast<models::MoETransformerImpl&>(*loaded.model.module);
+      c10::AutoGradMode off(false);
+      const double aux = moe.aux_loss().item<double>(), hf = ref.at("aux_loss").item<double>();
+      CHECK(aux == Approx(hf).epsilon(1e-5));
+    }
   }
 }

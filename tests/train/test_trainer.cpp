@@ -15,8 +15,8 @@
 #include <fstream>
 #include <limits>
 
-#include "gpt/gpt.h"
-#include "mixtral/mixtral.h"
+#include "vescale/models/gpt/gpt.h"
+#include "vescale/models/mixtral/mixtral.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/common/check.h"
 #include "vescale/dist/world.h"
@@ -172,10 +172,10 @@ TEST_CASE("FLOPs per token: 6 x matmul parameters + attention", "[trainer]") {
 }
 
 TEST_CASE("activation checkpointing gives the same grads, dropout included", "[trainer]") {
-  models::GPTOptions o{
+  vescale::models::GPTOptions o{
       .vocab_size = 64, .n_positions = 16, .n_embd = 32, .n_layer = 3, .n_head = 4, .dropout = 0.2};
   torch::manual_seed(3);
-  models::GPT plain(o), ckpt(o);
+  vescale::models::GPT plain(o), ckpt(o);
   {
     c10::NoGradGuard g;
     for (size_t i = 0; i < plain->parameters().size(); ++i)
@@ -183,7 +183,7 @@ TEST_CASE("activation checkpointing gives the same grads, dropout included", "[t
   }
   auto tokens = at::randint(64, {2, 16}, at::kLong);
   auto targets = at::randint(64, {2, 16}, at::kLong);
-  auto loss = [&](models::GPT& m) {
+  auto loss = [&](vescale::models::GPT& m) {
     return at::cross_entropy_loss(m->forward(tokens).reshape({-1, 64}), targets.reshape({-1}));
   };
   torch::manual_seed(11);
@@ -423,7 +423,7 @@ TEST_CASE(
     "Mixtral's aux loss under activation checkpointing: the same value, counted once, same grads",
     "[trainer]") {
   const auto cfg = tiny_mixtral();
-  REQUIRE(cfg.model.as<models::MixtralOptions>().aux_loss_coef > 0);
+  REQUIRE(cfg.model.as<vescale::models::MixtralOptions>().moe.aux_loss_coef > 0);
   torch::manual_seed(3);
   Model plain = build_model(cfg.model);
   torch::manual_seed(3);
@@ -451,7 +451,7 @@ TEST_CASE(
   CHECK(got.ce == want.ce);
   CHECK(got.aux == want.aux);  // the forward's own value, once
   CHECK(want.aux >
-        cfg.model.as<models::MixtralOptions>().aux_loss_coef);  // coef x (~top_k when balanced)
+        cfg.model.as<vescale::models::MixtralOptions>().moe.aux_loss_coef);  // coef x (~top_k when balanced)
   for (auto& [name, g] : want.grads) {
     INFO(name << ": max |diff| " << max_diff(got.grads.at(name), g));
     CHECK(max_diff(got.grads.at(name), g) <= 1e-6);
@@ -468,7 +468,7 @@ TEST_CASE("expert loads count each training forward once, also under activation 
   // The checkpoint reruns each block in backward; the rerun must not count its tokens again,
   // and evaluation counts none (the aux-loss-free bias moves on training loads only).
   const auto cfg = tiny_mixtral();
-  const auto& o = cfg.model.as<models::MixtralOptions>();
+  const auto& o = cfg.model.as<vescale::models::MixtralOptions>();
   Model ckpt = build_model(cfg.model);
   const auto checkpointed =
       enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern, ckpt.block_side_outputs);
@@ -481,7 +481,7 @@ TEST_CASE("expert loads count each training forward once, also under activation 
   REQUIRE(loads.size() == 2);
   for (const auto& l : loads) {
     REQUIRE(l.defined());
-    CHECK(l.sum().item<double>() == 2.0 * 4 * 16 * o.top_k);  // 2 forwards x 64 tokens x k
+    CHECK(l.sum().item<double>() == 2.0 * 4 * 16 * o.moe.top_k);  // 2 forwards x 64 tokens x k
   }
   ckpt.module->eval();
   {
@@ -501,12 +501,12 @@ TEST_CASE("the aux-loss-free expert bias moves once per step towards balance and
   auto m = t.step(0);
   REQUIRE(m.expert_loads.size() == 2);
   // bias_e = rate * sign(mean - load_e) after one step, from the loads the step reported.
-  auto* impl = dynamic_cast<models::MixtralImpl*>(t.model().module.get());
+  auto* impl = dynamic_cast<vescale::models::MixtralImpl*>(t.model().module.get());
   REQUIRE(impl != nullptr);
   for (size_t i = 0; i < 2; ++i) {
     const auto& load = m.expert_loads[i];
     const double mean = std::accumulate(load.begin(), load.end(), 0.0) / load.size();
-    auto bias = impl->layers->ptr<models::MixtralBlockImpl>(i)->feed_forward->expert_bias;
+    auto bias = vescale::models::moe_of(*impl->layers->ptr(i)).expert_bias;
     for (size_t e = 0; e < load.size(); ++e) {
       const double want = load[e] < mean ? 0.01 : load[e] > mean ? -0.01 : 0.0;
       CHECK(bias[static_cast<int64_t>(e)].item<double>() == Approx(want).margin(1e-9));
@@ -516,15 +516,15 @@ TEST_CASE("the aux-loss-free expert bias moves once per step towards balance and
   t.save_checkpoint(2);
   t.finish_checkpoint();
   const auto saved =
-      impl->layers->ptr<models::MixtralBlockImpl>(1)->feed_forward->expert_bias.clone();
+      vescale::models::moe_of(*impl->layers->ptr(1)).expert_bias.clone();
   CHECK(saved.abs().sum().item<double>() > 0);
   // A resumed trainer starts from the saved bias, not zeros.
   auto cfg2 = cfg;
   cfg2.checkpoint.resume = true;
   Trainer r(cfg2);
-  auto* impl2 = dynamic_cast<models::MixtralImpl*>(r.model().module.get());
+  auto* impl2 = dynamic_cast<vescale::models::MixtralImpl*>(r.model().module.get());
   CHECK(
-      at::equal(impl2->layers->ptr<models::MixtralBlockImpl>(1)->feed_forward->expert_bias, saved));
+      at::equal(vescale::models::moe_of(*impl2->layers->ptr(1)).expert_bias, saved));
   std::filesystem::remove_all(dir);
 }
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "registry.h"  // models/: the model families
+#include "vescale/models/registry.h"  // models/: the model families
 #include "vescale/common/number_or_auto.h"
 #include "vescale/optim/lr_schedule.h"
 

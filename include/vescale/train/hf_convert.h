@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "model.h"  // models/: StateDict
+#include "vescale/models/model.h"  // models/: StateDict
 #include "vescale/train/config.h"
 
 namespace vescale::train {

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "model.h"  // models/: the registry's builders
+#include "vescale/models/model.h"  // models/: the registry's builders
 #include "vescale/train/config.h"
 
 namespace torch::nn {
