@@ -7,28 +7,6 @@
 #include "vescale/plan/plan.h"
 
 namespace vescale::train {
-namespace {
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> parts;
-  for (size_t b = 0, e; b <= s.size(); b = e + 1) {
-    e = s.find('.', b);
-    if (e == std::string::npos) e = s.size();
-    parts.push_back(s.substr(b, e - b));
-  }
-  return parts;
-}
-
-}  // namespace
-
-bool component_match(const std::string& pattern, const std::string& fqn) {
-  const auto p = split(pattern), f = split(fqn);
-  if (p.size() != f.size()) return false;
-  for (size_t i = 0; i < p.size(); ++i)
-    if (p[i] != "*" && p[i] != f[i]) return false;
-  return true;
-}
-
 ParamShapes parameter_shapes(const ModelConfig& config) {
   // Built on the meta device: the real module's names and shapes, and no memory.
   Model m;

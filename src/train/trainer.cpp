@@ -20,6 +20,8 @@
 #include "train/trainer_timeline.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
+#include "vescale/nn/block_pattern.h"
+#include "vescale/parallel/activation_checkpoint.h"
 #include "vescale/parallel/grad_reducer.h"
 #include "vescale/parallel/sharded_adamw.h"
 #include "vescale/dist/object_collectives.h"
@@ -32,7 +34,6 @@
 #include "vescale/plan/parallel_dims.h"
 #include "vescale/plan/plan.h"
 #include "vescale/random/random.h"
-#include "vescale/train/activation_checkpoint.h"
 #include "vescale/train/checkpoint_manager.h"
 #include "vescale/train/dry_run.h"
 #include "vescale/train/gradient_sync.h"
@@ -162,8 +163,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   }
   dtensor::set_static_eager(config_.parallel.static_eager);
   // A pipeline stage may hold no block (only the embedding, say).
-  if (t.activation_checkpointing && (!stages || has_block(*model_.module, model_.block_pattern)))
-    hooks_.checkpointed = enable_activation_checkpointing(*model_.module, model_.block_pattern,
+  if (t.activation_checkpointing && (!stages || nn::has_block(*model_.module, model_.block_pattern)))
+    hooks_.checkpointed = parallel::enable_activation_checkpointing(*model_.module, model_.block_pattern,
                                                           model_.block_side_outputs);
   // Around the checkpointing hook, so a block's forward span is the forward it runs.
   if (config_.log.timeline.on())

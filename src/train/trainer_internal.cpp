@@ -21,18 +21,6 @@
 
 namespace vescale::train {
 
-at::Tensor cpu_rng_state() {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_cpu_rng_state(const at::Tensor& s) {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(s);
-}
-
 std::string message_of(const std::exception& e) {
   return error_text(e, /*with_stack=*/log::level() == "debug" || log::level() == "trace");
 }
@@ -121,12 +109,6 @@ std::string gib(double bytes) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
   return buf;
-}
-
-bool has_block(torch::nn::Module& root, const std::string& pattern) {
-  for (const auto& m : root.named_modules("", false))
-    if (component_match(pattern, m.key())) return true;
-  return false;
 }
 
 }  // namespace vescale::train

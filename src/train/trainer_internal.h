@@ -22,11 +22,6 @@ struct Trainer::Sampler {
   TextTokenizer tokenizer;
 };
 
-// libtorch's default CPU generator (plain-tensor dropout, libtorch's inits), saved and put
-// back: by activation checkpointing's replay and around work that must not advance it.
-at::Tensor cpu_rng_state();
-void set_cpu_rng_state(const at::Tensor& s);
-
 // An exception's message without libtorch's C++ stack (kept at --log-level debug).
 std::string message_of(const std::exception& e);
 
@@ -69,10 +64,6 @@ class Bf16Autocast {
 // The next-token loss in fp32 whatever the compute dtype (fused on CPU: kernels/cross_entropy.h):
 // logits [B, T, V], targets [B, T].
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets);
-
-// Whether some submodule of `root` matches the block pattern as activation checkpointing
-// matches it (component_match: '*' is one name component).
-bool has_block(torch::nn::Module& root, const std::string& pattern);
 
 // 1234567 -> "1.23M"; seconds -> "h:mm:ss".
 std::string human(double x, const char* unit);

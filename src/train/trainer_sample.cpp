@@ -8,6 +8,7 @@
 #include "vescale/common/logging.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/parallel/sharded_parameters.h"
+#include "vescale/random/torch_generator.h"
 #include "vescale/train/generate.h"
 #include "vescale/train/gradient_sync.h"
 #include "vescale/train/metrics_logger.h"
@@ -35,10 +36,10 @@ void Trainer::print_sample(int64_t step) {
   if (!sampler_) {
     // Built on the CPU, whose generator its init would advance on rank 0 alone: put it back so
     // dropout and resumes see the stream they would without samples.
-    const at::Tensor rng = cpu_rng_state();
+    const at::Tensor rng = random::cpu_generator_state();
     sampler_ = std::make_unique<Sampler>(
         Sampler{build_model(config_.model), TextTokenizer(config_.data.tokenizer)});
-    set_cpu_rng_state(rng);
+    random::set_cpu_generator_state(rng);
     sampler_->model.module->to(at::Device(place_.device));
   }
   copy_weights(sampler_->model, weights, "train.sample_every");

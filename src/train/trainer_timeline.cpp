@@ -9,6 +9,7 @@
 
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/common/check.h"
+#include "vescale/nn/block_pattern.h"
 #include "vescale/common/logging.h"
 #include "vescale/dist/clock_sync.h"
 #include "vescale/dist/object_collectives.h"
@@ -96,7 +97,7 @@ TimelineWindow::TimelineWindow(const Config& config, const mesh::DeviceMesh* mes
   std::tie(first_, last_) = timeline_window(config.log.timeline, config.train.steps);
   if (block_pattern.empty()) return;
   for (const auto& item : model.named_modules()) {
-    if (!component_match(block_pattern, item.key())) continue;
+    if (!nn::block_match(block_pattern, item.key())) continue;
     const torch::nn::Module* m = item.value().get();
     links_.push_back(nn::add_forward_hook(*m, nn::HookSlot::Timeline,
                                           timed(timeline::intern(item.key()))));

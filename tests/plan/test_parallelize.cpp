@@ -23,7 +23,7 @@
 #include "vescale/parallel/parallelize.h"
 #include "vescale/plan/parallelize.h"
 #include "vescale/random/random.h"
-#include "vescale/train/activation_checkpoint.h"
+#include "vescale/parallel/activation_checkpoint.h"
 
 using namespace vescale;
 
@@ -488,7 +488,7 @@ TEST_CASE("two models in one process keep their own hooks: parallelized differen
   CHECK(slots(sp, "layers.0.attention") == Slots{nn::HookSlot::Plan});
   CHECK(slots(tp, "layers.0.attention") == Slots{nn::HookSlot::Plan});
   // Activation checkpointing on one model's blocks adds a link there only.
-  auto checkpointed = train::enable_activation_checkpointing(*sp, "layers.*");
+  auto checkpointed = parallel::enable_activation_checkpointing(*sp, "layers.*");
   REQUIRE(checkpointed.size() == static_cast<size_t>(o.n_layers));
   CHECK(slots(sp, "layers.0") == Slots{nn::HookSlot::Checkpoint});
   CHECK(slots(tp, "layers.0").empty());

@@ -24,7 +24,7 @@
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/plan/parallelize.h"
 #include "vescale/random/random.h"
-#include "vescale/train/activation_checkpoint.h"
+#include "vescale/parallel/activation_checkpoint.h"
 #include "vescale/train/divergence_guard.h"
 #include "vescale/train/dry_run.h"
 #include "vescale/train/model_factory.h"
@@ -189,7 +189,7 @@ TEST_CASE("activation checkpointing gives the same grads, dropout included", "[t
   torch::manual_seed(11);
   auto l0 = loss(plain);
   l0.backward();
-  auto checkpointed = enable_activation_checkpointing(*ckpt, "h.*");
+  auto checkpointed = vescale::parallel::enable_activation_checkpointing(*ckpt, "h.*");
   CHECK(checkpointed.size() == 3);
   torch::manual_seed(11);
   auto l1 = loss(ckpt);
@@ -207,7 +207,7 @@ TEST_CASE("activation checkpointing gives the same grads, dropout included", "[t
   auto a = plain->forward(tokens);
   auto b = plain->forward(tokens);
   CHECK_FALSE(at::allclose(a, b));
-  CHECK_THROWS_WITH((void)enable_activation_checkpointing(*plain, "blocks.*"),
+  CHECK_THROWS_WITH((void)vescale::parallel::enable_activation_checkpointing(*plain, "blocks.*"),
                     Contains("no module matches 'blocks.*'"));
 }
 
@@ -233,7 +233,7 @@ TEST_CASE("checkpoint replays vescale::random's stream in backward", "[trainer]"
   x.mutable_grad() = at::Tensor();
   vescale::random::manual_seed(5);
   auto y1 =
-      checkpoint({x}, [&](const std::vector<at::Tensor>& xs) { return block->forward(xs[0]); });
+      vescale::parallel::checkpoint({x}, [&](const std::vector<at::Tensor>& xs) { return block->forward(xs[0]); });
   const auto after_forward = vescale::random::get_state();
   y1.sum().backward();
   CHECK(at::equal(y0, y1));
@@ -429,7 +429,7 @@ TEST_CASE(
   torch::manual_seed(3);
   Model ckpt = build_model(cfg.model);
   const auto checkpointed =
-      enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern, ckpt.block_side_outputs);
+      vescale::parallel::enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern, ckpt.block_side_outputs);
   REQUIRE(checkpointed.size() == 2);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
   const auto tokens = at::randint(256, {4, 33}, gen, at::kLong);
@@ -471,7 +471,7 @@ TEST_CASE("expert loads count each training forward once, also under activation 
   const auto& o = cfg.model.as<vescale::models::MixtralOptions>();
   Model ckpt = build_model(cfg.model);
   const auto checkpointed =
-      enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern, ckpt.block_side_outputs);
+      vescale::parallel::enable_activation_checkpointing(*ckpt.module, ckpt.block_pattern, ckpt.block_side_outputs);
   REQUIRE(checkpointed.size() == 2);
   const auto tokens = at::randint(256, {4, 17}, at::kLong);
   ckpt.module->train();

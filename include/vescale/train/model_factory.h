@@ -42,7 +42,5 @@ double flops_per_token(const ModelConfig& config, int64_t seq_len);
 // with the weights, copied to the sampler.
 std::vector<std::pair<std::string, at::Tensor>> state_buffers(const Model& model);
 
-// FQN match where '*' is one whole name component: "h.*" matches "h.3" but not "h.3.attn".
-bool component_match(const std::string& pattern, const std::string& fqn);
 
 }  // namespace vescale::train

@@ -1,4 +1,4 @@
-#include "vescale/train/activation_checkpoint.h"
+#include "vescale/parallel/activation_checkpoint.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -14,10 +14,10 @@
 #include "vescale/common/check.h"
 #include "vescale/random/random.h"
 #include "vescale/timeline/recorder.h"
-#include "vescale/train/model_factory.h"
-#include "train/trainer_internal.h"
+#include "vescale/nn/block_pattern.h"
+#include "vescale/random/torch_generator.h"
 
-namespace vescale::train {
+namespace vescale::parallel {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -56,7 +56,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
                                at::TensorList input_list) {
     const variable_list inputs = input_list.vec();
     replay->vescale_rng = random::get_state();
-    replay->cpu_rng = cpu_rng_state();
+    replay->cpu_rng = random::cpu_generator_state();
     const Autocast ac = Autocast::current();
     replay->autocast_cpu = ac.cpu, replay->autocast_cuda = ac.cuda;
     replay->autocast_cpu_dtype = ac.cpu_dtype, replay->autocast_cuda_dtype = ac.cuda_dtype;
@@ -82,10 +82,10 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     }
     // Recompute with forward's random and autocast state, then put the present state back.
     const random::State rng_now = random::get_state();
-    const at::Tensor cpu_now = cpu_rng_state();
+    const at::Tensor cpu_now = random::cpu_generator_state();
     const Autocast ac_now = Autocast::current();
     random::set_state(replay->vescale_rng);
-    set_cpu_rng_state(replay->cpu_rng);
+    random::set_cpu_generator_state(replay->cpu_rng);
     Autocast{replay->autocast_cpu, replay->autocast_cuda, replay->autocast_cpu_dtype,
              replay->autocast_cuda_dtype}
         .apply();
@@ -100,7 +100,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     ac_now.apply();
     at::autocast::clear_cache();
     random::set_state(rng_now);
-    set_cpu_rng_state(cpu_now);
+    random::set_cpu_generator_state(cpu_now);
     // Reentrant backward through the recomputed block, and through the recomputed side
     // outputs with the gradients the code after forward gave them: parameter grads accumulate
     // as usual.
@@ -139,7 +139,7 @@ std::vector<nn::HookHandle> enable_activation_checkpointing(torch::nn::Module& r
                                                             const SideOutputs& side_outputs) {
   std::vector<nn::HookHandle> links;
   for (const auto& item : root.named_modules()) {
-    if (!component_match(pattern, item.key())) continue;
+    if (!nn::block_match(pattern, item.key())) continue;
     const auto slots = nn::hook_slots(*item.value());
     VESCALE_CHECK(std::find(slots.begin(), slots.end(), nn::HookSlot::Checkpoint) == slots.end(),
                   "activation checkpointing: module '", item.key(),
@@ -157,4 +157,4 @@ std::vector<nn::HookHandle> enable_activation_checkpointing(torch::nn::Module& r
   return links;
 }
 
-}  // namespace vescale::train
+}  // namespace vescale::parallel

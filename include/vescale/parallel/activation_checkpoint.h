@@ -1,4 +1,5 @@
-// Activation checkpointing: a wrapped block keeps only its inputs during forward (it runs
+// Activation checkpointing, a memory transform of the model beside ZeRO-3's
+// (sharded_parameters.h): a wrapped block keeps only its inputs during forward (it runs
 // without building a graph) and recomputes its forward during backward. The random-number
 // state of forward time (vescale::random and libtorch's generators) and the autocast state are
 // restored for the recompute, so dropout masks replay exactly and gradients equal the
@@ -24,7 +25,7 @@ namespace torch::nn {
 class Module;
 }
 
-namespace vescale::train {
+namespace vescale::parallel {
 
 using BlockForward = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
 // The members a block's forward writes that are read later with autograd (see above).
@@ -36,11 +37,11 @@ using SideOutputs = std::function<std::vector<at::Tensor*>(torch::nn::Module& bl
 at::Tensor checkpoint(const std::vector<at::Tensor>& inputs, const BlockForward& forward,
                       const std::vector<at::Tensor*>& side = {});
 
-// Checkpoints every submodule of `root` whose FQN matches `pattern` ('*' = one name component,
-// e.g. "h.*"): a link in each one's hook chain (nn::HookSlot::Checkpoint; the others stay).
+// Checkpoints every submodule of `root` whose FQN matches `pattern` (nn/block_pattern.h: '*' is
+// one name component, e.g. "h.*"): a link in each one's hook chain (nn::HookSlot::Checkpoint; the others stay).
 // Returns the links' handles, one per block: checkpointing lasts while they live. No match is
 // an error naming the pattern.
 [[nodiscard]] std::vector<nn::HookHandle> enable_activation_checkpointing(
     torch::nn::Module& root, const std::string& pattern, const SideOutputs& side_outputs = {});
 
-}  // namespace vescale::train
+}  // namespace vescale::parallel
