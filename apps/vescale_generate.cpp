@@ -15,7 +15,8 @@
 #include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
 #include "vescale/common/logging.h"
-#include "vescale/train/generate.h"
+#include "vescale/generate/generate.h"
+#include "vescale/train/load_model.h"
 #include "vescale/train/text_tokenizer.h"
 
 namespace {
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
   namespace vt = vescale::train;
   CLI::App app{"vescale-generate: text from a checkpoint or a Hugging Face folder"};
   std::string checkpoint, hf, prompt = "In the beginning", prompt_ids, tokenizer_path;
-  vt::SamplingOptions s;
+  vescale::generate::SamplingOptions s;
   bool greedy = false, print_ids = false;
   int threads = 0;
   auto* src = app.add_option("--checkpoint", checkpoint,
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
                   "give --checkpoint (one of our checkpoints) or --hf (a Hugging Face folder)");
     vescale::log::init(0);  // on stderr: stdout is the text
     if (greedy) s.temperature = 0;
-    vt::check_sampling(s, "--");
+    vescale::generate::check_sampling(s, "--");
     if (threads > 0) at::set_num_threads(threads);
     const auto t0 = std::chrono::steady_clock::now();
     auto loaded = hf.empty() ? vt::load_checkpoint_model(checkpoint) : vt::load_hf_model(hf);
@@ -96,7 +97,7 @@ int main(int argc, char** argv) {
     size_t printed = 0;
     if (!print_ids) std::fwrite(prompt.data(), 1, prompt_ids.empty() ? prompt.size() : 0, stdout);
     const auto t1 = std::chrono::steady_clock::now();
-    vt::generate(loaded.model, *loaded.config.model.options, ids, s, [&](int64_t token) {
+    vescale::generate::generate(loaded.model, *loaded.config.model.options, ids, s, [&](int64_t token) {
       out.push_back(token);
       if (print_ids) return;
       // Byte-level: the text of a prefix is a prefix of the text; print what is new.

@@ -9,7 +9,8 @@
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/parallel/sharded_parameters.h"
 #include "vescale/random/torch_generator.h"
-#include "vescale/train/generate.h"
+#include "vescale/generate/generate.h"
+#include "vescale/train/load_model.h"
 #include "vescale/train/gradient_sync.h"
 #include "vescale/train/metrics_logger.h"
 #include "vescale/train/text_tokenizer.h"
@@ -44,7 +45,7 @@ void Trainer::print_sample(int64_t step) {
   }
   copy_weights(sampler_->model, weights, "train.sample_every");
   const auto& tok = sampler_->tokenizer;
-  SamplingOptions s;
+  generate::SamplingOptions s;
   s.max_new_tokens = t.sample_tokens;
   s.temperature = t.sample_temperature;
   s.seed = t.seed;
@@ -52,7 +53,7 @@ void Trainer::print_sample(int64_t step) {
   auto prompt = tok.encode(t.sample_prompt);
   const int64_t room = config_.model.options->max_seq_len() - 1;
   if (static_cast<int64_t>(prompt.size()) > room) prompt.resize(static_cast<size_t>(room));
-  const auto out = generate(sampler_->model, *config_.model.options, prompt, s);
+  const auto out = generate::generate(sampler_->model, *config_.model.options, prompt, s);
   const std::string text = t.sample_prompt + tok.decode(out);
   log::info("sample at step " + std::to_string(step) + ":\n" + text);
   metrics_->sample(step, text);

@@ -15,10 +15,14 @@
 
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/models/shared/moe.h"
-#include "vescale/train/generate.h"
+#include "vescale/generate/generate.h"
+#include "vescale/train/load_model.h"
 
 using namespace vescale;
 using namespace vescale::train;
+using vescale::generate::SamplingOptions;
+using vescale::generate::check_sampling;
+using vescale::generate::sample_token;
 
 namespace {
 
@@ -128,22 +132,22 @@ TEST_CASE(
   const auto& o = *c.model.options;
   SamplingOptions s;
   s.max_new_tokens = 5;
-  CHECK(generate(m, o, {1, 2, 3}, s).size() == 5);
+  CHECK(generate::generate(m, o, {1, 2, 3}, s).size() == 5);
   s.max_new_tokens = 100;
-  CHECK(generate(m, o, {1, 2, 3}, s).size() == 21);  // 24 - 3
+  CHECK(generate::generate(m, o, {1, 2, 3}, s).size() == 21);  // 24 - 3
   s.max_new_tokens = 10;
-  const auto free_run = generate(m, o, {1, 2, 3}, s);
+  const auto free_run = generate::generate(m, o, {1, 2, 3}, s);
   s.stop_ids = {free_run[3]};
-  const auto stopped = generate(m, o, {1, 2, 3}, s);
+  const auto stopped = generate::generate(m, o, {1, 2, 3}, s);
   CHECK(stopped.size() <= 4);
   CHECK(stopped.back() == free_run[3]);
   CHECK(m.module->is_training());  // restored
-  CHECK_THROWS_WITH(generate(m, o, {}, s), Catch::Contains("prompt is empty"));
-  CHECK_THROWS_WITH(generate(m, o, std::vector<int64_t>(24, 1), s),
+  CHECK_THROWS_WITH(generate::generate(m, o, {}, s), Catch::Contains("prompt is empty"));
+  CHECK_THROWS_WITH(generate::generate(m, o, std::vector<int64_t>(24, 1), s),
                     Catch::Contains("max_seq_len is 24"));
-  CHECK_THROWS_WITH(generate(m, o, {1, 64}, s), Catch::Contains("prompt token 64"));
+  CHECK_THROWS_WITH(generate::generate(m, o, {1, 64}, s), Catch::Contains("prompt token 64"));
   s.top_p = 0;
-  CHECK_THROWS_WITH(generate(m, o, {1}, s), Catch::Contains("top_p"));
+  CHECK_THROWS_WITH(generate::generate(m, o, {1}, s), Catch::Contains("top_p"));
 }
 
 TEST_CASE("greedy generation equals transformers' generate token for token", "[.][hf_generate]") {
@@ -160,7 +164,7 @@ TEST_CASE("greedy generation equals transformers' generate token for token", "[.
     SamplingOptions s;
     s.temperature = 0;
     s.max_new_tokens = static_cast<int64_t>(want.size());
-    CHECK(generate(loaded.model, *loaded.config.model.options, prompt, s) == want);
+    CHECK(generate::generate(loaded.model, *loaded.config.model.options, prompt, s) == want);
   }
 }
 

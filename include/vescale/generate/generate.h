@@ -1,6 +1,7 @@
-// Text generation on one process: the prompt in one forward (prefill), then one token per
-// forward through the model's KV cache (Model::forward_cached), each picked from the logits by
-// sample_token. vescale-generate and train.sample_every call it (docs/generate.md).
+// Text generation on one process, the inference layer: the prompt in one forward (prefill),
+// then one token per forward through the model's KV cache (Model::forward_cached), each picked
+// from the logits by sample_token. vescale-generate and train.sample_every call it
+// (docs/generate.md); the models come from train/load_model.h or any registry build.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -9,10 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "vescale/train/config.h"
-#include "vescale/train/model_factory.h"
+#include "vescale/models/model.h"
+#include "vescale/models/registry.h"
 
-namespace vescale::train {
+namespace vescale::generate {
+
+using Model = models::Model;
 
 struct SamplingOptions {
   int64_t max_new_tokens = 200;  // fewer when the model's max_seq_len comes first
@@ -39,20 +42,4 @@ std::vector<int64_t> generate(const Model& model, const models::ModelOptions& op
                               const std::vector<int64_t>& prompt, const SamplingOptions& s,
                               const std::function<void(int64_t)>& on_token = {});
 
-// A model to generate from on this process, with the config that describes it.
-struct LoadedModel {
-  Config config;
-  Model model;
-};
-// From one of our checkpoints (a step folder, or a root holding `latest`), saved at any world
-// size, pipeline or ZeRO stage: each tensor is read whole (resharded to one process).
-LoadedModel load_checkpoint_model(const std::string& checkpoint);
-// From a Hugging Face folder (config.json, model.safetensors or a sharded index).
-LoadedModel load_hf_model(const std::string& dir);
-
-// Copies `weights` (our names, whole tensors) into the model's parameters and state buffers;
-// throws naming a missing or unexpected weight or a shape that differs.
-void copy_weights(const Model& model, const std::map<std::string, at::Tensor>& weights,
-                  const std::string& source);
-
-}  // namespace vescale::train
+}  // namespace vescale::generate
