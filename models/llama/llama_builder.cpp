@@ -10,16 +10,7 @@ namespace {
 
 Model build(const ModelOptions& options) {
   auto llama = Llama(options.as<LlamaOptions>());
-  Model m;
-  m.module = llama.ptr();
-  m.forward = [impl = llama.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
-  m.forward_cached = [impl = llama.ptr()](const at::Tensor& tokens, KVCache& cache) {
-    return impl->forward(tokens, &cache);
-  };
-  m.init = [impl = llama.ptr()] { impl->init_weights(); };
-  m.block_pattern = "layers.*";
-  m.pipeline_layers = llama->pipeline_layers();
-  return m;
+  return trunk_model(llama.ptr(), [impl = llama.ptr()] { impl->init_weights(); });
 }
 
 const bool registered =

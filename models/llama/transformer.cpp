@@ -260,4 +260,17 @@ std::vector<PipelineLayer> TransformerImpl::pipeline_layers() {
   return out;
 }
 
+Model trunk_model(std::shared_ptr<TransformerImpl> model, std::function<void()> init) {
+  Model m;
+  m.module = model;
+  m.forward = [model](const at::Tensor& tokens) { return model->forward(tokens); };
+  m.forward_cached = [model](const at::Tensor& tokens, KVCache& cache) {
+    return model->forward(tokens, &cache);
+  };
+  m.init = std::move(init);
+  m.block_pattern = "layers.*";
+  m.pipeline_layers = model->pipeline_layers();
+  return m;
+}
+
 }  // namespace vescale::models

@@ -146,4 +146,8 @@ struct TransformerImpl : torch::nn::Module {
   torch::Tensor rope_cos, rope_sin;
 };
 
+// What the trainer drives of a trunk model (model.h): its forward, cached forward, `init`
+// (the family's init_weights), the blocks ("layers.*") and the pipeline layers.
+Model trunk_model(std::shared_ptr<TransformerImpl> model, std::function<void()> init);
+
 }  // namespace vescale::models

@@ -11,15 +11,7 @@ namespace {
 
 Model build(const ModelOptions& options) {
   auto mixtral = Mixtral(options.as<MixtralOptions>());
-  Model m;
-  m.module = mixtral.ptr();
-  m.forward = [impl = mixtral.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
-  m.forward_cached = [impl = mixtral.ptr()](const at::Tensor& tokens, KVCache& cache) {
-    return impl->forward(tokens, &cache);
-  };
-  m.init = [impl = mixtral.ptr()] { impl->init_weights(); };
-  m.block_pattern = "layers.*";
-  m.pipeline_layers = mixtral->pipeline_layers();
+  Model m = trunk_model(mixtral.ptr(), [impl = mixtral.ptr()] { impl->init_weights(); });
   describe_moe(m, mixtral.get());
   return m;
 }

@@ -46,21 +46,6 @@ HfNames moe_names(const Qwen3MoeOptions& o) {
   return n;
 }
 
-// The model's calls, whatever the family's module type.
-template <class Holder>
-Model trunk_model(Holder holder) {
-  Model m;
-  m.module = holder.ptr();
-  m.forward = [impl = holder.ptr()](const at::Tensor& tokens) { return impl->forward(tokens); };
-  m.forward_cached = [impl = holder.ptr()](const at::Tensor& tokens, KVCache& cache) {
-    return impl->forward(tokens, &cache);
-  };
-  m.init = [impl = holder.ptr()] { impl->init_weights(); };
-  m.block_pattern = "layers.*";
-  m.pipeline_layers = holder->pipeline_layers();
-  return m;
-}
-
 // An untied embedding is looked up; tied, it multiplies as the head. Stacked experts: only
 // top_k of them run per token.
 double matmul_fraction(const LlamaOptions& o, const MoEOptions* moe, const std::string& name,
@@ -74,7 +59,11 @@ double matmul_fraction(const LlamaOptions& o, const MoEOptions* moe, const std::
 const bool registered =
     (register_builder({
          .type = "qwen3",
-         .build = [](const ModelOptions& o) { return trunk_model(Qwen3(o.as<Qwen3Options>())); },
+         .build =
+             [](const ModelOptions& o) {
+               auto model = Qwen3(o.as<Qwen3Options>());
+               return trunk_model(model.ptr(), [impl = model.ptr()] { impl->init_weights(); });
+             },
          .matmul_fraction =
              [](const ModelOptions& o, const std::string& name, const std::vector<int64_t>& s) {
                return matmul_fraction(o.as<Qwen3Options>().llama, nullptr, name, s);
@@ -90,7 +79,7 @@ const bool registered =
          .build =
              [](const ModelOptions& o) {
                auto model = Qwen3Moe(o.as<Qwen3MoeOptions>());
-               Model m = trunk_model(model);
+               Model m = trunk_model(model.ptr(), [impl = model.ptr()] { impl->init_weights(); });
                describe_moe(m, model.get());
                return m;
              },
