@@ -5,24 +5,24 @@
 namespace vescale::models {
 
 namespace {
-std::map<std::string, ModelBuilder>& builders() {
-  static std::map<std::string, ModelBuilder> b;
-  return b;
+std::map<std::string, ModelSpec>& specs() {
+  static std::map<std::string, ModelSpec> all;
+  return all;
 }
 }  // namespace
 
-void register_builder(ModelBuilder b) {
-  auto& all = builders();
-  VESCALE_CHECK(!all.count(b.type), "model registry: a builder for '", b.type,
+void register_spec(ModelSpec s) {
+  auto& all = specs();
+  VESCALE_CHECK(!all.count(s.type), "model registry: a spec for '", s.type,
                 "' is registered twice");
-  all.emplace(b.type, std::move(b));
+  all.emplace(s.type, std::move(s));
 }
 
-const ModelBuilder& builder(const std::string& type) {
-  auto& all = builders();
+const ModelSpec& spec(const std::string& type) {
+  auto& all = specs();
   auto it = all.find(type);
   VESCALE_CHECK(it != all.end(), "model.type: ", unknown_type_message(type),
-                " (no builder registered)");
+                " (no spec registered)");
   return it->second;
 }
 

@@ -1,5 +1,5 @@
-// A built model as the trainer drives it, and the builder half of the registry
-// (models/registry.h): what each family registers from models/<family>/<family>_builder.cpp.
+// A built model as the trainer drives it, and the spec half of the registry
+// (models/registry.h): what each family registers from models/<family>/<family>_spec.cpp.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -84,7 +84,10 @@ struct Model {
   std::vector<std::string> state_buffers;
 };
 
-struct ModelBuilder {
+// What the framework knows of a family beyond its options (registry.h): how to build it (the
+// built Model carries its init, blocks and pipeline layers), its FLOPs, its Hugging Face name
+// table in both directions, its shipped plans.
+struct ModelSpec {
   std::string type;  // model.type
   // Builds and initializes the model (on the CPU, or the meta device under MetaDeviceScope).
   std::function<Model(const ModelOptions&)> build;
@@ -103,9 +106,9 @@ struct ModelBuilder {
   std::vector<std::pair<std::string, std::string>> plans;
 };
 
-// Called by each family's builder file at load time.
-void register_builder(ModelBuilder builder);
-// The builder of model.type `type`; throws naming the registered types.
-const ModelBuilder& builder(const std::string& type);
+// Called by each family's spec file (<family>_spec.cpp) at load time.
+void register_spec(ModelSpec spec);
+// The spec of model.type `type`; throws naming the registered types.
+const ModelSpec& spec(const std::string& type);
 
 }  // namespace vescale::models

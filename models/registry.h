@@ -1,9 +1,9 @@
 // The model registry: what the framework knows of a model family, registered from the family's
 // own folder (models/<family>/). Adding a model is its folder and its lines in
 // models/CMakeLists.txt: an options file (the struct, its model.* JSON fields and checks) and a
-// builder file (the module, FLOPs, the transformer blocks, the Hugging Face import, the shipped
-// plans). The options half is plain C++ (the train config and its fuzzer read it without
-// libtorch); the builder half is in models/model.h.
+// spec file (<family>_spec.cpp: the module, FLOPs, the transformer blocks, the Hugging Face
+// name table, the shipped plans). The options half is plain C++ (the train config and its fuzzer read it without
+// libtorch); the spec half (ModelSpec) is in models/model.h.
 #pragma once
 #include <cstdint>
 #include <functional>

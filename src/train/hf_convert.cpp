@@ -185,7 +185,7 @@ std::vector<std::string> export_hf(const std::string& checkpoint, const std::str
                                    const HfExportOptions& opts) {
   VESCALE_CHECK(opts.max_shard_bytes > 0, "vescale-convert: --max-shard-size must be > 0");
   auto [folder, cfg, ours] = read_checkpoint_weights(checkpoint, "vescale-convert");
-  const auto& builder = models::builder(cfg.model.type);
+  const auto& builder = models::spec(cfg.model.type);
   VESCALE_CHECK(builder.to_hf, "vescale-convert: model.type '", cfg.model.type,
                 "' has no Hugging Face adapter");
   models::StateDict hf = builder.to_hf(ours, *cfg.model.options);
@@ -250,7 +250,7 @@ std::string import_hf(const std::string& hf_dir, const std::string& root, bool o
     }
   }
   const std::string& type = cfg.model.type;
-  const auto ours = models::builder(type).from_hf(map_hf_weights(hf_dir), *cfg.model.options);
+  const auto ours = models::spec(type).from_hf(map_hf_weights(hf_dir), *cfg.model.options);
   checkpoint::StateDict state;
   for (const auto& [k, t] : ours) state["model/" + k] = t.contiguous();
   json c = json::parse(cfg.to_json());

@@ -52,7 +52,7 @@ std::map<std::string, at::Tensor> map_hf_weights(const std::string& dir) {
 }
 
 void load_hf_weights(const std::string& dir, const Model& model, const ModelConfig& config) {
-  const auto& builder = models::builder(config.type);
+  const auto& builder = models::spec(config.type);
   VESCALE_CHECK(builder.from_hf, "model.init_from: model.type '", config.type,
                 "' has no Hugging Face adapter");
   const models::StateDict ours = builder.from_hf(map_hf_weights(dir), *config.options);

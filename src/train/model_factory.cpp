@@ -35,7 +35,7 @@ int64_t parameter_count(const ParamShapes& shapes) {
 }
 
 double flops_per_token(const ModelConfig& config, int64_t seq_len) {
-  const auto& b = models::builder(config.type);
+  const auto& b = models::spec(config.type);
   double matmul = 0;
   for (const auto& [name, shape] : parameter_shapes(config)) {
     if (shape.size() < 2) continue;  // norms and biases
@@ -49,7 +49,7 @@ double flops_per_token(const ModelConfig& config, int64_t seq_len) {
 }
 
 Model build_model(const ModelConfig& config) {
-  return models::builder(config.type).build(*config.options);
+  return models::spec(config.type).build(*config.options);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> state_buffers(const Model& model) {

@@ -1,5 +1,5 @@
 // The model registry (models/registry.h, models/model.h): every family registers its options and
-// its builder from its own folder, and what each registers is usable as it is.
+// its spec from its own folder, and what each registers is usable as it is.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -17,7 +17,7 @@
 
 using Catch::Matchers::Contains;
 
-TEST_CASE("the registry holds gpt, llama, mixtral, qwen3 and qwen3_moe, options and builders alike",
+TEST_CASE("the registry holds gpt, llama, mixtral, qwen3 and qwen3_moe, options and specs alike",
           "[registry]") {
   CHECK(vescale::models::family_types() ==
         std::vector<std::string>{"gpt", "llama", "mixtral", "qwen3", "qwen3_moe"});
@@ -25,14 +25,14 @@ TEST_CASE("the registry holds gpt, llama, mixtral, qwen3 and qwen3_moe, options 
     INFO(type);
     auto o = vescale::models::default_options(type);
     CHECK(o->type() == type);
-    CHECK(vescale::models::builder(type).type == type);
+    CHECK(vescale::models::spec(type).type == type);
   }
   CHECK(vescale::models::find_family("bert") == nullptr);
   CHECK(vescale::models::unknown_type_message("lama") ==
         "'lama' is not one of gpt, llama, mixtral, qwen3, qwen3_moe; did you mean llama?");
   CHECK(vescale::models::unknown_type_message("qwen") ==
         "'qwen' is not one of gpt, llama, mixtral, qwen3, qwen3_moe; did you mean qwen3?");
-  CHECK_THROWS_WITH(vescale::models::builder("bert"),
+  CHECK_THROWS_WITH(vescale::models::spec("bert"),
                     Contains("'bert' is not one of gpt, llama, mixtral, qwen3, qwen3_moe"));
 }
 
@@ -67,9 +67,9 @@ TEST_CASE("a family's options survive the JSON writer and reader, and validate t
   CHECK_THROWS_WITH(back->as<vescale::models::GPTOptions>(), Contains("model.type 'llama' does not have"));
 }
 
-TEST_CASE("each builder's shipped plans exist and parse", "[registry]") {
+TEST_CASE("each spec's shipped plans exist and parse", "[registry]") {
   for (const auto& type : vescale::models::family_types()) {
-    const auto& b = vescale::models::builder(type);
+    const auto& b = vescale::models::spec(type);
     CHECK(!b.plans.empty());
     for (const auto& [name, file] : b.plans) {
       INFO(type << " " << name << " " << file);
@@ -80,29 +80,29 @@ TEST_CASE("each builder's shipped plans exist and parse", "[registry]") {
   }
 }
 
-TEST_CASE("a builder builds the model its options describe", "[registry]") {
+TEST_CASE("a spec builds the model its options describe", "[registry]") {
   auto o = vescale::models::default_options("gpt");
   auto& g = o->as<vescale::models::GPTOptions>();
   g.vocab_size = 32, g.n_positions = 8, g.n_embd = 16, g.n_layer = 2, g.n_head = 2;
-  vescale::models::Model m = vescale::models::builder("gpt").build(*o);
+  vescale::models::Model m = vescale::models::spec("gpt").build(*o);
   CHECK(m.block_pattern == "h.*");
   CHECK(m.module->named_parameters()["wte.weight"].sizes() == at::IntArrayRef{32, 16});
   at::Tensor logits = m.forward(at::zeros({1, 8}, at::kLong));
   CHECK(logits.sizes() == at::IntArrayRef{1, 8, 32});
   // FLOPs: positions are looked up, the tied wte multiplies.
-  CHECK(vescale::models::builder("gpt").matmul_fraction(*o, "wpe.weight", {8, 16}) == 0.0);
-  CHECK(vescale::models::builder("gpt").matmul_fraction(*o, "wte.weight", {32, 16}) == 1.0);
+  CHECK(vescale::models::spec("gpt").matmul_fraction(*o, "wpe.weight", {8, 16}) == 0.0);
+  CHECK(vescale::models::spec("gpt").matmul_fraction(*o, "wte.weight", {32, 16}) == 1.0);
   // The Hugging Face adapter both ways, through the registry.
   const auto sd = [&] {
     vescale::models::StateDict d;
     for (const auto& p : m.module->named_parameters()) d[p.key()] = p.value().detach();
     return d;
   }();
-  const auto& b = vescale::models::builder("gpt");
+  const auto& b = vescale::models::spec("gpt");
   const auto back = b.from_hf(b.to_hf(sd, *o), *o);
   CHECK(back.size() == sd.size());
   CHECK(at::equal(back.at("h.1.attn.c_attn.weight"), sd.at("h.1.attn.c_attn.weight")));
   auto x = vescale::models::default_options("mixtral");
-  CHECK(vescale::models::builder("mixtral").matmul_fraction(*x, "layers.0.feed_forward.experts.w1",
+  CHECK(vescale::models::spec("mixtral").matmul_fraction(*x, "layers.0.feed_forward.experts.w1",
                                                    {8, 14336, 4096}) == 2.0 / 8.0);
 }

@@ -57,7 +57,7 @@ double matmul_fraction(const LlamaOptions& o, const MoEOptions* moe, const std::
 }
 
 const bool registered =
-    (register_builder({
+    (register_spec({
          .type = "qwen3",
          .build =
              [](const ModelOptions& o) {
@@ -74,7 +74,7 @@ const bool registered =
                      const ModelOptions& o) { return names_to_hf(ours, dense_names(o.as<Qwen3Options>())); },
          .plans = {{"tp", "configs/plans/qwen3_tp.json"}},
      }),
-     register_builder({
+     register_spec({
          .type = "qwen3_moe",
          .build =
              [](const ModelOptions& o) {

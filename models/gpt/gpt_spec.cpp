@@ -39,7 +39,7 @@ Model build(const ModelOptions& options) {
 }
 
 const bool registered =
-    (register_builder({
+    (register_spec({
          .type = "gpt",
          .build = build,
          // Positions are looked up; wte multiplies as the tied head.

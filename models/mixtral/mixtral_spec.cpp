@@ -17,7 +17,7 @@ Model build(const ModelOptions& options) {
 }
 
 const bool registered =
-    (register_builder({
+    (register_spec({
          .type = "mixtral",
          .build = build,
          // Stacked experts: only top_k of them run per token. An untied embedding is looked up.

@@ -14,7 +14,7 @@ Model build(const ModelOptions& options) {
 }
 
 const bool registered =
-    (register_builder({
+    (register_spec({
          .type = "llama",
          .build = build,
          // An untied embedding is looked up; tied, it multiplies as the head.
