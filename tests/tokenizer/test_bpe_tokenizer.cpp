@@ -1,5 +1,5 @@
 // The byte-level BPE tokenizer on hand-made tokenizer.json files: merges by rank, ignore_merges,
-// added tokens, the prefix space, the template, the pieces of both patterns, errors that name
+// added tokens, the prefix space, the template, the pieces of the three patterns, errors that name
 // the field, invalid UTF-8 round trips, streaming cuts and threads. (Against HF tokenizers
 // itself: test_bpe_hf.cpp.)
 #include <catch2/catch.hpp>
@@ -216,6 +216,23 @@ TEST_CASE("the LLaMA-3 pattern cuts pieces as HF tokenizers does", "[tokenizer]"
   CHECK(pieces(p, "a  \n b") == V{"a", "  \n", " b"});
   CHECK(pieces(p, "中文 é1 ½x") == V{"中文", " é", "1", " ", "½", "x"});
   CHECK(pieces(p, "\u3000a \u00a0b  ") == V{"\u3000a", " ", "\u00a0b", "  "});
+}
+
+TEST_CASE("the Qwen2 pattern cuts pieces as HF tokenizers does", "[tokenizer]") {
+  // LLaMA-3's pattern with \p{N} for \p{N}{1,3}: each digit its own piece.
+  using V = std::vector<std::string>;
+  const auto p = SplitPattern::kQwen2;
+  CHECK(pieces(p, "Hello world's  end\n\n") == V{"Hello", " world", "'s", " ", " end", "\n\n"});
+  CHECK(pieces(p, "DON'T we'LL I'm 12345 ab\r\n\r\nx") == V{"DON", "'T", " we", "'LL", " I", "'m",
+                                                            " ", "1", "2", "3", "4", "5", " ab",
+                                                            "\r\n\r\n", "x"});
+  CHECK(pieces(p, "  \tx\t y (hi) !!\n?") ==
+        V{"  ", "\tx", "\t", " y", " (", "hi", ")", " !!\n", "?"});
+  CHECK(pieces(p, "it'\xC5\xBF 'S") == V{"it", "'\xC5\xBF", " '", "S"});
+  CHECK(pieces(p, "中文 é1 ½x") == V{"中文", " é", "1", " ", "½", "x"});
+  CHECK(pieces(p, "x1y22 3.14 ١٢٣ Ⅻ²") ==
+        V{"x", "1", "y", "2", "2", " ", "3", ".", "1", "4", " ", "١", "٢", "٣", " ", "Ⅻ", "²"});
+  CHECK(pattern_of_regex(kQwen2Regex) == SplitPattern::kQwen2);
 }
 
 TEST_CASE("an invalid UTF-8 byte is a character that is no letter, number or space",
