@@ -1,7 +1,8 @@
-// What is supported is what GPT-2, LLaMA-3 and Qwen2 style tokenizers use: no normalizer; a
-// ByteLevel pre-tokenizer (with its GPT-2 regex) or a Split on the GPT-2 / LLaMA-3 / Qwen2 regex
-// then ByteLevel without regex; a BPE model; ByteLevel and TemplateProcessing post-processors; the
-// ByteLevel decoder. Anything else is an error naming it, rather than ids that differ from HF's.
+// What is supported is what GPT-2, LLaMA-3 and Qwen2 style tokenizers use: no normalizer, or NFC
+// (Qwen2's); a ByteLevel pre-tokenizer (with its GPT-2 regex) or a Split on the GPT-2 / LLaMA-3 /
+// Qwen2 regex then ByteLevel without regex; a BPE model; ByteLevel and TemplateProcessing
+// post-processors; the ByteLevel decoder. Anything else is an error naming it, rather than ids that
+// differ from HF's.
 #include "tokenizer/tokenizer_json.h"
 
 #include <nlohmann/json.hpp>
@@ -108,6 +109,26 @@ void read_pre_tokenizer(const Reader& r, const json& root, TokenizerSpec& spec) 
                 t0, ", ", t1, "]", shape);
   read_split(r, (*list)[0], "pre_tokenizer.pretokenizers[0]", spec);
   read_byte_level(r, (*list)[1], "pre_tokenizer.pretokenizers[1]", true, spec);
+}
+
+// NFC (Qwen2's), or a Sequence of NFCs (NFC twice is NFC once; an empty Sequence is none).
+void read_normalizer(const Reader& r, const json& n, TokenizerSpec& spec) {
+  const char* supported = "; supported: null (GPT-2, LLaMA-3), NFC (Qwen2) or a Sequence of NFC";
+  const std::string type = r.type(n, "normalizer");
+  if (type == "NFC") {
+    spec.normalizer = Normalizer::kNfc;
+    return;
+  }
+  VESCALE_CHECK(type == "Sequence", r.source, ": normalizer type '", type, "' is not supported",
+                supported);
+  const json* list = r.get(n, "normalizers");
+  VESCALE_CHECK(list && list->is_array(), r.source, ": normalizer.normalizers must be a list");
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string path = "normalizer.normalizers[" + std::to_string(i) + "]";
+    const std::string t = r.type((*list)[i], path);
+    VESCALE_CHECK(t == "NFC", r.source, ": ", path, " type '", t, "' is not supported", supported);
+    spec.normalizer = Normalizer::kNfc;
+  }
 }
 
 void read_model(const Reader& r, const json& root, TokenizerSpec& spec) {
@@ -252,13 +273,7 @@ TokenizerSpec parse_tokenizer_json(const std::string& text, const std::string& s
   const Reader r{source};
   TokenizerSpec spec;
   try {
-    if (const json* n = r.get(root, "normalizer")) {
-      const bool empty_sequence = n->is_object() && n->value("type", "") == "Sequence" &&
-                                  n->contains("normalizers") && (*n)["normalizers"].is_array() &&
-                                  (*n)["normalizers"].empty();
-      VESCALE_CHECK(empty_sequence, source, ": normalizer ", n->dump().substr(0, 80),
-                    " is not supported; byte-level tokenizers have none (null)");
-    }
+    if (const json* n = r.get(root, "normalizer")) read_normalizer(r, *n, spec);
     for (const char* key : {"truncation", "padding"})
       VESCALE_CHECK(!r.get(root, key), source, ": ", key,
                     " is set; truncation and padding are not supported (set it to null)");

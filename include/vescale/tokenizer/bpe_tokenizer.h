@@ -6,14 +6,15 @@
 //   std::string text = tok.decode(ids);  // == "In the beginning"
 //
 // Supported: the GPT-2 pre-tokenizer (ByteLevel with its regex, add_prefix_space either way),
-// LLaMA-3's and Qwen2's (Split on its regex, then ByteLevel without regex), the byte-level
-// alphabet, merges in both forms, ignore_merges, added tokens (special or not),
-// TemplateProcessing for add_special_tokens (e.g. LLaMA-3's <|begin_of_text|>), the ByteLevel
-// decoder. Anything else in the file is an error that names the field.
+// LLaMA-3's and Qwen2's (Split on its regex, then ByteLevel without regex), the NFC normalizer
+// (Qwen2's), the byte-level alphabet, merges in both forms, ignore_merges, added tokens (special
+// or not), TemplateProcessing for add_special_tokens (e.g. LLaMA-3's <|begin_of_text|>), the
+// ByteLevel decoder. Anything else in the file is an error that names the field.
 //
 // Any bytes encode, also invalid UTF-8: a byte that does not start a well-formed UTF-8
 // sequence is a character of its own that is neither letter, number nor space (HF cannot take
-// such input at all), so decode(encode(x)) == x for every x when every byte has a token.
+// such input at all), so decode(encode(x)) == x for every x when every byte has a token (NFC(x)
+// under the NFC normalizer).
 //
 // Immutable once built: copies share the tables, and const calls may run on many threads at
 // once (each thread keeps its own cache of pieces already encoded).
