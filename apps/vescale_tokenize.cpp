@@ -25,7 +25,7 @@
 #include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
 #include "vescale/tokenizer/bpe_tokenizer.h"
-#include "vescale/train/byte_tokenizer.h"
+#include "vescale/tokenizer/byte_tokenizer.h"
 #include "vescale/train/token_data.h"
 
 namespace {
@@ -190,12 +190,12 @@ int main(int argc, char** argv) {
   try {
     std::optional<BpeTokenizer> bpe;
     if (!tokenizer_path.empty()) bpe = BpeTokenizer::from_file(tokenizer_path);
-    const int64_t vocab = bpe ? bpe->vocab_size() : vescale::train::ByteTokenizer::kVocabSize;
+    const int64_t vocab = bpe ? bpe->vocab_size() : vescale::tokenizer::ByteTokenizer::kVocabSize;
     auto encode = [&](const std::string& text, bool first, Ids& out) {
       if (bpe)
         bpe->encode_chunk(text, first, out);
       else
-        out = vescale::train::ByteTokenizer::encode(text);
+        out = vescale::tokenizer::ByteTokenizer::encode(text);
     };
     auto cut = [&](const std::string& buf) { return bpe ? bpe->safe_cut(buf) : buf.size(); };
 
