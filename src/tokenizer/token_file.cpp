@@ -3,7 +3,6 @@
 #include "vescale/tokenizer/token_file.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -137,16 +136,19 @@ void split_token_file(const std::string& from, const std::string& to, int64_t n)
   // The tail's bytes as they are: both files have the same width.
   std::vector<char> block(size_t{1} << 20);
   off_t at = static_cast<off_t>(kTokenFileHeaderBytes + (h[2] - n) * width);
+  bool short_read = false;
   for (size_t left = static_cast<size_t>(n) * width; done && left > 0;) {
     const ssize_t got = ::pread(in, block.data(), std::min(left, block.size()), at);
-    done = got > 0 && ::write(out, block.data(), static_cast<size_t>(got)) == got;
-    if (!done) break;
-    at += got;
-    left -= static_cast<size_t>(got);
+    short_read = got <= 0;
+    done = !short_read && ::write(out, block.data(), static_cast<size_t>(got)) == got;
+    at += std::max<ssize_t>(got, 0);
+    left -= static_cast<size_t>(std::max<ssize_t>(got, 0));
   }
   const int err = errno;
   ::close(in);
   done = ::close(out) == 0 && done;
+  VESCALE_CHECK(!short_read, "data: '", from, "' is shorter than the ", h[2],
+                " tokens its header counts; the file is truncated");
   VESCALE_CHECK(done, "data: writing '", to, "' failed: ", std::strerror(err), " (disk full?)");
   truncate_token_file(from, h[2] - n);
 }

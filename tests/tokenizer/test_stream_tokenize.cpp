@@ -193,4 +193,8 @@ TEST_CASE("split_token_file moves the last tokens to a file of the same width", 
   CHECK_THROWS_WITH(split_token_file(all, tail, 4), Contains("at least 4 tokens"));
   CHECK_THROWS_WITH(split_token_file((dir.path / "none.bin").string(), tail, 1),
                     Contains("cannot open"));
+  write_token_file(all, {1, 2, 3, 4, 5});
+  fs::resize_file(all, 1024 + 2 * 3);  // the header says 5 tokens, 3 are there
+  CHECK_THROWS_WITH(split_token_file(all, tail, 4),
+                    Contains("is shorter than the 5 tokens its header counts"));
 }
