@@ -16,8 +16,8 @@
 #include "vescale/common/error_text.h"
 #include "vescale/common/logging.h"
 #include "vescale/generate/generate.h"
+#include "vescale/tokenizer/text_tokenizer.h"
 #include "vescale/train/load_model.h"
-#include "vescale/train/text_tokenizer.h"
 
 namespace {
 
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     if (tokenizer_path.empty() && !hf.empty() &&
         std::filesystem::exists(std::filesystem::path(hf) / "tokenizer.json"))
       tokenizer_path = (std::filesystem::path(hf) / "tokenizer.json").string();
-    const vt::TextTokenizer tok(tokenizer_path);
+    const vescale::tokenizer::TextTokenizer tok(tokenizer_path);
     const int64_t vocab = loaded.config.model.vocab_size();
     VESCALE_CHECK(!prompt_ids.empty() || !tokenizer_path.empty() || vocab == 256, "the model has ",
                   vocab, " tokens and no tokenizer was named (bytes have 256); pass --tokenizer ",

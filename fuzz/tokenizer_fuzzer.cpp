@@ -1,8 +1,9 @@
 // libFuzzer target for the BPE tokenizer: any bytes, read as a tokenizer.json, must load or
-// throw vescale::Error; encoded by three small tokenizers (GPT-2 layout with and without the
-// prefix space, LLaMA-3 layout), they must decode back to themselves (where no prefix space is
-// added) and give the same ids when streamed in chunks cut at safe_cut. A crash, a sanitizer
-// report, an escaping exception or a broken round trip is a finding.
+// throw vescale::Error; encoded by four small tokenizers (GPT-2 layout with and without the
+// prefix space, LLaMA-3 layout, Qwen2 layout with NFC), they must decode back to themselves
+// (to their NFC for Qwen2's; not checked where a prefix space is added) and give the same ids
+// when streamed in chunks cut at safe_cut; and NFC of NFC must change nothing. A crash, a
+// sanitizer report, an escaping exception or a broken round trip is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "tiny_tokenizer.h"
+#include "tokenizer/nfc.h"
 #include "vescale/common/check.h"
 #include "vescale/tokenizer/bpe_tokenizer.h"
 
@@ -22,7 +24,7 @@ using vescale::tokenizer::BpeTokenizer;
 const BpeTokenizer& tokenizer(int k) {
   static const auto all = [] {
     std::vector<std::unique_ptr<BpeTokenizer>> t;
-    for (auto layout : {Layout::kGpt2, Layout::kGpt2Prefix, Layout::kLlama3}) {
+    for (auto layout : {Layout::kGpt2, Layout::kGpt2Prefix, Layout::kLlama3, Layout::kQwen2}) {
       auto j = vescale::testing::tiny_tokenizer(layout,
                                                 {{" ", "t"},
                                                  {"h", "e"},
@@ -51,10 +53,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)BpeTokenizer::from_json(x, "fuzz.json");
   } catch (const vescale::Error&) {
   }
-  for (int k = 0; k < 3; ++k) {
+  std::string nfc_x = x, again;
+  vescale::tokenizer::nfc::normalize(x, nfc_x);
+  if (vescale::tokenizer::nfc::normalize(nfc_x, again) && again != nfc_x) std::abort();
+  for (int k = 0; k < 4; ++k) {
     const BpeTokenizer& tok = tokenizer(k);
     const std::vector<int64_t> ids = tok.encode(x);
-    if (k != 1 && tok.decode(ids) != x) std::abort();
+    if (k != 1 && tok.decode(ids) != (k == 3 ? nfc_x : x)) std::abort();
     std::vector<int64_t> streamed;
     std::string_view rest = x;
     for (bool first = true; !rest.empty(); first = false) {

@@ -1,8 +1,9 @@
-// The pipeline of HF's TokenizerImpl::encode for byte-level BPE: split out the added tokens
-// (the non-normalized ones first, then the normalized ones), give each remaining text segment
-// ByteLevel's prefix space, cut it into pieces with the pre-tokenizer, and BPE-encode each
-// piece on its raw bytes (the byte-level alphabet is a bijection, so the model never needs the
-// mapped strings). Decode is the ByteLevel decoder: each token's bytes, concatenated.
+// The pipeline of HF's TokenizerImpl::encode for byte-level BPE: split out the non-normalized
+// added tokens, normalize each segment between them (NFC, if the file says so), split out the
+// normalized added tokens, give each remaining text segment ByteLevel's prefix space, cut it into
+// pieces with the pre-tokenizer, and BPE-encode each piece on its raw bytes (the byte-level
+// alphabet is a bijection, so the model never needs the mapped strings). Decode is the ByteLevel
+// decoder: each token's bytes, concatenated.
 #include "vescale/tokenizer/bpe_tokenizer.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/nfc.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer_json.h"
 #include "vescale/common/check.h"
@@ -30,6 +32,7 @@ struct BpeTokenizer::Impl {
   uint64_t uid;  // keys the per-thread caches
   BpeModel model;
   SplitPattern pattern;
+  Normalizer normalizer;
   bool add_prefix_space;
   AddedTokenMatcher exact, normalized;  // added tokens by HF's two passes
   std::vector<int64_t> prefix_ids, suffix_ids;
@@ -67,12 +70,23 @@ std::string& segment_buffer() {
   return buffer;
 }
 
+// A segment normalized.
+std::string& normalized_buffer() {
+  thread_local std::string buffer;
+  return buffer;
+}
+
+bool all_ascii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<uint8_t>(c) < 0x80; });
+}
+
 }  // namespace
 
 BpeTokenizer::Impl::Impl(const TokenizerSpec& spec, const std::string& source)
     : uid(next_uid++),
       model(spec.model, source),
       pattern(spec.pattern),
+      normalizer(spec.normalizer),
       add_prefix_space(spec.add_prefix_space),
       prefix_ids(spec.prefix_ids),
       suffix_ids(spec.suffix_ids) {
@@ -103,7 +117,12 @@ BpeTokenizer::Impl::Impl(const TokenizerSpec& spec, const std::string& source)
     set_bytes(a.id, a.content);
     special[a.id] = a.special;
     token_ids[a.content] = a.id;
-    (a.normalized ? normalized : exact).add(a.content, static_cast<int32_t>(a.id));
+    // HF matches a normalized token's normalized content in the normalized text.
+    std::string nfc_content;
+    if (a.normalized && normalizer == Normalizer::kNfc && nfc::normalize(a.content, nfc_content))
+      normalized.add(nfc_content, static_cast<int32_t>(a.id));
+    else
+      (a.normalized ? normalized : exact).add(a.content, static_cast<int32_t>(a.id));
   }
   for (int64_t id : prefix_ids)
     VESCALE_CHECK(spans[id].second >= 0, source, ": post_processor's template adds id ", id,
@@ -135,8 +154,10 @@ void BpeTokenizer::Impl::encode(std::string_view text, bool prefix_space_first,
                                 std::vector<int64_t>& out) const {
   BpeScratch& s = scratch_for(uid);
   bool first = true;
-  // Pass 2: the normalized added tokens inside a segment the first pass left.
+  // Pass 2: the normalized added tokens inside a segment the first pass left, normalized.
   auto inner = [&](std::string_view seg) {
+    std::string& nbuf = normalized_buffer();
+    if (normalizer == Normalizer::kNfc && nfc::normalize(seg, nbuf)) seg = nbuf;
     for (size_t p = 0; p < seg.size();) {
       const auto m = normalized.find(seg, p);
       const size_t end = m.pos == std::string_view::npos ? seg.size() : m.pos;
@@ -191,9 +212,13 @@ size_t BpeTokenizer::safe_cut(std::string_view text) const {
       std::max({size_t{2}, impl_->exact.max_length(), impl_->normalized.max_length()});
   if (text.size() <= margin + 2) return 0;
   const auto* t = reinterpret_cast<const uint8_t*>(text.data());
+  // Normalization can make a normalized added token appear over a cut that the raw text has no
+  // token over; around ASCII it changes nothing, so there the raw text's check holds.
+  const bool ascii_only = impl_->normalizer != Normalizer::kNone && !impl_->normalized.empty();
   for (size_t b = text.size() - margin; b >= 2; --b) {
     if (!is_safe_cut(impl_->pattern, t, text.size(), b)) continue;
     if (impl_->exact.touches(text, b) || impl_->normalized.touches(text, b)) continue;
+    if (ascii_only && !all_ascii(text.substr(b < margin ? 0 : b - margin, 2 * margin))) continue;
     return b;
   }
   return 0;

@@ -17,6 +17,7 @@ using unicode::kSpace;
 std::optional<SplitPattern> pattern_of_regex(std::string_view regex) {
   if (regex == kGpt2Regex) return SplitPattern::kGpt2;
   if (regex == kLlama3Regex) return SplitPattern::kLlama3;
+  if (regex == kQwen2Regex) return SplitPattern::kQwen2;
   return std::nullopt;
 }
 
@@ -92,7 +93,8 @@ size_t next_gpt2(const uint8_t* t, size_t n, size_t p) {
 
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
 // \s*[\r\n]+|\s+(?!\S)|\s+
-size_t next_llama3(const uint8_t* t, size_t n, size_t p) {
+// and Qwen2's, the same with \p{N} for \p{N}{1,3}: digits at most `max_digits` to a piece.
+size_t next_llama3(const uint8_t* t, size_t n, size_t p, int max_digits) {
   if (t[p] == '\'') {
     if (size_t e = contraction(t, n, p, true)) return e;
   }
@@ -102,7 +104,7 @@ size_t next_llama3(const uint8_t* t, size_t n, size_t p) {
     return run_end(t, n, p + c.len, kLetter);  // one non-letter, non-number prefix
   if (c.cls == kNumber) {
     size_t q = p + c.len;
-    for (int k = 1; k < 3 && q < n; ++k) {
+    for (int k = 1; k < max_digits && q < n; ++k) {
       const auto d = char_at(t + q, t + n);
       if (d.cls != kNumber) break;
       q += d.len;
@@ -133,7 +135,9 @@ size_t next_piece(SplitPattern pattern, const uint8_t* text, size_t n, size_t po
     case SplitPattern::kGpt2:
       return next_gpt2(text, n, pos);
     case SplitPattern::kLlama3:
-      return next_llama3(text, n, pos);
+      return next_llama3(text, n, pos, 3);
+    case SplitPattern::kQwen2:
+      return next_llama3(text, n, pos, 1);
     case SplitPattern::kNone:
       break;
   }
@@ -142,13 +146,14 @@ size_t next_piece(SplitPattern pattern, const uint8_t* text, size_t n, size_t po
 
 // Two kinds of cut, each a boundary of the whole text's pieces whose left piece needs nothing
 // past the cut to be matched:
-//  - after a newline that follows a non-space and precedes a non-space ("x\n|y"): the "\n" is a
-//    piece of its own in both patterns (for LLaMA-3 the non-space before it is not needed);
+//  - after a newline that follows a non-space and precedes a non-space ("x\n|y"): the "\n" ends
+//    a piece in every pattern (for LLaMA-3 and Qwen2 the non-space before it is not needed:
+//    their pieces end after a newline run);
 //  - between a letter and a space before a letter ("x| y"): the letter run ends at the space.
 bool is_safe_cut(SplitPattern pattern, const uint8_t* t, size_t n, size_t b) {
   if (pattern == SplitPattern::kNone || b < 2 || b + 2 > n) return false;
   if (t[b - 1] == '\n' && ascii_non_space(t[b]) &&
-      (pattern == SplitPattern::kLlama3 || ascii_non_space(t[b - 2])))
+      (pattern != SplitPattern::kGpt2 || ascii_non_space(t[b - 2])))
     return true;
   return ascii_letter(t[b - 1]) && t[b] == ' ' && ascii_letter(t[b + 1]);
 }

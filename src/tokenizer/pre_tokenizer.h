@@ -1,5 +1,6 @@
-// The pre-tokenizers: the GPT-2 and LLaMA-3 split regexes as hand-written matchers (no regex
-// engine), giving the same pieces as Oniguruma's leftmost-first matching does in HF tokenizers.
+// The pre-tokenizers: the GPT-2, LLaMA-3 and Qwen2 split regexes as hand-written matchers (no
+// regex engine), giving the same pieces as Oniguruma's leftmost-first matching does in HF
+// tokenizers.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,12 +13,15 @@ enum class SplitPattern {
   kNone,    // ByteLevel(use_regex: false) alone: the whole text is one piece
   kGpt2,    // ByteLevel(use_regex: true), or Split(kGpt2Regex)
   kLlama3,  // Split(kLlama3Regex)
+  kQwen2,   // Split(kQwen2Regex): LLaMA-3's with single digits (Qwen2, Qwen2.5, Qwen3)
 };
 
 inline constexpr std::string_view kGpt2Regex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 inline constexpr std::string_view kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // The pattern a Split pre-tokenizer's regex spells, if it is one we implement.
 std::optional<SplitPattern> pattern_of_regex(std::string_view regex);

@@ -1,7 +1,8 @@
-// What is supported is what GPT-2 and LLaMA-3 style tokenizers use: no normalizer; a ByteLevel
-// pre-tokenizer (with its GPT-2 regex) or a Split on the GPT-2 / LLaMA-3 regex then ByteLevel
-// without regex; a BPE model; ByteLevel and TemplateProcessing post-processors; the ByteLevel
-// decoder. Anything else is an error naming it, rather than ids that differ from HF's.
+// What is supported is what GPT-2, LLaMA-3 and Qwen2 style tokenizers use: no normalizer, or NFC
+// (Qwen2's); a ByteLevel pre-tokenizer (with its GPT-2 regex) or a Split on the GPT-2 / LLaMA-3 /
+// Qwen2 regex then ByteLevel without regex; a BPE model; ByteLevel and TemplateProcessing
+// post-processors; the ByteLevel decoder. Anything else is an error naming it, rather than ids that
+// differ from HF's.
 #include "tokenizer/tokenizer_json.h"
 
 #include <nlohmann/json.hpp>
@@ -55,7 +56,7 @@ void read_byte_level(const Reader& r, const json& pt, const std::string& path, b
   if (after_split) {
     VESCALE_CHECK(!use_regex, r.source, ": ", path,
                   ".use_regex is true after a Split; only ByteLevel(use_regex: false) may follow "
-                  "a Split (the LLaMA-3 layout)");
+                  "a Split (the LLaMA-3 and Qwen2 layout)");
     VESCALE_CHECK(!spec.add_prefix_space, r.source, ": ", path,
                   ".add_prefix_space is true after a Split, which would put a space before every "
                   "piece; this is not supported (set it to false)");
@@ -68,12 +69,13 @@ void read_split(const Reader& r, const json& pt, const std::string& path, Tokeni
   const json& pattern = r.object(pt, path, "pattern");
   const json* regex = r.get(pattern, "Regex");
   VESCALE_CHECK(regex && regex->is_string(), r.source, ": ", path,
-                ".pattern must be {\"Regex\": ...} with the GPT-2 or LLaMA-3 regex, not ",
+                ".pattern must be {\"Regex\": ...} with the GPT-2, LLaMA-3 or Qwen2 regex, not ",
                 pattern.dump());
   const auto p = pattern_of_regex(regex->get<std::string>());
   VESCALE_CHECK(p.has_value(), r.source, ": ", path, ".pattern.Regex ", regex->dump(),
                 " is not supported: only the GPT-2 regex ", json(std::string(kGpt2Regex)).dump(),
-                " and the LLaMA-3 regex ", json(std::string(kLlama3Regex)).dump(),
+                ", the LLaMA-3 regex ", json(std::string(kLlama3Regex)).dump(),
+                " and the Qwen2 regex ", json(std::string(kQwen2Regex)).dump(),
                 " have matchers (there is no general regex engine)");
   const std::string behavior = r.string(pt, path, "behavior");
   VESCALE_CHECK(behavior == "Isolated", r.source, ": ", path, ".behavior '", behavior,
@@ -86,8 +88,8 @@ void read_split(const Reader& r, const json& pt, const std::string& path, Tokeni
 void read_pre_tokenizer(const Reader& r, const json& root, TokenizerSpec& spec) {
   const json* pt = r.get(root, "pre_tokenizer");
   VESCALE_CHECK(pt, r.source,
-                ": pre_tokenizer is null; only byte-level tokenizers (GPT-2 or "
-                "LLaMA-3 style, with a ByteLevel pre_tokenizer) are supported");
+                ": pre_tokenizer is null; only byte-level tokenizers (GPT-2, LLaMA-3 or "
+                "Qwen2 style, with a ByteLevel pre_tokenizer) are supported");
   const std::string type = r.type(*pt, "pre_tokenizer");
   if (type == "ByteLevel") return read_byte_level(r, *pt, "pre_tokenizer", false, spec);
   VESCALE_CHECK(type == "Sequence", r.source, ": pre_tokenizer type '", type,
@@ -95,7 +97,7 @@ void read_pre_tokenizer(const Reader& r, const json& root, TokenizerSpec& spec) 
   const json* list = r.get(*pt, "pretokenizers");
   VESCALE_CHECK(list && list->is_array(), r.source, ": pre_tokenizer.pretokenizers must be a list");
   const std::string shape =
-      "; supported: Sequence[Split(GPT-2 or LLaMA-3 regex, Isolated), "
+      "; supported: Sequence[Split(GPT-2, LLaMA-3 or Qwen2 regex, Isolated), "
       "ByteLevel(use_regex: false)] or Sequence[ByteLevel]";
   if (list->size() == 1 && r.type((*list)[0], "pre_tokenizer.pretokenizers[0]") == "ByteLevel")
     return read_byte_level(r, (*list)[0], "pre_tokenizer.pretokenizers[0]", false, spec);
@@ -107,6 +109,26 @@ void read_pre_tokenizer(const Reader& r, const json& root, TokenizerSpec& spec) 
                 t0, ", ", t1, "]", shape);
   read_split(r, (*list)[0], "pre_tokenizer.pretokenizers[0]", spec);
   read_byte_level(r, (*list)[1], "pre_tokenizer.pretokenizers[1]", true, spec);
+}
+
+// NFC (Qwen2's), or a Sequence of NFCs (NFC twice is NFC once; an empty Sequence is none).
+void read_normalizer(const Reader& r, const json& n, TokenizerSpec& spec) {
+  const char* supported = "; supported: null (GPT-2, LLaMA-3), NFC (Qwen2) or a Sequence of NFC";
+  const std::string type = r.type(n, "normalizer");
+  if (type == "NFC") {
+    spec.normalizer = Normalizer::kNfc;
+    return;
+  }
+  VESCALE_CHECK(type == "Sequence", r.source, ": normalizer type '", type, "' is not supported",
+                supported);
+  const json* list = r.get(n, "normalizers");
+  VESCALE_CHECK(list && list->is_array(), r.source, ": normalizer.normalizers must be a list");
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string path = "normalizer.normalizers[" + std::to_string(i) + "]";
+    const std::string t = r.type((*list)[i], path);
+    VESCALE_CHECK(t == "NFC", r.source, ": ", path, " type '", t, "' is not supported", supported);
+    spec.normalizer = Normalizer::kNfc;
+  }
 }
 
 void read_model(const Reader& r, const json& root, TokenizerSpec& spec) {
@@ -251,13 +273,7 @@ TokenizerSpec parse_tokenizer_json(const std::string& text, const std::string& s
   const Reader r{source};
   TokenizerSpec spec;
   try {
-    if (const json* n = r.get(root, "normalizer")) {
-      const bool empty_sequence = n->is_object() && n->value("type", "") == "Sequence" &&
-                                  n->contains("normalizers") && (*n)["normalizers"].is_array() &&
-                                  (*n)["normalizers"].empty();
-      VESCALE_CHECK(empty_sequence, source, ": normalizer ", n->dump().substr(0, 80),
-                    " is not supported; byte-level tokenizers have none (null)");
-    }
+    if (const json* n = r.get(root, "normalizer")) read_normalizer(r, *n, spec);
     for (const char* key : {"truncation", "padding"})
       VESCALE_CHECK(!r.get(root, key), source, ": ", key,
                     " is set; truncation and padding are not supported (set it to null)");

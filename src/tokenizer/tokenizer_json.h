@@ -17,8 +17,12 @@ struct AddedTokenSpec {
   bool normalized = false;  // HF matches these after the non-normalized ones
 };
 
+// The normalizer, run on each text segment between the non-normalized added tokens.
+enum class Normalizer { kNone, kNfc };
+
 struct TokenizerSpec {
   BpeModelSpec model;
+  Normalizer normalizer = Normalizer::kNone;
   SplitPattern pattern = SplitPattern::kNone;
   bool add_prefix_space = false;  // ByteLevel's: a space before each text segment
   std::vector<AddedTokenSpec> added_tokens;

@@ -13,9 +13,9 @@
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
+#include "vescale/tokenizer/text_tokenizer.h"
 #include "vescale/train/config.h"
 #include "vescale/train/hf_weights.h"
-#include "vescale/train/text_tokenizer.h"
 
 namespace vescale::train {
 
@@ -104,7 +104,7 @@ std::vector<std::string> write_tokenizer_files(const fs::path& out, const Config
     std::ifstream in(path);
     const json tok = json::parse(in);
     const auto [eos, bos] = special_tokens(tok);
-    const TextTokenizer ours(path);
+    const tokenizer::TextTokenizer ours(path);
     json tc{{"tokenizer_class", "PreTrainedTokenizerFast"},
             {"model_max_length", cfg.model.options->max_seq_len()},
             {"clean_up_tokenization_spaces", false}};

@@ -9,9 +9,9 @@
 
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/plan/plan.h"
+#include "vescale/tokenizer/text_tokenizer.h"
 #include "vescale/train/config.h"
 #include "vescale/train/model_factory.h"
-#include "vescale/train/text_tokenizer.h"
 #include "vescale/train/trainer.h"
 
 namespace vescale::train {
@@ -19,7 +19,7 @@ namespace vescale::train {
 // train.sample_every's single-process copy of the model on rank 0, and the tokenizer.
 struct Trainer::Sampler {
   Model model;
-  TextTokenizer tokenizer;
+  vescale::tokenizer::TextTokenizer tokenizer;
 };
 
 // An exception's message without libtorch's C++ stack (kept at --log-level debug).

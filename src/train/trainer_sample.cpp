@@ -10,10 +10,10 @@
 #include "vescale/parallel/sharded_parameters.h"
 #include "vescale/random/torch_generator.h"
 #include "vescale/generate/generate.h"
+#include "vescale/tokenizer/text_tokenizer.h"
 #include "vescale/train/load_model.h"
 #include "vescale/train/gradient_sync.h"
 #include "vescale/train/metrics_logger.h"
-#include "vescale/train/text_tokenizer.h"
 #include "train/trainer_internal.h"
 
 namespace vescale::train {
@@ -39,7 +39,7 @@ void Trainer::print_sample(int64_t step) {
     // dropout and resumes see the stream they would without samples.
     const at::Tensor rng = random::cpu_generator_state();
     sampler_ = std::make_unique<Sampler>(
-        Sampler{build_model(config_.model), TextTokenizer(config_.data.tokenizer)});
+        Sampler{build_model(config_.model), tokenizer::TextTokenizer(config_.data.tokenizer)});
     random::set_cpu_generator_state(rng);
     sampler_->model.module->to(at::Device(place_.device));
   }

@@ -11,8 +11,8 @@
 #include <vescale/plan/parallelize.h>
 #include <vescale/plan/plan.h>
 #include <vescale/random/random.h>
+#include <vescale/tokenizer/token_file.h>
 #include <vescale/train/config.h>
-#include <vescale/train/token_data.h>
 #include <vescale/train/trainer.h>
 #include <vescale/vescale.h>
 
@@ -81,7 +81,7 @@ int main() {
   const std::string data = "tokens_" + std::to_string(rank) + ".bin";
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < 4096; ++i) ids.push_back((i * 7) % 61);
-  train::write_token_file(data, ids);
+  tokenizer::write_token_file(data, ids);
   const std::string config = R"({
     "model": {"type": "llama", "vocab_size": 64, "dim": 32, "n_layers": 2, "n_heads": 4,
               "n_kv_heads": 2, "ffn_dim": 64, "max_seq_len": 16},

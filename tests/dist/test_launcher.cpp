@@ -17,7 +17,7 @@
 
 #include "common/run_command.h"
 #include "vescale/common/check.h"
-#include "vescale/train/byte_tokenizer.h"
+#include "vescale/tokenizer/byte_tokenizer.h"
 #include "vescale/train/token_data.h"
 
 namespace {
@@ -403,8 +403,8 @@ TEST_CASE("vescale-tokenize writes train and val shards of bytes", "[launcher]")
   std::vector<int64_t> all(text.size());
   train.copy(0, train.size(), all.data());
   val.copy(0, val.size(), all.data() + train.size());
-  CHECK(vescale::train::ByteTokenizer::decode(all) == text);
-  CHECK_THROWS_WITH(vescale::train::ByteTokenizer::decode({300}),
+  CHECK(vescale::tokenizer::ByteTokenizer::decode(all) == text);
+  CHECK_THROWS_WITH(vescale::tokenizer::ByteTokenizer::decode({300}),
                     Contains("token 300 at position 0 is not a byte"));
   r = run(TOKENIZE + " --input /nonexistent.txt --output " + prefix);
   CHECK(r.code != 0);

@@ -1,7 +1,7 @@
 // The byte-level BPE tokenizer on hand-made tokenizer.json files: merges by rank, ignore_merges,
-// added tokens, the prefix space, the template, the pieces of both patterns, errors that name
-// the field, invalid UTF-8 round trips, streaming cuts and threads. (Against HF tokenizers
-// itself: test_bpe_hf.cpp.)
+// added tokens, the prefix space, the template, the pieces of the three patterns, the NFC
+// normalizer, errors that name the field, invalid UTF-8 round trips, streaming cuts and threads.
+// (Against HF tokenizers itself: test_bpe_hf.cpp.)
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -218,6 +218,51 @@ TEST_CASE("the LLaMA-3 pattern cuts pieces as HF tokenizers does", "[tokenizer]"
   CHECK(pieces(p, "\u3000a \u00a0b  ") == V{"\u3000a", " ", "\u00a0b", "  "});
 }
 
+TEST_CASE("the Qwen2 pattern cuts pieces as HF tokenizers does", "[tokenizer]") {
+  // LLaMA-3's pattern with \p{N} for \p{N}{1,3}: each digit its own piece.
+  using V = std::vector<std::string>;
+  const auto p = SplitPattern::kQwen2;
+  CHECK(pieces(p, "Hello world's  end\n\n") == V{"Hello", " world", "'s", " ", " end", "\n\n"});
+  CHECK(pieces(p, "DON'T we'LL I'm 12345 ab\r\n\r\nx") == V{"DON", "'T", " we", "'LL", " I", "'m",
+                                                            " ", "1", "2", "3", "4", "5", " ab",
+                                                            "\r\n\r\n", "x"});
+  CHECK(pieces(p, "  \tx\t y (hi) !!\n?") ==
+        V{"  ", "\tx", "\t", " y", " (", "hi", ")", " !!\n", "?"});
+  CHECK(pieces(p, "it'\xC5\xBF 'S") == V{"it", "'\xC5\xBF", " '", "S"});
+  CHECK(pieces(p, "中文 é1 ½x") == V{"中文", " é", "1", " ", "½", "x"});
+  CHECK(pieces(p, "x1y22 3.14 ١٢٣ Ⅻ²") ==
+        V{"x", "1", "y", "2", "2", " ", "3", ".", "1", "4", " ", "١", "٢", "٣", " ", "Ⅻ", "²"});
+  CHECK(pattern_of_regex(kQwen2Regex) == SplitPattern::kQwen2);
+}
+
+TEST_CASE("the NFC normalizer runs between the non-normalized added tokens", "[tokenizer]") {
+  auto j = tiny_tokenizer(Layout::kQwen2, {});
+  const int64_t raw = add_token(j, "x\u0301", true, false);    // matched in the text as given
+  const int64_t norm = add_token(j, "e\u0301!", false, true);  // matched as its NFC, "\u00e9!"
+  auto tok = load(j);
+  const Ids e_acute = {0xC3, 0xA9};  // U+00E9's two bytes
+  CHECK(tok.encode("e\u0301") == e_acute);
+  CHECK(tok.encode("\u00e9") == e_acute);
+  CHECK(tok.encode("x\u0301") == Ids{raw});  // NFC would make it one character, U+0078 U+0301
+  CHECK(tok.encode("\u00e9!") == Ids{norm});
+  CHECK(tok.encode("e\u0301!") == Ids{norm});
+  // Marks in canonical order (dot below, class 220, before circumflex, 230), then composed:
+  // a + U+0323 + U+0302 is U+1EAD, whichever order the marks come in.
+  CHECK(tok.decode(tok.encode("a\u0302\u0323")) == "\u1ead");
+  CHECK(tok.decode(tok.encode("a\u0323\u0302")) == "\u1ead");
+  CHECK(tok.decode(tok.encode("\u1100\u1161\u11a8")) == "\uac01");  // Hangul L V T
+  CHECK(tok.decode(tok.encode("\u212b")) == "\u00c5");              // a singleton: Angstrom sign
+  // Invalid UTF-8 passes through.
+  CHECK(tok.decode(tok.encode("\xFF"
+                              "e\u0301\xC3")) == "\xFF\u00e9\xC3");
+  // A Sequence of NFC is NFC; another normalizer is an error naming where it is.
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}};
+  CHECK(load(j).encode("e\u0301") == e_acute);
+  j["normalizer"]["normalizers"].push_back({{"type", "Lowercase"}});
+  CHECK_THROWS_WITH(load(j),
+                    Contains("normalizer.normalizers[1] type 'Lowercase' is not supported"));
+}
+
 TEST_CASE("an invalid UTF-8 byte is a character that is no letter, number or space",
           "[tokenizer]") {
   using V = std::vector<std::string>;
@@ -282,7 +327,7 @@ TEST_CASE("errors name the file's field and what is supported", "[tokenizer]") {
   j["model"]["dropout"] = 0.1;
   fails(j, "model.dropout");
   j = base;
-  j["normalizer"] = {{"type", "NFC"}};
+  j["normalizer"] = {{"type", "NFKC"}};  // NFC is supported (Qwen2's); NFKC is not
   fails(j, "normalizer");
   j = base;
   j["pre_tokenizer"] = {{"type", "Whitespace"}};
@@ -351,6 +396,36 @@ TEST_CASE("streaming: chunks cut at safe_cut encode to the whole text's ids", "[
   auto tok = load(tiny_tokenizer(Layout::kGpt2, {}));
   CHECK(tok.safe_cut(std::string(100, ' ')) == 0);
   CHECK(tok.safe_cut("ab") == 0);
+}
+
+TEST_CASE("streaming under NFC: no cut splits what normalization joins", "[tokenizer]") {
+  // "e\u0301\n|x" is a cut in the raw text, but after NFC the normalized added token "\u00e9\nx"
+  // spans it: cuts near non-ASCII text are not taken while normalized added tokens exist.
+  std::mt19937 rng(5);
+  const char* words[] = {"the", " ",    "\n",         "e\u0301\nx", "a\u0302\u0323", "12345",
+                         "\t",  "中文", "<|im_end|>", "DON'T",      "\u212b",        " x"};
+  std::string text;
+  for (int i = 0; i < 20000; ++i) text += words[rng() % (sizeof(words) / sizeof(words[0]))];
+  auto j = tiny_tokenizer(Layout::kQwen2, {{" ", " "}, {"t", "h"}, {"th", "e"}});
+  add_token(j, "<|im_end|>", true, false);
+  const int64_t joined = add_token(j, "\u00e9\nx", false, true);
+  auto tok = load(j);
+  const Ids whole = tok.encode(text);
+  CHECK(std::count(whole.begin(), whole.end(), joined) > 100);
+  for (size_t buffer : {64, 1000}) {
+    Ids streamed;
+    std::string_view rest = text;
+    int chunks = 0;
+    for (bool first = true; !rest.empty(); first = false, ++chunks) {
+      size_t cut = 0;
+      for (size_t take = buffer; cut == 0; take *= 2)
+        cut = take >= rest.size() ? rest.size() : tok.safe_cut(rest.substr(0, take));
+      tok.encode_chunk(rest.substr(0, cut), first, streamed);
+      rest.remove_prefix(cut);
+    }
+    CHECK(chunks > 10);
+    CHECK(streamed == whole);
+  }
 }
 
 TEST_CASE("several threads encode with one tokenizer", "[tokenizer]") {

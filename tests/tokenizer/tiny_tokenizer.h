@@ -12,7 +12,7 @@
 
 namespace vescale::testing {
 
-enum class Layout { kGpt2, kGpt2Prefix, kLlama3 };
+enum class Layout { kGpt2, kGpt2Prefix, kLlama3, kQwen2 };  // kQwen2: with the NFC normalizer
 
 // merges as raw byte strings: {"a", "b"} makes token "ab" (id 256 + its index).
 inline nlohmann::json tiny_tokenizer(Layout layout,
@@ -31,13 +31,15 @@ inline nlohmann::json tiny_tokenizer(Layout layout,
   json byte_level = {{"type", "ByteLevel"},
                      {"add_prefix_space", layout == Layout::kGpt2Prefix},
                      {"trim_offsets", true},
-                     {"use_regex", layout != Layout::kLlama3}};
+                     {"use_regex", layout == Layout::kGpt2 || layout == Layout::kGpt2Prefix}};
   json pre = byte_level;
-  if (layout == Layout::kLlama3)
+  if (layout == Layout::kLlama3 || layout == Layout::kQwen2)
     pre = {{"type", "Sequence"},
            {"pretokenizers",
             {{{"type", "Split"},
-              {"pattern", {{"Regex", std::string(tokenizer::kLlama3Regex)}}},
+              {"pattern",
+               {{"Regex", std::string(layout == Layout::kLlama3 ? tokenizer::kLlama3Regex
+                                                                : tokenizer::kQwen2Regex)}}},
               {"behavior", "Isolated"},
               {"invert", false}},
              byte_level}}};
@@ -45,7 +47,7 @@ inline nlohmann::json tiny_tokenizer(Layout layout,
           {"truncation", nullptr},
           {"padding", nullptr},
           {"added_tokens", json::array()},
-          {"normalizer", nullptr},
+          {"normalizer", layout == Layout::kQwen2 ? json{{"type", "NFC"}} : json(nullptr)},
           {"pre_tokenizer", pre},
           {"post_processor", {{"type", "ByteLevel"}}},
           {"decoder", {{"type", "ByteLevel"}}},

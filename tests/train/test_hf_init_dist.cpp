@@ -17,7 +17,7 @@
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/dist/world.h"
 #include "vescale/mesh/device_mesh.h"
-#include "vescale/train/token_data.h"
+#include "vescale/tokenizer/token_file.h"
 #include "vescale/train/trainer.h"
 
 using namespace vescale;
@@ -34,7 +34,7 @@ std::string token_file() {
   std::vector<int64_t> tokens(4096);
   for (size_t i = 0; i < tokens.size(); ++i)
     tokens[i] = static_cast<int64_t>((i * 7 + i / 13) % 96);
-  write_token_file(path.string(), tokens);
+  tokenizer::write_token_file(path.string(), tokens);
   return path.string();
 }
 

@@ -14,7 +14,7 @@
 
 #include "common/run_command.h"
 #include "vescale/dist/launcher.h"
-#include "vescale/train/token_data.h"
+#include "vescale/tokenizer/token_file.h"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -87,7 +87,7 @@ TEST_CASE("token ids past model.vocab_size stop the run at their batch, naming t
   const std::string dir = scratch("oov");
   // GPT-2-sized ids (uint16) fed to a 256-token model.
   const std::string oov = dir + "/oov.bin";
-  vescale::train::write_token_file(oov, std::vector<int64_t>(4000, 65000));
+  vescale::tokenizer::write_token_file(oov, std::vector<int64_t>(4000, 65000));
   const std::string args = CONFIG + TINY + " --set train.steps=3 --set data.train=" + oov;
   for (const std::string& launch : {std::string(), std::string(" --nproc-per-node 2"), TP2}) {
     INFO("launch:" << launch);
@@ -107,7 +107,7 @@ TEST_CASE("token ids past model.vocab_size stop the run at their batch, naming t
   for (size_t i = 0; i < mixed.size(); ++i)
     mixed[i] = i % 50 == 7 ? 300 : static_cast<int64_t>(i % 256);
   const std::string some = dir + "/some_oov.bin";
-  vescale::train::write_token_file(some, mixed);
+  vescale::tokenizer::write_token_file(some, mixed);
   auto r =
       run_command(TRAIN + TP2 + CONFIG + TINY + " --set train.steps=3 --set data.train=" + some);
   INFO(r.out << r.err);
@@ -465,7 +465,7 @@ TEST_CASE(
   std::vector<int64_t> tokens(4000);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i % 200);
   tokens[1500] = 700;
-  vescale::train::write_token_file(dir + "/val.bin", tokens);
+  vescale::tokenizer::write_token_file(dir + "/val.bin", tokens);
   const std::string data =
       " --set data.train=builtin:corpus_train.bin --set data.val=" + dir + "/val.bin";
   auto r = run_command(TRAIN + CONFIG + TINY + data +

@@ -12,12 +12,16 @@
 #include <set>
 
 #include "vescale/common/check.h"
+#include "vescale/tokenizer/token_file.h"
 #include "vescale/train/config.h"
 #include "vescale/train/token_data.h"
 #include "vescale/train/trainer.h"
 
 using namespace vescale::train;
 using Catch::Matchers::Contains;
+using vescale::tokenizer::TokenFileWriter;  // the writers: tokenizer/token_file.h
+using vescale::tokenizer::truncate_token_file;
+using vescale::tokenizer::write_token_file;
 
 namespace {
 std::string tmp(const std::string& name) {

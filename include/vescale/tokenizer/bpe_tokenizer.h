@@ -1,19 +1,20 @@
-// A byte-level BPE tokenizer that reads Hugging Face's tokenizer.json (GPT-2 and LLaMA-3 style)
-// and gives the ids HF `tokenizers` gives (docs/tokenizer.md).
+// A byte-level BPE tokenizer that reads Hugging Face's tokenizer.json (GPT-2, LLaMA-3 and Qwen2
+// style) and gives the ids HF `tokenizers` gives (docs/tokenizer.md).
 //
 //   auto tok = vescale::tokenizer::BpeTokenizer::from_file("data/tokenizer_bpe2048.json");
 //   std::vector<int64_t> ids = tok.encode("In the beginning");
 //   std::string text = tok.decode(ids);  // == "In the beginning"
 //
-// Supported: the GPT-2 pre-tokenizer (ByteLevel with its regex, add_prefix_space either way)
-// and LLaMA-3's (Split on its regex, then ByteLevel without regex), the byte-level alphabet,
-// merges in both forms, ignore_merges, added tokens (special or not), TemplateProcessing for
-// add_special_tokens (e.g. LLaMA-3's <|begin_of_text|>), the ByteLevel decoder. Anything else
-// in the file is an error that names the field.
+// Supported: the GPT-2 pre-tokenizer (ByteLevel with its regex, add_prefix_space either way),
+// LLaMA-3's and Qwen2's (Split on its regex, then ByteLevel without regex), the NFC normalizer
+// (Qwen2's), the byte-level alphabet, merges in both forms, ignore_merges, added tokens (special
+// or not), TemplateProcessing for add_special_tokens (e.g. LLaMA-3's <|begin_of_text|>), the
+// ByteLevel decoder. Anything else in the file is an error that names the field.
 //
 // Any bytes encode, also invalid UTF-8: a byte that does not start a well-formed UTF-8
 // sequence is a character of its own that is neither letter, number nor space (HF cannot take
-// such input at all), so decode(encode(x)) == x for every x when every byte has a token.
+// such input at all), so decode(encode(x)) == x for every x when every byte has a token (NFC(x)
+// under the NFC normalizer).
 //
 // Immutable once built: copies share the tables, and const calls may run on many threads at
 // once (each thread keeps its own cache of pieces already encoded).

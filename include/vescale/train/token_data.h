@@ -2,7 +2,8 @@
 //
 // A .bin file is a 256 x int32 header then the tokens: magic 20240520 with version 1 for
 // uint16 tokens (GPT-2), or magic 20240801 with version 7 for uint32 tokens (LLaMA-3);
-// header[2] is the token count. Files are memory-mapped.
+// header[2] is the token count. Files are memory-mapped. They are written by
+// tokenizer/token_file.h (vescale-tokenize, tokenizer/stream_tokenize.h).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -39,34 +40,6 @@ class TokenDataset {
   std::vector<int64_t> starts_;  // first global token of each shard
   int64_t total_ = 0;
 };
-
-// Writes tokens as a .bin shard (uint16 if every token fits, else uint32).
-void write_token_file(const std::string& path, const std::vector<int64_t>& tokens);
-
-// Writes a .bin shard as the tokens come, so memory stays flat however long the stream:
-// uint16 tokens when vocab_size <= 65536, else uint32. close() writes the count into the
-// header (until then it says 0). Throws naming the file, and for an id outside the vocabulary.
-class TokenFileWriter {
- public:
-  TokenFileWriter(const std::string& path, int64_t vocab_size);
-  ~TokenFileWriter();
-  TokenFileWriter(const TokenFileWriter&) = delete;
-  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
-  void write(const int64_t* tokens, size_t n);
-  int64_t count() const { return count_; }
-  void close();
-
- private:
-  std::string path_;
-  int64_t vocab_size_;
-  bool wide_;
-  int fd_ = -1;
-  int64_t count_ = 0;
-  std::vector<uint8_t> buffer_;
-};
-
-// Keeps the first n tokens of a .bin file: the header's count becomes n, the rest is cut off.
-void truncate_token_file(const std::string& path, int64_t n);
 
 // Where a loader is: resumable from a checkpoint.
 struct LoaderPosition {

@@ -1,14 +1,13 @@
-#include "vescale/train/text_tokenizer.h"
+#include "vescale/tokenizer/text_tokenizer.h"
 
 #include "vescale/tokenizer/bpe_tokenizer.h"
-#include "vescale/train/byte_tokenizer.h"
+#include "vescale/tokenizer/byte_tokenizer.h"
 
-namespace vescale::train {
+namespace vescale::tokenizer {
 
 TextTokenizer::TextTokenizer(const std::string& tokenizer_json) {
   if (tokenizer_json.empty()) return;
-  bpe_ = std::make_shared<const tokenizer::BpeTokenizer>(
-      tokenizer::BpeTokenizer::from_file(tokenizer_json));
+  bpe_ = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_file(tokenizer_json));
   name_ = tokenizer_json;
 }
 
@@ -32,4 +31,4 @@ std::vector<int64_t> TextTokenizer::stop_ids() const {
   return ids;
 }
 
-}  // namespace vescale::train
+}  // namespace vescale::tokenizer

@@ -7,10 +7,8 @@
 #include <vector>
 
 namespace vescale::tokenizer {
-class BpeTokenizer;
-}
 
-namespace vescale::train {
+class BpeTokenizer;
 
 class TextTokenizer {
  public:
@@ -26,8 +24,8 @@ class TextTokenizer {
   const std::string& name() const { return name_; }  // "bytes" or the file
 
  private:
-  std::shared_ptr<const tokenizer::BpeTokenizer> bpe_;
+  std::shared_ptr<const BpeTokenizer> bpe_;
   std::string name_ = "bytes";
 };
 
-}  // namespace vescale::train
+}  // namespace vescale::tokenizer

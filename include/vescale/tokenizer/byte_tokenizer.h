@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace vescale::train {
+namespace vescale::tokenizer {
 
 struct ByteTokenizer {
   static constexpr int64_t kVocabSize = 256;
@@ -14,4 +14,4 @@ struct ByteTokenizer {
       const std::vector<int64_t>& tokens);  // throws on a token outside [0, 256)
 };
 
-}  // namespace vescale::train
+}  // namespace vescale::tokenizer

@@ -1,8 +1,8 @@
-#include "vescale/train/byte_tokenizer.h"
+#include "vescale/tokenizer/byte_tokenizer.h"
 
 #include "vescale/common/check.h"
 
-namespace vescale::train {
+namespace vescale::tokenizer {
 
 std::vector<int64_t> ByteTokenizer::encode(const std::string& text) {
   std::vector<int64_t> out(text.size());
@@ -20,4 +20,4 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& tokens) {
   return out;
 }
 
-}  // namespace vescale::train
+}  // namespace vescale::tokenizer
