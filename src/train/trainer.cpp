@@ -312,66 +312,61 @@ StepMetrics Trainer::step(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   const SpanNames& names = span_names();
   timeline::Scope step_span(timeline::Kind::Step, names.step, step + 1);
+  std::optional<timeline::Scope> span;
+  // Each part of the step: named for error messages, and a span of the timeline.
+  auto phase = [&](const char* doing, timeline::Kind kind, uint32_t name) {
+    run_.doing = doing;
+    span.reset();
+    span.emplace(kind, name);
+  };
   run_.doing = "starting the step";
   if (run_.step_hook) run_.step_hook(step + 1);
   dtensor::static_eager_step();  // replay (when on) restarts at the step's first call
-  const double lr = optim::lr_at({t.lr, t.min_lr, t.warmup_steps, t.steps, t.decay}, step);
-  optimizer_->set_lr(lr);
-  model_.module->train();
-  dtensor::BackwardOnCallerThread
-      same_thread;  // no hand-offs to autograd's "dtensor" device thread
-  const double loss = forward_backward_->train([this] { return data_.train->next(); });
-  // Gradients with other placements than their parameters (Partial over dp, or over tp for
-  // replicated weights fed sequence shards) are reduced: by the buckets (most of them already
-  // launched during backward), or one collective per parameter.
-  run_.doing = "reducing gradients";
-  std::optional<timeline::Scope> phase;
-  phase.emplace(timeline::Kind::GradSync, names.grad_sync);
-  if (grads_) grads_->finish();
-  forward_backward_->after_reduction();
-  // The norm of the whole gradient, however it is sharded (ZeRO holds slices of it).
-  run_.doing = "clipping gradients";
-  phase.reset();
-  phase.emplace(timeline::Kind::Optimizer, names.clip);
-  at::Tensor norm = optimizer_->clip_grad_norm_(t.grad_clip, forward_backward_->norm_across());
-  // The one host read per step: the loss and the norm, for the log and the guard.
   StepMetrics m;
   m.step = step + 1;
-  m.lr = lr;
-  m.loss = loss;
+  m.lr = optim::lr_at({t.lr, t.min_lr, t.warmup_steps, t.steps, t.decay}, step);
+  optimizer_->set_lr(m.lr);
+  model_.module->train();
+  dtensor::BackwardOnCallerThread same_thread;  // no hand-offs to autograd's "dtensor" thread
+  m.loss = forward_backward_->train([this] { return data_.train->next(); });
+  // Gradients to their parameters' placements: the buckets finish what backward launched.
+  phase("reducing gradients", timeline::Kind::GradSync, names.grad_sync);
+  if (grads_) grads_->finish();
+  forward_backward_->after_reduction();
+  // The whole gradient's norm, however it is sharded: with the loss, the one host read per step.
+  phase("clipping gradients", timeline::Kind::Optimizer, names.clip);
+  at::Tensor norm = optimizer_->clip_grad_norm_(t.grad_clip, forward_backward_->norm_across());
   m.grad_norm = norm.item<double>();
   m.param_norm = guard_->param_norm();
-  // Every rank holds the same loss and norms, so all pass or all stop here.
+  check_guard(m);  // every rank holds the same values: all pass or all stop here
+  // The parameters of the save in flight gave this loss: that checkpoint may become latest.
+  if (checkpoints_ && checkpoints_->pending()) {
+    phase("committing a checkpoint", timeline::Kind::Checkpoint, names.commit);
+    checkpoints_->commit();
+  }
+  phase("optimizer step", timeline::Kind::Optimizer, names.optimizer);
+  optimizer_->step();
+  optimizer_->zero_grad();
+  guard_->measure(*optimizer_, m.lr);
+  if (!model_.moe.layers.empty()) {
+    phase("balancing experts", timeline::Kind::Other, names.experts);
+    balance_experts(m);
+  }
+  span.reset();
+  m.step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  m.tokens_per_s = static_cast<double>(tokens_per_step()) / (m.step_ms / 1000.0);
+  m.mfu = metrics_->mfu(m.tokens_per_s);
+  return m;
+}
+
+void Trainer::check_guard(const StepMetrics& m) {
   try {
     guard_->check(m.step, m.loss, m.grad_norm, m.param_norm);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + "." +
                 (checkpoints_ ? checkpoints_->last_good(m.step) : std::string()));
   }
-  // The parameters of the save in flight gave this loss: that checkpoint may become latest.
-  phase.reset();
-  run_.doing = "committing a checkpoint";
-  if (checkpoints_ && checkpoints_->pending()) {
-    timeline::Scope span(timeline::Kind::Checkpoint, names.commit);
-    checkpoints_->commit();
-  }
-  run_.doing = "optimizer step";
-  phase.emplace(timeline::Kind::Optimizer, names.optimizer);
-  optimizer_->step();
-  optimizer_->zero_grad();
-  guard_->measure(*optimizer_, lr);
-  phase.reset();
-  run_.doing = "balancing experts";
-  {
-    std::optional<timeline::Scope> span;
-    if (!model_.moe.layers.empty()) span.emplace(timeline::Kind::Other, names.experts);
-    balance_experts(m);
-  }
-  m.step_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  m.tokens_per_s = static_cast<double>(tokens_per_step()) / (m.step_ms / 1000.0);
-  m.mfu = metrics_->mfu(m.tokens_per_s);
-  return m;
 }
 
 double Trainer::evaluate() {

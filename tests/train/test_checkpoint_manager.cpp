@@ -147,7 +147,7 @@ TEST_CASE("a used checkpoint folder is refused without resume or overwrite, and 
   fs::remove(file);
 }
 
-TEST_CASE("checkpoints are due every N steps and after the last; a resume with another global "
+TEST_CASE("checkpoints are due every N steps and after the last, and a resume with another global "
           "batch is refused naming both",
           "[trainer][checkpoint]") {
   const auto dir = fresh_dir("due");

@@ -136,6 +136,9 @@ class Trainer {
   void build_loaders();
   // Refuses a model whose dry-run estimate exceeds this rank's memory (train.allow_oversubscribe).
   void check_memory_fits() const;
+  // The divergence guard on the step's loss and norms; its error names the checkpoint to go
+  // back to (CheckpointManager::last_good).
+  void check_guard(const StepMetrics& m);
   // The batch a checkpoint records (train.batch_size, micro-batches, data ranks, seq_len).
   StepBatch step_batch() const;
   // train.sample_every (trainer_sample.cpp); collective.
