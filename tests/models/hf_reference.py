@@ -71,6 +71,24 @@ def make_llama(out_dir):
     save_reference(model, out_dir, cfg.vocab_size)
 
 
+def save_moe_reference(model, out_dir, vocab, router_key):
+    """A mixture-of-experts model's reference, with random norms and routers that prefer some
+    experts (so routing matters), and the raw load-balancing loss (HF adds coef x it to the loss)."""
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.uniform_(0.5, 1.5)
+            if router_key in n:
+                p.normal_(0.0, 0.5)
+
+    def aux(tokens):
+        with torch.no_grad():
+            o = model(input_ids=tokens, output_router_logits=True)
+        return {"aux_loss": o.aux_loss.reshape(()).float()}
+
+    save_reference(model, out_dir, vocab, aux)
+
+
 def make_mixtral(out_dir):
     from transformers import MixtralConfig, MixtralForCausalLM
 
@@ -80,20 +98,7 @@ def make_mixtral(out_dir):
         num_attention_heads=8, num_key_value_heads=4, num_local_experts=4, num_experts_per_tok=2,
         max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=1000000.0,
         router_jitter_noise=0.0, tie_word_embeddings=False, torch_dtype="float32")
-    model = MixtralForCausalLM(cfg).float()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "norm" in n:
-                p.uniform_(0.5, 1.5)
-            if "gate.weight" in n:  # a router that prefers some experts, so routing matters
-                p.normal_(0.0, 0.5)
-
-    def aux(tokens):
-        with torch.no_grad():
-            o = model(input_ids=tokens, output_router_logits=True)
-        return {"aux_loss": o.aux_loss.reshape(()).float()}
-
-    save_reference(model, out_dir, cfg.vocab_size, aux)
+    save_moe_reference(MixtralForCausalLM(cfg).float(), out_dir, cfg.vocab_size, "gate.weight")
 
 
 def make_qwen3(out_dir):
@@ -127,21 +132,7 @@ def make_qwen3_moe(out_dir):
         num_experts=6, num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=64,
         rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
         router_aux_loss_coef=0.001, torch_dtype="float32", initializer_range=0.2)
-    model = Qwen3MoeForCausalLM(cfg).float()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "norm" in n:
-                p.uniform_(0.5, 1.5)
-            if "mlp.gate.weight" in n:  # a router that prefers some experts, so routing matters
-                p.normal_(0.0, 0.5)
-
-    def aux(tokens):
-        with torch.no_grad():
-            o = model(input_ids=tokens, output_router_logits=True)
-        # HF adds coef x aux to the loss; the raw load-balancing loss is what we compare.
-        return {"aux_loss": o.aux_loss.reshape(()).float()}
-
-    save_reference(model, out_dir, cfg.vocab_size, aux)
+    save_moe_reference(Qwen3MoeForCausalLM(cfg).float(), out_dir, cfg.vocab_size, "mlp.gate.weight")
 
 
 def make_gpt2(out_dir):
