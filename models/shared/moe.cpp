@@ -81,9 +81,16 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
   return call(experts, flat, top_e, gates).view(x.sizes());
 }
 
-MoEImpl& moe_of(torch::nn::Module& block) {
+namespace {
+// The MoE of a transformer block, or null when `block` is none or holds another feed-forward.
+MoEImpl* find_moe(torch::nn::Module& block) {
   auto* b = dynamic_cast<TransformerBlockImpl*>(&block);
-  auto* moe = b ? dynamic_cast<MoEImpl*>(b->feed_forward.get()) : nullptr;
+  return b ? dynamic_cast<MoEImpl*>(b->feed_forward.get()) : nullptr;
+}
+}  // namespace
+
+MoEImpl& moe_of(torch::nn::Module& block) {
+  MoEImpl* moe = find_moe(block);
   VESCALE_CHECK(moe != nullptr, "moe_of: module '", block.name(),
                 "' is not a transformer block with a mixture of experts");
   return *moe;
@@ -223,8 +230,7 @@ void describe_moe(Model& m, MoETransformerImpl* l) {
       return impl->routing_loss();
     };
   m.block_side_outputs = [family = l->family](torch::nn::Module& block) {
-    auto* b = dynamic_cast<TransformerBlockImpl*>(&block);
-    auto* moe = b ? dynamic_cast<MoEImpl*>(b->feed_forward.get()) : nullptr;
+    MoEImpl* moe = find_moe(block);
     VESCALE_CHECK(moe != nullptr, "activation checkpointing: a ", family,
                   " block pattern matched a module that is not a block");
     return std::vector<at::Tensor*>{&moe->router_logits};

@@ -2,16 +2,12 @@
 #include "vescale/train/checkpoint_manager.h"
 
 #include <ATen/ATen.h>
-#include <fcntl.h>
 #include <torch/nn/module.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <random>
@@ -28,28 +24,9 @@
 
 namespace vescale::train {
 
-void check_writable_dir(const std::string& dir, const std::string& field) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  VESCALE_CHECK(!ec && fs::is_directory(dir), field, " '", dir,
-                "' cannot be created: ", ec ? ec.message() : "a file of that name exists",
-                "; choose a folder this user can write");
-  const fs::path probe = fs::path(dir) / (".vescale-write-test." + std::to_string(::getpid()));
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  // A block, not a byte: a full disk often still takes a few bytes.
-  const std::string block(4096, 'x');
-  const bool ok = fd >= 0 &&
-                  ::write(fd, block.data(), block.size()) == static_cast<ssize_t>(block.size()) &&
-                  ::fsync(fd) == 0;
-  const int err = errno;
-  if (fd >= 0) ::close(fd);
-  fs::remove(probe, ec);
-  VESCALE_CHECK(ok, field, " '", dir, "' is not writable: ", std::strerror(err),
-                err == ENOSPC ? "; free space on its disk or choose another folder"
-                              : "; choose a folder this user can write");
-}
+namespace {
 
+// A fresh run's id ("<unix seconds>-<8 hex>"): checkpoints carry it, `keep` prunes only its own.
 std::string new_run_id() {
   std::random_device rd;
   char buf[64];
@@ -61,7 +38,6 @@ std::string new_run_id() {
   return buf;
 }
 
-namespace {
 at::Generator torch_generator(const std::string& device) {
   return at::globalContext().defaultGenerator(at::Device(device));
 }

@@ -100,7 +100,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
     : config_(std::move(config)) {
   const auto& t = config_.train;
   place_.mesh = std::move(mesh);
-  const mesh::DeviceMesh* on = place_.mesh ? &*place_.mesh : nullptr;
+  const mesh::DeviceMesh* on = place_.mesh_or_null();
   if (on) {
     place_.rank = on->rank();
     place_.world_size = on->size();
@@ -210,7 +210,7 @@ void Trainer::build_step(std::unique_ptr<parallel::pipeline::PipelineStages> sta
     optimizer_ =
         std::make_unique<optim::AdamW>(optim::decay_groups(named, t.weight_decay), adamw, params);
   }
-  const mesh::DeviceMesh* on = place_.mesh ? &*place_.mesh : nullptr;
+  const mesh::DeviceMesh* on = place_.mesh_or_null();
   ForwardBackwardOptions fb{on,           place_.device, t.dtype == DType::Bf16,
                             t.grad_accum, reducer,       [this](const char* p) { run_.doing = p; }};
   forward_backward_ =

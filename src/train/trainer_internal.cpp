@@ -1,5 +1,12 @@
 #include "train/trainer_internal.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
@@ -20,6 +27,28 @@
 #include "vescale/dist/object_collectives.h"
 
 namespace vescale::train {
+
+void check_writable_dir(const std::string& dir, const std::string& field) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  VESCALE_CHECK(!ec && fs::is_directory(dir), field, " '", dir,
+                "' cannot be created: ", ec ? ec.message() : "a file of that name exists",
+                "; choose a folder this user can write");
+  const fs::path probe = fs::path(dir) / (".vescale-write-test." + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A block, not a byte: a full disk often still takes a few bytes.
+  const std::string block(4096, 'x');
+  const bool ok = fd >= 0 &&
+                  ::write(fd, block.data(), block.size()) == static_cast<ssize_t>(block.size()) &&
+                  ::fsync(fd) == 0;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  fs::remove(probe, ec);
+  VESCALE_CHECK(ok, field, " '", dir, "' is not writable: ", std::strerror(err),
+                err == ENOSPC ? "; free space on its disk or choose another folder"
+                              : "; choose a folder this user can write");
+}
 
 std::string message_of(const std::exception& e) {
   return error_text(e, /*with_stack=*/log::level() == "debug" || log::level() == "trace");

@@ -22,6 +22,10 @@ struct Trainer::Sampler {
   vescale::tokenizer::TextTokenizer tokenizer;
 };
 
+// A folder the run will write into: made if missing, then a block written, synced and removed
+// in it. Throws naming `field` and the fix (a full disk says so).
+void check_writable_dir(const std::string& dir, const std::string& field);
+
 // An exception's message without libtorch's C++ stack (kept at --log-level debug).
 std::string message_of(const std::exception& e);
 

@@ -101,11 +101,4 @@ class CheckpointManager {
   std::string run_id_;
 };
 
-// A fresh run's id ("<unix seconds>-<8 hex>"): checkpoints carry it, `keep` prunes only its own.
-std::string new_run_id();
-
-// A folder the run will write into: made if missing, then a block written, synced and removed
-// in it. Throws naming `field` and the fix (a full disk says so).
-void check_writable_dir(const std::string& dir, const std::string& field);
-
 }  // namespace vescale::train

@@ -112,6 +112,7 @@ class Trainer {
     int rank = 0;
     int64_t world_size = 1, dp_rank = 0, dp_size = 1;
     std::string device = "cpu";
+    const mesh::DeviceMesh* mesh_or_null() const { return mesh ? &*mesh : nullptr; }
   };
   struct Loaders {
     std::unique_ptr<DataLoader> train, val;  // val: null without validation data
