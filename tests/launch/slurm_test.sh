@@ -80,6 +80,7 @@ MpiDefault=none
 SlurmdParameters=config_overrides
 ReturnToService=2
 MailProg=/bin/true
+KillOnBadExit=1
 KillWait=5
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
 PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP
@@ -103,9 +104,32 @@ echo "slurm: $(slurmctld -V) up on ports $port/$((port + 1))"
 dir=$top/run
 mkdir -p "$dir"
 source "$(dirname "$0")/launch_common.sh"
-reference_run "$dir"
-timeout 300 srun -N1 -n2 "$train" "${TRAIN_ARGS[@]}" --set log.metrics_jsonl=\"$dir/srun.jsonl\" \
-  > "$dir/srun.log" 2>&1 || { cat "$dir/srun.log"; echo "srun -N1 -n2 vescale-train failed" >&2; exit 1; }
+# A rank that fails before the rendezvous leaves the others waiting for its store: bound the wait.
+export VESCALE_COLLECTIVE_TIMEOUT_S=60
+# phase SECONDS NAME LOG COMMAND...: runs COMMAND, and on failure or at the deadline prints its
+# output, the queue, the slurm logs and the leftover tasks, naming the phase.
+phase() {
+  local secs=$1 name=$2 log=$3 rc
+  shift 3
+  timeout -k 5 "$secs" "$@" > "$log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && return 0
+  echo "--- $name failed (exit $rc$([ $rc -eq 124 ] && echo ", not done after ${secs} s")):"
+  tail -n 40 "$log"
+  [ -f "$dir/sbatch.log" ] && { echo "--- the batch job's output"; tail -n 40 "$dir/sbatch.log"; }
+  echo "--- queue"; squeue 2>&1 | head
+  echo "--- tasks still running"; ps -eo pid,stat,etime,args | grep -E "vescale-train|slurmstepd" | grep -v grep
+  exit 1
+}
+# Slurm itself first: a machine whose slurmd cannot start a step is not a vescale failure.
+if ! timeout -k 5 30 srun -N1 -n2 true > "$dir/probe.log" 2>&1; then
+  cat "$dir/probe.log"
+  skip "this machine's Slurm cannot run a trivial step (srun -N1 -n2 true)"
+fi
+phase 90 "the reference run (vescale-train --nproc-per-node 2)" "$dir/reference.log" \
+  "$train" "${TRAIN_ARGS[@]}" --nproc-per-node 2 --set log.metrics_jsonl=\"$dir/reference.jsonl\"
+phase 90 "srun -N1 -n2 vescale-train" "$dir/srun.log" \
+  srun -N1 -n2 --kill-on-bad-exit=1 "$train" "${TRAIN_ARGS[@]}" --set log.metrics_jsonl=\"$dir/srun.jsonl\"
 grep -q "launched by slurm" "$dir/srun.log" || { cat "$dir/srun.log"; echo "no slurm launch line" >&2; exit 1; }
 same_losses "$dir/reference.jsonl" "$dir/srun.jsonl" || exit 1
 
@@ -118,11 +142,11 @@ same_losses "$dir/reference.jsonl" "$dir/srun.jsonl" || exit 1
   echo 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
   echo "export MASTER_PORT=$(free_port)"
   echo 'export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK'
-  printf 'srun'
+  printf 'srun --kill-on-bad-exit=1'
   printf ' %q' "$(realpath "$train")" "${TRAIN_ARGS[@]}" --set "log.metrics_jsonl=\"$dir/sbatch.jsonl\""
   echo
 } > "$dir/job.sh"
-timeout 300 sbatch --wait -o "$dir/sbatch.log" "$dir/job.sh" > /dev/null \
-  || { cat "$dir/job.sh" "$dir/sbatch.log"; echo "sbatch --wait failed" >&2; exit 1; }
-same_losses "$dir/reference.jsonl" "$dir/sbatch.jsonl" || { cat "$dir/sbatch.log"; exit 1; }
+phase 90 "sbatch --wait of docs/dist.md's script" "$dir/sbatch.submit.log" \
+  sbatch --wait -o "$dir/sbatch.log" "$dir/job.sh"
+same_losses "$dir/reference.jsonl" "$dir/sbatch.jsonl" || { cat "$dir/job.sh" "$dir/sbatch.log"; exit 1; }
 echo "slurm: ok"
