@@ -44,6 +44,7 @@
 #include "vescale/dist/world.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/parallel/pipeline/schedule.h"
+#include "vescale/train/forward_backward.h"
 #include "vescale/train/trainer.h"
 
 namespace pp = vescale::parallel::pipeline;
@@ -264,15 +265,15 @@ int main(int argc, char** argv) {
         {
           vescale::train::Trainer trainer(cfg, world);
           std::remove(cfg.parallel.plan.c_str());
-          VESCALE_CHECK(trainer.pipeline_schedule() && trainer.pipeline_stats(),
+          VESCALE_CHECK(trainer.forward_backward().schedule() && trainer.forward_backward().stats(),
                         "pipeline_bench: the trainer runs no pipeline");
-          scheds[i] = *trainer.pipeline_schedule();
+          scheds[i] = *trainer.forward_backward().schedule();
           for (int s = 0; s < o.warmup + o.steps; ++s) {
             vescale::dist::barrier();
             const double cpu0 = bench::process_cpu_ms();
             const auto m = trainer.step(s);
             const double cpu_s = (bench::process_cpu_ms() - cpu0) / 1e3;
-            if (s >= o.warmup) mine.push_back({*trainer.pipeline_stats(), m.step_ms / 1e3, cpu_s});
+            if (s >= o.warmup) mine.push_back({*trainer.forward_backward().stats(), m.step_ms / 1e3, cpu_s});
           }
         }
         const auto texts = vescale::dist::all_gather_text(serialize(mine));

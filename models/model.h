@@ -24,7 +24,7 @@ using StateDict = std::map<std::string, at::Tensor>;
 // One layer of the model in pipeline order, the unit a pipeline plan cuts into stages
 // (docs/pipeline.md): the modules whose parameters it uses (by FQN) and its forward from the
 // previous layer's output (the first layer's from the tokens; the last one returns logits).
-struct PipelineLayer {
+struct Layer {
   std::string name;                  // "tok_embeddings", "layers.3", "output"
   std::vector<std::string> modules;  // "tok_embeddings"; "layers.3"; "norm", "output"
   std::function<at::Tensor(const at::Tensor&)> forward;
@@ -34,8 +34,8 @@ struct PipelineLayer {
 // multiplies counts summed over every layer by probabilities summed over every layer). Under a
 // pipeline each stage adds its layers' statistics to a running sum that travels with the
 // activations, and the last stage makes the term from the total.
-struct PipelineAux {
-  // After the forward of these layers (names from pipeline_layers): their statistics, fp32.
+struct AuxOverLayers {
+  // After the forward of these layers (names from Model::layers): their statistics, fp32.
   std::function<at::Tensor(const std::vector<std::string>& layers)> stats;
   std::function<at::Tensor(const at::Tensor& total)> loss;  // == aux_loss() for all layers
 };
@@ -76,9 +76,9 @@ struct Model {
   std::function<std::vector<at::Tensor*>(torch::nn::Module& block)> block_side_outputs;
   // forward as a chain of layers: layers[n-1](...layers[0](tokens)) == forward(tokens). Empty
   // when the family cannot be pipelined.
-  std::vector<PipelineLayer> pipeline_layers;
-  PipelineAux pipeline_aux;  // empty functions when aux_loss is empty
-  MoEBalance moe;            // empty for dense models
+  std::vector<Layer> layers;
+  AuxOverLayers aux_over_layers;  // empty functions when aux_loss is empty
+  MoEBalance moe;                 // empty for dense models
   // Buffers that are training state, saved in checkpoints with the parameters (FQN patterns,
   // '*' any run of characters): Mixtral's expert bias. Others (RoPE tables) are recomputed.
   std::vector<std::string> state_buffers;

@@ -95,16 +95,40 @@ void GPTImpl::init_weights() {
   }
 }
 
+torch::Tensor GPTImpl::embed(const torch::Tensor& tokens, int64_t offset) {
+  auto pos = at::arange(offset, offset + tokens.size(1), tokens.options());
+  return call(drop, call(wte, tokens) + call(wpe, pos));
+}
+
+torch::Tensor GPTImpl::block(size_t i, const torch::Tensor& x, KVCache* cache) {
+  return call(h->ptr<GPTBlockImpl>(i), x, cache, static_cast<int64_t>(i));
+}
+
+torch::Tensor GPTImpl::head(const torch::Tensor& x) {
+  return at::linear(call(ln_f, x), wte->weight);  // tied LM head
+}
+
 torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, KVCache* cache) {
   const int64_t T = tokens.size(1), offset = cache ? cache->length() : 0;
   TORCH_CHECK(offset + T <= options.n_positions, "GPT: sequence length ", offset + T,
               " exceeds n_positions ", options.n_positions);
-  auto pos = at::arange(offset, offset + T, tokens.options());
-  auto x = call(drop, call(wte, tokens) + call(wpe, pos));
-  for (size_t i = 0; i < h->size(); ++i)
-    x = call(h->ptr<GPTBlockImpl>(i), x, cache, static_cast<int64_t>(i));
+  auto x = embed(tokens, offset);
+  for (size_t i = 0; i < h->size(); ++i) x = block(i, x, cache);
   if (cache) cache->advance(T);
-  return at::linear(call(ln_f, x), wte->weight);  // tied LM head
+  return head(x);
+}
+
+std::vector<Layer> GPTImpl::layer_chain() {
+  GPTImpl* self = this;  // the model outlives its layers' functions (Model holds both)
+  std::vector<Layer> out;
+  out.push_back({"embeddings", {"wte", "wpe", "drop"},
+                 [self](const at::Tensor& tokens) { return self->embed(tokens); }});
+  for (size_t i = 0; i < h->size(); ++i) {
+    const std::string name = "h." + std::to_string(i);
+    out.push_back({name, {name}, [self, i](const at::Tensor& x) { return self->block(i, x); }});
+  }
+  out.push_back({"head", {"ln_f", "wte"}, [self](const at::Tensor& x) { return self->head(x); }});
+  return out;
 }
 
 }  // namespace vescale::models

@@ -7,6 +7,7 @@
 // Linear weights are [out, in] (models::Linear); HF's Conv1D stores [in, out], so import
 // transposes them. The LM head is wte (tied), so it has no parameter of its own.
 #pragma once
+#include "vescale/models/model.h"
 #include "vescale/models/shared/kv_cache.h"
 #include "vescale/models/shared/layer_norm.h"
 #include "vescale/models/shared/linear.h"
@@ -55,6 +56,11 @@ struct GPTImpl : torch::nn::Module {
   // tokens [B, T] (int64) -> logits [B, T, vocab]. With a cache (generation), the tokens sit at
   // positions [cache->length(), + T) and the cache advances by T.
   torch::Tensor forward(const torch::Tensor& tokens, KVCache* cache = nullptr);
+  // The three pieces forward runs, and the same three one layer at a time (Model::layers).
+  torch::Tensor embed(const torch::Tensor& tokens, int64_t offset = 0);
+  torch::Tensor block(size_t i, const torch::Tensor& x, KVCache* cache = nullptr);
+  torch::Tensor head(const torch::Tensor& x);
+  std::vector<Layer> layer_chain();
   // GPT-2's initialization (run by the constructor; through torch::nn::init).
   void init_weights();
   GPTOptions options;

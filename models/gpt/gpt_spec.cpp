@@ -4,7 +4,6 @@
 #include "vescale/models/shared/hugging_face.h"
 #include "vescale/models/gpt/gpt.h"
 #include "vescale/models/model.h"
-#include "vescale/nn/module_hooks.h"
 
 namespace vescale::models {
 namespace {
@@ -19,22 +18,7 @@ Model build(const ModelOptions& options) {
   };
   m.init = [impl = gpt.ptr()] { impl->init_weights(); };
   m.block_pattern = "h.*";
-  // The same calls as GPTImpl::forward, one layer at a time; the head is wte (tied).
-  GPTImpl* g = gpt.get();
-  m.pipeline_layers.push_back({"embeddings", {"wte", "wpe", "drop"}, [g](const at::Tensor& tokens) {
-                                 auto pos = at::arange(tokens.size(1), tokens.options());
-                                 return vescale::nn::call(g->drop, vescale::nn::call(g->wte, tokens) +
-                                                                       vescale::nn::call(g->wpe, pos));
-                               }});
-  for (size_t i = 0; i < g->h->size(); ++i) {
-    const std::string name = "h." + std::to_string(i);
-    m.pipeline_layers.push_back({name, {name}, [g, i](const at::Tensor& x) {
-                                   return vescale::nn::call(g->h->ptr<GPTBlockImpl>(i), x);
-                                 }});
-  }
-  m.pipeline_layers.push_back({"head", {"ln_f", "wte"}, [g](const at::Tensor& x) {
-                                 return at::linear(vescale::nn::call(g->ln_f, x), g->wte->weight);
-                               }});
+  m.layers = gpt->layer_chain();  // forward's own pieces, one layer at a time
   return m;
 }
 

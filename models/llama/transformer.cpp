@@ -241,8 +241,8 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, KVCache* cac
   return head(x);
 }
 
-std::vector<PipelineLayer> TransformerImpl::pipeline_layers() {
-  std::vector<PipelineLayer> out;
+std::vector<Layer> TransformerImpl::layer_chain() {
+  std::vector<Layer> out;
   // A raw pointer: the model outlives its layers' functions (Model holds both).
   TransformerImpl* self = this;
   out.push_back({"tok_embeddings", {"tok_embeddings"},
@@ -269,7 +269,7 @@ Model trunk_model(std::shared_ptr<TransformerImpl> model, std::function<void()> 
   };
   m.init = std::move(init);
   m.block_pattern = "layers.*";
-  m.pipeline_layers = model->pipeline_layers();
+  m.layers = model->layer_chain();
   return m;
 }
 

@@ -126,8 +126,8 @@ struct TransformerImpl : torch::nn::Module {
   torch::Tensor block(size_t i, const torch::Tensor& x, const torch::Tensor& cos,
                       const torch::Tensor& sin, KVCache* cache = nullptr);
   torch::Tensor head(const torch::Tensor& x);
-  // forward as a chain of layers (Model::pipeline_layers): tok_embeddings, layers.{i}, output.
-  std::vector<PipelineLayer> pipeline_layers();
+  // forward as a chain of layers (Model::layers): tok_embeddings, layers.{i}, output.
+  std::vector<Layer> layer_chain();
   TransformerBlockImpl& layer(size_t i) { return *layers->ptr<TransformerBlockImpl>(i); }
 
   // TorchTitan's init of everything but the feed-forwards, in one pass over the layers so the

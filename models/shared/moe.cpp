@@ -236,14 +236,14 @@ void describe_moe(Model& m, MoETransformerImpl* l) {
     return std::vector<at::Tensor*>{&moe->router_logits};
   };
   if (routing_loss) {
-    m.pipeline_aux.stats = [l](const std::vector<std::string>& layers) {
+    m.aux_over_layers.stats = [l](const std::vector<std::string>& layers) {
       std::vector<at::Tensor> logits;
       for (const auto& name : layers)
         if (name.rfind("layers.", 0) == 0)
           logits.push_back(moe_of(*l->layers->ptr(std::stoul(name.substr(7)))).router_logits);
       return routing_stats(logits, l->moe.n_experts, l->moe.top_k);
     };
-    m.pipeline_aux.loss = [l](const at::Tensor& total) {
+    m.aux_over_layers.loss = [l](const at::Tensor& total) {
       return routing_loss_from_stats(total, l->moe);
     };
   }

@@ -3,7 +3,7 @@
 // top-k experts by router probability (softmax over all experts, top-k, renormalized unless the
 // family says not); dropless unless a capacity factor is set. And the model over such blocks:
 // its routing losses (load balancing, z-loss), expert loads and aux-loss-free bias, and what
-// the trainer needs of them (Model::aux_loss, pipeline_aux, moe).
+// the trainer needs of them (Model::aux_loss, aux_over_layers, moe).
 //
 // The experts are stacked [E, out, in] parameters rather than E Linear modules: expert
 // parallelism is then one placement (Shard(0) over the expert mesh dim) on three parameters,

@@ -186,7 +186,7 @@ std::map<std::string, std::vector<int64_t>> CheckpointManager::saved_optimizer_s
   std::map<std::string, std::vector<int64_t>> saved;
   // A pipeline stage's optimizer holds its own parameters' state: the other stages' is theirs.
   std::set<std::string> mine;
-  const bool stage = parts_.pipeline_stage;
+  const bool stage = parts_.some_layers_only;
   if (stage)
     for (const auto& item : parts_.model->module->named_parameters()) mine.insert(item.key());
   auto owned = [&](const std::string& state_name) {

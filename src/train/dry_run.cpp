@@ -97,7 +97,7 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
   const double block_input = 2.0 * sbh * width / (m.sequence_parallel ? tp : 1.0);
 
   // The model's layers: which parameters each pipeline rank holds.
-  const auto& layers = model.pipeline_layers;
+  const auto& layers = model.layers;
   auto params_of = [&](const std::vector<std::string>& modules) {
     std::set<std::string> out;
     for (const auto& [name, shape] : shapes)

@@ -1,13 +1,13 @@
 // This rank's pipeline stages run by the schedule (forward_backward.h, docs/pipeline.md): the
-// stages were cut and parallelized by parallel::pipeline::PipelineStages; here each stage's
-// forward (autocast, the aux loss's running statistics), the loss on the last stage, and the
-// cross-stage sums a step needs.
+// stages were cut and parallelized by parallel::pipeline::PipelineStages (model_layout.h); here
+// each stage's forward (autocast, the aux loss's running statistics), the loss on the last
+// stage, and the cross-stage sums a step needs. make_forward_backward chooses it or the local
+// one.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
 #include "train/trainer_internal.h"
 #include "vescale/common/check.h"
-#include "vescale/common/logging.h"
 #include "vescale/parallel/grad_reducer.h"
 #include "vescale/timeline/recorder.h"
 #include "vescale/train/forward_backward.h"
@@ -27,20 +27,20 @@ class PipelineForwardBackward : public ForwardBackward {
     for (int s : st.schedule().stages_of(st.pipeline_rank())) {
       const int64_t begin = st.first_layer(s), end = st.end_layer(s);
       std::vector<std::string> names;
-      for (int64_t l = begin; l < end; ++l) names.push_back(model_.pipeline_layers[l].name);
+      for (int64_t l = begin; l < end; ++l) names.push_back(model_.layers[l].name);
       const bool any_block =
           end - begin > (begin == 0 ? 1 : 0) +
-                            (end == static_cast<int64_t>(model_.pipeline_layers.size()) ? 1 : 0);
+                            (end == static_cast<int64_t>(model_.layers.size()) ? 1 : 0);
       forwards.push_back(
           {s, [this, begin, end, names, any_block](const std::vector<at::Tensor>& in) {
              // As the local forward around the whole model (the loss stays fp32).
              Bf16Autocast autocast(o_.bf16, at::Device(o_.device).type());
              at::Tensor y = in.at(0);
-             for (int64_t l = begin; l < end; ++l) y = model_.pipeline_layers[l].forward(y);
+             for (int64_t l = begin; l < end; ++l) y = model_.layers[l].forward(y);
              // The aux loss's running statistics: what came in plus this stage's.
              at::Tensor stats = in.size() > 1 ? in[1] : at::Tensor();
-             if (model_.pipeline_aux.stats && any_block) {
-               at::Tensor mine = model_.pipeline_aux.stats(names);
+             if (model_.aux_over_layers.stats && any_block) {
+               at::Tensor mine = model_.aux_over_layers.stats(names);
                stats = stats.defined() ? stats + mine : mine;
              }
              if (!stats.defined()) return std::vector<at::Tensor>{y};
@@ -90,8 +90,8 @@ class PipelineForwardBackward : public ForwardBackward {
     auto input = [&](int mb) { return to_model_input(batches.at(mb).inputs.to(dev), m); };
     auto loss = [&](const std::vector<at::Tensor>& outputs, int mb) {
       at::Tensor l = lm_loss(outputs.at(0), to_model_input(batches.at(mb).targets.to(dev), m));
-      if (model_.pipeline_aux.loss && outputs.size() > 1)
-        l = l + model_.pipeline_aux.loss(outputs[1]);
+      if (model_.aux_over_layers.loss && outputs.size() > 1)
+        l = l + model_.aux_over_layers.loss(outputs[1]);
       return l;
     };
     at::Tensor sum = training ? runner_->train_step(input, loss)
@@ -110,23 +110,13 @@ class PipelineForwardBackward : public ForwardBackward {
 
 }  // namespace
 
-std::unique_ptr<ForwardBackward> pipeline_forward_backward(
-    Model& model, std::unique_ptr<pp::PipelineStages> stages, const mesh::DeviceMesh& mesh,
-    int world_rank, ForwardBackwardOptions o) {
+std::unique_ptr<ForwardBackward> make_forward_backward(Model& model,
+                                                      std::unique_ptr<pp::PipelineStages> stages,
+                                                      int world_rank, ForwardBackwardOptions o) {
+  if (!stages) return local_forward_backward(model, std::move(o));
+  const mesh::DeviceMesh& mesh = *o.mesh;
   return std::make_unique<PipelineForwardBackward>(model, std::move(stages), mesh, world_rank,
                                                    std::move(o));
-}
-
-std::unique_ptr<pp::PipelineStages> cut_pipeline_stages(Model& model, const plan::Plan& plan,
-                                                        const mesh::DeviceMesh& mesh,
-                                                        const std::string& device) {
-  std::vector<pp::LayerModules> layers;
-  for (const auto& l : model.pipeline_layers) layers.push_back({l.name, l.modules});
-  auto stages =
-      std::make_unique<pp::PipelineStages>(model.module, layers, plan, mesh, device, model.init);
-  model.module = stages->root();
-  log::info(stages->describe(layers));
-  return stages;
 }
 
 }  // namespace vescale::train

@@ -15,7 +15,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "vescale/models/shared/meta_device.h"
 #include "train/trainer_internal.h"
 #include "train/trainer_timeline.h"
 #include "vescale/common/check.h"
@@ -42,6 +41,7 @@
 #include "vescale/train/peak_flops.h"
 #include "vescale/train/forward_backward.h"
 #include "vescale/train/metrics_logger.h"
+#include "vescale/train/model_layout.h"
 #include "vescale/train/validate.h"
 #include "vescale/kernels/host_memory.h"
 #include "vescale/timeline/recorder.h"
@@ -50,8 +50,8 @@
 namespace vescale::train {
 namespace {
 
-// The config's plan (every parameter replicated without one). The trainer's constructor meets
-// parallelize() with it (or setup_pipeline, under a "pipeline" section); everything else in
+// The config's plan (every parameter replicated without one). lay_out_model meets
+// parallelize() with it (or cuts pipeline stages, under a "pipeline" section); everything else in
 // this file is plain aten code that works unchanged on DTensors. The parameters become DTensors
 // and the model's own init reruns on them through the Philox RNG, so the initial weights are
 // bitwise the same for every mesh, world size and plan. On one device the parameters stay plain
@@ -104,8 +104,6 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   if (on) {
     place_.rank = on->rank();
     place_.world_size = on->size();
-    const auto shard = data_shard(*on);  // dp, and ep (docs/moe.md)
-    place_.dp_rank = shard.rank, place_.dp_size = shard.size;
     place_.device = dist::device_string();
   }
   // What can be checked without the world is checked as vescale-train checks it before the world.
@@ -124,53 +122,27 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   if (place_.device == "cpu") kernels::cache_host_memory();
   std::optional<plan::Plan> plan;
   if (on) plan = load_plan(config_, *on);
-  if (plan && plan->pipeline()) {
-    // A pipeline rank keeps only its stages: the model is built without memory, and
-    // cut_pipeline_stages gives this rank's parameters (and the buffers) storage on its device.
-    models::MetaDeviceScope meta;
-    model_ = build_model(config_.model);
-  } else {
-    model_ = build_model(config_.model);
-    if (place_.device != "cpu") model_.module->to(at::Device(place_.device));
-  }
+  auto laid = lay_out_model(config_, plan ? &*plan : nullptr, on, place_.device);
+  model_ = std::move(laid.model);
   int64_t zero = 0;
-  // Under a pipeline plan: this rank's stages, until the forward-backward takes them.
-  std::unique_ptr<parallel::pipeline::PipelineStages> stages;
-  if (!on && !config_.model.init_from.empty())
-    load_hf_weights(config_.model.init_from, model_, config_.model);
   if (on) {
-    if (plan->pipeline()) {
-      stages = cut_pipeline_stages(model_, *plan, *on, place_.device);
-      const auto shard = data_shard(stages->stage_mesh());
-      place_.dp_rank = shard.rank, place_.dp_size = shard.size;
-    } else {
-      parallel::parallelize(*model_.module, *plan, *on,
-                            {.init = model_.init, .plain_on_one_device = true});
-    }
-    // Before the reducer and the optimizer see them (ZeRO-3 reshapes the parameters' storage).
-    if (!config_.model.init_from.empty())
-      load_hf_weights(config_.model.init_from, model_, config_.model);
+    const auto shard = data_shard(*laid.replica_mesh);  // dp, and ep (docs/moe.md)
+    place_.dp_rank = shard.rank, place_.dp_size = shard.size;
     zero = zero_stage(config_.parallel, &*plan);
-    // (validate() refused ZeRO without buckets, and ZeRO-3 under a pipeline.)
-    VESCALE_CHECK(!stages || zero == 0 || !stages->has_shared_weights(),
-                  "ZeRO with weights tied across ",
-                  "pipeline stages (tied embeddings) is not supported yet; set parallel.zero=0 or "
-                  "untie them");
     // One device has no gradient to reduce (and its parameters are plain tensors).
-    const mesh::DeviceMesh& grad_mesh = stages ? stages->stage_mesh() : *on;
-    if (grad_mesh.size() > 1)
-      grads_ = std::make_unique<GradientSync>(config_, *plan, grad_mesh, model_, zero);
+    if (laid.replica_mesh->size() > 1)
+      grads_ = std::make_unique<GradientSync>(config_, *plan, *laid.replica_mesh, model_, zero);
   }
   dtensor::set_static_eager(config_.parallel.static_eager);
   // A pipeline stage may hold no block (only the embedding, say).
-  if (t.activation_checkpointing && (!stages || nn::has_block(*model_.module, model_.block_pattern)))
+  if (t.activation_checkpointing && nn::has_block(*model_.module, model_.block_pattern))
     hooks_.checkpointed = parallel::enable_activation_checkpointing(*model_.module, model_.block_pattern,
                                                           model_.block_side_outputs);
   // Around the checkpointing hook, so a block's forward span is the forward it runs.
   if (config_.log.timeline.on())
     hooks_.timeline =
         std::make_unique<TimelineWindow>(config_, on, *model_.module, model_.block_pattern);
-  build_step(std::move(stages), zero);
+  build_step(std::move(laid.stages), zero);
   build_loaders();
   guard_ = std::make_unique<StepGuard>(
       DivergenceGuardOptions{t.max_loss_spike, t.warmup_steps, config_.model.vocab_size(), t.lr,
@@ -182,11 +154,11 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
                          .sharded = grads_ ? grads_->sharded() : nullptr,
                          .train_loader = data_.train.get(),
                          .device = place_.device,
-                         .pipeline_stage = forward_backward_->schedule() != nullptr},
+                         .some_layers_only = forward_backward_->schedule() != nullptr},
                         step_batch());
   guard_->measure(*optimizer_, 0);  // the guard's first reference: the weights step 1 runs with
   // Every rank at once: on a CPU the measured GEMM peak is each rank's share of the cores.
-  metrics_ = std::make_unique<MetricsLogger>(
+  report_.metrics = std::make_unique<MetricsLogger>(
       config_, MetricsLogger::Run{place_.rank, place_.world_size, tokens_per_step(),
                                   flops_per_token(config_.model, t.seq_len), resumed_step(),
                                   place_.device, model_.moe.layers});
@@ -213,9 +185,7 @@ void Trainer::build_step(std::unique_ptr<parallel::pipeline::PipelineStages> sta
   const mesh::DeviceMesh* on = place_.mesh_or_null();
   ForwardBackwardOptions fb{on,           place_.device, t.dtype == DType::Bf16,
                             t.grad_accum, reducer,       [this](const char* p) { run_.doing = p; }};
-  forward_backward_ =
-      stages ? pipeline_forward_backward(model_, std::move(stages), *on, place_.rank, std::move(fb))
-             : local_forward_backward(model_, std::move(fb));
+  forward_backward_ = make_forward_backward(model_, std::move(stages), place_.rank, std::move(fb));
 }
 
 void Trainer::build_loaders() {
@@ -244,6 +214,8 @@ void Trainer::build_loaders() {
   val_data->check_ids(0, batches * t.batch_size * dp_size * t.seq_len + 1,
                       config_.model.vocab_size(), "data.val");
 }
+
+Trainer::Reports::~Reports() = default;
 
 Trainer::~Trainer() {
   hooks_.timeline.reset();
@@ -293,14 +265,6 @@ void Trainer::finish_checkpoint() {
 }
 
 int64_t Trainer::microbatches() const { return forward_backward_->microbatches(); }
-
-const parallel::pipeline::Schedule* Trainer::pipeline_schedule() const {
-  return forward_backward_->schedule();
-}
-
-const parallel::pipeline::RunnerStats* Trainer::pipeline_stats() const {
-  return forward_backward_->stats();
-}
 
 int64_t Trainer::tokens_per_step() const {
   const auto& t = config_.train;
@@ -356,7 +320,7 @@ StepMetrics Trainer::step(int64_t step) {
   m.step_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   m.tokens_per_s = static_cast<double>(tokens_per_step()) / (m.step_ms / 1000.0);
-  m.mfu = metrics_->mfu(m.tokens_per_s);
+  m.mfu = report_.metrics->mfu(m.tokens_per_s);
   return m;
 }
 
@@ -451,7 +415,7 @@ std::vector<StepMetrics> Trainer::run() {
         m.val_loss = evaluate();
       });
     }
-    metrics_->step(m, last);
+    report_.metrics->step(m, last);
     all.push_back(m);
     if (t.sample_every > 0 && (m.step % t.sample_every == 0 || last))
       guarded(s, [&] {
@@ -462,7 +426,7 @@ std::vector<StepMetrics> Trainer::run() {
       guarded(s, [&] {
         run_.doing = "writing the timeline";
         if (auto summary = hooks_.timeline->after_step(m.step))
-          metrics_->timeline(m.step, summary->to_json());
+          report_.metrics->timeline(m.step, summary->to_json());
       });
     if (stop != 0) {
       run_.stopped_by = stop;
@@ -474,7 +438,7 @@ std::vector<StepMetrics> Trainer::run() {
     }
   }
   finish_checkpoint();
-  metrics_->done(all,
+  report_.metrics->done(all,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return all;
 }

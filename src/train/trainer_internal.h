@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -11,6 +12,7 @@
 #include "vescale/plan/plan.h"
 #include "vescale/tokenizer/text_tokenizer.h"
 #include "vescale/train/config.h"
+#include "vescale/train/forward_backward.h"
 #include "vescale/train/model_factory.h"
 #include "vescale/train/trainer.h"
 
@@ -53,6 +55,9 @@ at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh
 // bf16 autocast on `device` for the scope when `on` (the trainer's train.dtype=bf16): the
 // whole model's forward, or a pipeline stage's; disabled and its cache cleared on exit, also
 // when the forward throws.
+// make_forward_backward's local case (forward_backward.h), in local_forward_backward.cpp.
+std::unique_ptr<ForwardBackward> local_forward_backward(Model& model, ForwardBackwardOptions o);
+
 class Bf16Autocast {
  public:
   Bf16Autocast(bool on, at::DeviceType device);

@@ -34,17 +34,17 @@ void Trainer::print_sample(int64_t step) {
       weights[name] = dtensor::is_dtensor(b) ? dtensor::full_tensor(b) : b;
   }
   if (place_.rank != 0) return;
-  if (!sampler_) {
+  if (!report_.sampler) {
     // Built on the CPU, whose generator its init would advance on rank 0 alone: put it back so
     // dropout and resumes see the stream they would without samples.
     const at::Tensor rng = random::cpu_generator_state();
-    sampler_ = std::make_unique<Sampler>(
+    report_.sampler = std::make_unique<Sampler>(
         Sampler{build_model(config_.model), tokenizer::TextTokenizer(config_.data.tokenizer)});
     random::set_cpu_generator_state(rng);
-    sampler_->model.module->to(at::Device(place_.device));
+    report_.sampler->model.module->to(at::Device(place_.device));
   }
-  copy_weights(sampler_->model, weights, "train.sample_every");
-  const auto& tok = sampler_->tokenizer;
+  copy_weights(report_.sampler->model, weights, "train.sample_every");
+  const auto& tok = report_.sampler->tokenizer;
   generate::SamplingOptions s;
   s.max_new_tokens = t.sample_tokens;
   s.temperature = t.sample_temperature;
@@ -53,10 +53,10 @@ void Trainer::print_sample(int64_t step) {
   auto prompt = tok.encode(t.sample_prompt);
   const int64_t room = config_.model.options->max_seq_len() - 1;
   if (static_cast<int64_t>(prompt.size()) > room) prompt.resize(static_cast<size_t>(room));
-  const auto out = generate::generate(sampler_->model, *config_.model.options, prompt, s);
+  const auto out = generate::generate(report_.sampler->model, *config_.model.options, prompt, s);
   const std::string text = t.sample_prompt + tok.decode(out);
   log::info("sample at step " + std::to_string(step) + ":\n" + text);
-  metrics_->sample(step, text);
+  report_.metrics->sample(step, text);
 }
 
 }  // namespace vescale::train

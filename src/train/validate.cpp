@@ -51,7 +51,7 @@ void validate(const Config& config, int64_t world_size) {
         return s;
       }(),
       "); add it to the mesh (e.g. {\"", pipe->dim, "\": 2, \"dp\": -1})");
-  VESCALE_CHECK(!model.pipeline_layers.empty(), "model.type '", config.model.type,
+  VESCALE_CHECK(!model.layers.empty(), "model.type '", config.model.type,
                 "' cannot be pipelined yet (its builder lists no pipeline layers); use a plan "
                 "without \"pipeline\"");
   VESCALE_CHECK(t.grad_accum == 1 || t.grad_accum == pipe->microbatches,
@@ -63,7 +63,7 @@ void validate(const Config& config, int64_t world_size) {
       pipe->schedule, static_cast<int>(dims.pp()), static_cast<int>(pipe->microbatches),
       static_cast<int>(pipe->chunks));
   std::vector<std::string> layers;
-  for (const auto& l : model.pipeline_layers) layers.push_back(l.name);
+  for (const auto& l : model.layers) layers.push_back(l.name);
   parallel::pipeline::stage_starts(layers, *pipe, schedule.stages, plan->source());
   VESCALE_CHECK(
       zero <= 2, "ZeRO stage 3 with a pipeline plan: not supported ",

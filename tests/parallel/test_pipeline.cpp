@@ -18,6 +18,7 @@
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/parallel/grad_reducer.h"
+#include "vescale/train/forward_backward.h"
 #include "vescale/train/trainer.h"
 
 using namespace vescale;
@@ -85,7 +86,7 @@ Run train(Config cfg, std::optional<mesh::DeviceMesh> mesh, int steps) {
   Run r;
   for (int s = 0; s < steps; ++s) r.losses.push_back(t.step(s).loss);
   r.params = testing::full_params(*t.model().module);
-  if (t.pipeline_stats()) r.peak_live = t.pipeline_stats()->peak_live;
+  if (t.forward_backward().stats()) r.peak_live = t.forward_backward().stats()->peak_live;
   if (t.grad_reducer()) {
     r.overlapped = t.grad_reducer()->last_step().overlapped;
     r.buckets = t.grad_reducer()->last_step().buckets;

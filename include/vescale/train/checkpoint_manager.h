@@ -35,8 +35,9 @@ struct CheckpointParts {
   parallel::ShardedParameters* sharded = nullptr;  // ZeRO-3: gathered to save or load; or null
   DataLoader* train_loader = nullptr;
   std::string device = "cpu";  // whose libtorch generator is saved
-  // A pipeline stage: this rank's optimizer holds its own stages' state only.
-  bool pipeline_stage = false;
+  // The model holds some of the layers only (a pipeline stage): the optimizer state of the
+  // others in a checkpoint belongs to other ranks.
+  bool some_layers_only = false;
 };
 
 // The batch one step takes. The data position is counted in loader batches, so a resume maps

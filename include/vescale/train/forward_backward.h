@@ -1,8 +1,9 @@
 // One step's micro-batches through the model as the layout runs them: forward (under bf16
 // autocast when train.dtype says so), the fp32 next-token loss (and a model's aux loss),
 // backward when training, and the mean loss, the same on every rank. The trainer's step reads
-// the same whatever the layout: local_forward_backward runs the whole model on one micro-batch
-// after another; pipeline_forward_backward runs this rank's stages by the pipeline schedule.
+// the same whatever the layout: the whole model on one micro-batch after another
+// (local_forward_backward.cpp), or this rank's stages by the pipeline schedule
+// (pipeline_forward_backward.cpp).
 #pragma once
 #include <functional>
 #include <memory>
@@ -56,22 +57,13 @@ struct ForwardBackwardOptions {
   ForwardBackward::PhaseSink phase;
 };
 
-// The whole model, grad_accum micro-batches one after another (each loss scaled by 1/accum).
-std::unique_ptr<ForwardBackward> local_forward_backward(Model& model, ForwardBackwardOptions o);
-
-// Under a pipeline plan: checks the model can be cut, cuts it on `mesh` (this rank's stages,
-// parallelized on the stage's mesh, become model.module; built on the meta device, they get
-// storage on `device`) and logs the stages. Collective.
-std::unique_ptr<parallel::pipeline::PipelineStages> cut_pipeline_stages(Model& model,
-                                                                        const plan::Plan& plan,
-                                                                        const mesh::DeviceMesh& mesh,
-                                                                        const std::string& device);
-
-// This rank's pipeline stages (built before the reducer and the optimizer, which see only them)
-// run by the schedule: the loss on the last stage, sent to every rank; the tied weights'
-// gradients and the gradient norm summed across the stages.
-std::unique_ptr<ForwardBackward> pipeline_forward_backward(
-    Model& model, std::unique_ptr<parallel::pipeline::PipelineStages> stages,
-    const mesh::DeviceMesh& mesh, int world_rank, ForwardBackwardOptions o);
+// The step's forward-backward for the layout: with `stages` (a pipeline plan,
+// model_layout.h), this rank's stages run by the schedule, the loss on the last stage sent to
+// every rank, the tied weights' gradients and the gradient norm summed across the stages;
+// without, the whole model, grad_accum micro-batches one after another (each loss scaled by
+// 1/accum).
+std::unique_ptr<ForwardBackward> make_forward_backward(
+    Model& model, std::unique_ptr<parallel::pipeline::PipelineStages> stages, int world_rank,
+    ForwardBackwardOptions o);
 
 }  // namespace vescale::train

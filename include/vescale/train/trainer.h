@@ -17,8 +17,6 @@
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/nn/module_hooks.h"
 #include "vescale/optim/optimizer.h"
-#include "vescale/parallel/pipeline/pipeline_stages.h"
-#include "vescale/parallel/pipeline/runner.h"
 #include "vescale/train/checkpoint_manager.h"
 #include "vescale/train/config.h"
 #include "vescale/train/model_factory.h"
@@ -27,7 +25,10 @@
 
 namespace vescale::parallel {
 class GradReducer;
+namespace pipeline {
+class PipelineStages;
 }
+}  // namespace vescale::parallel
 
 namespace vescale::train {
 
@@ -94,10 +95,9 @@ class Trainer {
   int64_t sequences_per_step() const { return tokens_per_step() / config_.train.seq_len; }
   // Micro-batches per step: train.grad_accum, or the plan's pipeline.microbatches.
   int64_t microbatches() const;
-  // The pipeline schedule this rank runs; null without a pipeline plan.
-  const parallel::pipeline::Schedule* pipeline_schedule() const;
-  // The last step's pipeline counters (peak live activations, transfers); null without one.
-  const parallel::pipeline::RunnerStats* pipeline_stats() const;
+  // How a step runs its micro-batches (forward_backward.h): its schedule and counters under a
+  // pipeline plan.
+  const ForwardBackward& forward_backward() const { return *forward_backward_; }
   // The bucketed gradient reducer; null without a mesh or with parallel.grad_reduce=per_param.
   const parallel::GradReducer* grad_reducer() const;
   // Runs at the start of every step (1-based number), inside the step's timeline span: for
@@ -122,6 +122,14 @@ class Trainer {
   struct Hooks {
     std::vector<nn::HookHandle> checkpointed;
     std::unique_ptr<TimelineWindow> timeline;
+  };
+  // What the run reports: the progress line, JSONL and TensorBoard (rank 0), and rank 0's
+  // single-process copy of the model for train.sample_every, made at the first sample.
+  struct Sampler;
+  struct Reports {
+    std::unique_ptr<MetricsLogger> metrics;
+    std::unique_ptr<Sampler> sampler;
+    ~Reports();
   };
   // What a step is doing (for error messages), the stop signal run() ended on, the embedder's
   // hook.
@@ -157,10 +165,8 @@ class Trainer {
   Loaders data_;
   std::unique_ptr<CheckpointManager> checkpoints_;  // with checkpoint.dir
   std::unique_ptr<StepGuard> guard_;
-  std::unique_ptr<MetricsLogger> metrics_;  // the progress line, JSONL, TensorBoard (rank 0)
+  Reports report_;
   Hooks hooks_;
-  struct Sampler;  // rank 0's single-process copy for train.sample_every, made at the first
-  std::unique_ptr<Sampler> sampler_;
   RunState run_;
 };
 

@@ -28,7 +28,7 @@ std::shared_ptr<torch::nn::Module> stage_root(torch::nn::Module& full,
   for (const auto& fqn : fqns) {
     auto it = modules.find(fqn);
     VESCALE_CHECK(it != modules.end(), "pipeline: the model names layer module '", fqn,
-                  "', which it does not have (a bug in the model's pipeline_layers)");
+                  "', which it does not have (a bug in the model's Model::layers)");
     std::string parent;
     size_t start = 0;
     for (size_t dot = fqn.find('.'); dot != std::string::npos; dot = fqn.find('.', start)) {
