@@ -61,6 +61,13 @@ double MetricsLogger::mfu(double tokens_per_s) const {
   return run_.flops_per_token * tokens_per_s / (peak_.flops * static_cast<double>(run_.world_size));
 }
 
+void MetricsLogger::time(StepMetrics& m, std::chrono::steady_clock::time_point start) const {
+  m.step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  m.tokens_per_s = static_cast<double>(run_.tokens_per_step) / (m.step_ms / 1000.0);
+  m.mfu = mfu(m.tokens_per_s);
+}
+
 double MetricsLogger::memory_gb() const {
   if (run_.device.rfind("cuda", 0) == 0) return static_cast<double>(dist::cuda_memory_used()) / 1e9;
   rusage u{};

@@ -80,6 +80,23 @@ const SpanNames& span_names() {
   return names;
 }
 
+// The part of a step that is running: named for error messages (the trainer's `doing`), and a
+// span of the timeline until the next part starts or end().
+class StepPhase {
+ public:
+  explicit StepPhase(const char*& doing) : doing_(doing) {}
+  void operator()(const char* doing, timeline::Kind kind, uint32_t name) {
+    doing_ = doing;
+    span_.reset();
+    span_.emplace(kind, name);
+  }
+  void end() { span_.reset(); }
+
+ private:
+  const char*& doing_;
+  std::optional<timeline::Scope> span_;
+};
+
 // The files rank 0 writes besides the checkpoints (the metrics, the merged timeline): their
 // folders writable before the first step.
 void check_output_files(const Config& config, int rank) {
@@ -276,13 +293,7 @@ StepMetrics Trainer::step(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   const SpanNames& names = span_names();
   timeline::Scope step_span(timeline::Kind::Step, names.step, step + 1);
-  std::optional<timeline::Scope> span;
-  // Each part of the step: named for error messages, and a span of the timeline.
-  auto phase = [&](const char* doing, timeline::Kind kind, uint32_t name) {
-    run_.doing = doing;
-    span.reset();
-    span.emplace(kind, name);
-  };
+  StepPhase phase(run_.doing);
   run_.doing = "starting the step";
   if (run_.step_hook) run_.step_hook(step + 1);
   dtensor::static_eager_step();  // replay (when on) restarts at the step's first call
@@ -316,11 +327,8 @@ StepMetrics Trainer::step(int64_t step) {
     phase("balancing experts", timeline::Kind::Other, names.experts);
     balance_experts(m);
   }
-  span.reset();
-  m.step_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  m.tokens_per_s = static_cast<double>(tokens_per_step()) / (m.step_ms / 1000.0);
-  m.mfu = report_.metrics->mfu(m.tokens_per_s);
+  phase.end();
+  report_.metrics->time(m, start);
   return m;
 }
 

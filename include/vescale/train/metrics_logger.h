@@ -4,6 +4,7 @@
 // one (the MFU peak is resolved on every rank at once: on a CPU it is each rank's share of the
 // cores); only rank 0's writes anything. Not collective.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -38,6 +39,8 @@ class MetricsLogger {
 
   // MFU of a throughput against the peak (0 without one).
   double mfu(double tokens_per_s) const;
+  // At the end of a step that began at `start`: m.step_ms, tokens_per_s and mfu.
+  void time(StepMetrics& m, std::chrono::steady_clock::time_point start) const;
   // After each step, in order: fills m.memory_gb, writes the JSONL line and the scalars, and the
   // progress line on the first, every log.every-th and the `last` step (throughput averaged
   // over the steps since the previous line).
