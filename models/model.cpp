@@ -26,4 +26,10 @@ const ModelSpec& spec(const std::string& type) {
   return it->second;
 }
 
+const ModelSpec* find_spec_by_hf_type(const std::string& model_type) {
+  for (const auto& [type, s] : specs())
+    if (s.hf_type() == model_type) return &s;
+  return nullptr;
+}
+
 }  // namespace vescale::models

@@ -89,6 +89,9 @@ struct Model {
 // table in both directions, its shipped plans.
 struct ModelSpec {
   std::string type;  // model.type
+  // transformers' model_type when it is not `type` (GPT is transformers' "gpt2").
+  std::string hf_model_type = "";
+  const std::string& hf_type() const { return hf_model_type.empty() ? type : hf_model_type; }
   // Builds and initializes the model (on the CPU, or the meta device under MetaDeviceScope).
   std::function<Model(const ModelOptions&)> build;
   // The fraction of a weight's elements that multiply once per token, for FLOPs: 1 for dense
@@ -110,5 +113,7 @@ struct ModelSpec {
 void register_spec(ModelSpec spec);
 // The spec of model.type `type`; throws naming the registered types.
 const ModelSpec& spec(const std::string& type);
+// The spec whose hf_type() is transformers' `model_type`, or null.
+const ModelSpec* find_spec_by_hf_type(const std::string& model_type);
 
 }  // namespace vescale::models

@@ -25,6 +25,7 @@ Model build(const ModelOptions& options) {
 const bool registered =
     (register_spec({
          .type = "gpt",
+         .hf_model_type = "gpt2",
          .build = build,
          // Positions are looked up; wte multiplies as the tied head.
          .matmul_fraction =

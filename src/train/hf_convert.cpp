@@ -159,15 +159,15 @@ Config hf_folder_config(const std::string& hf_dir, const std::string& who) {
     VESCALE_FAIL(who, ": ", hf_dir, "/config.json is not valid JSON: ", e.what());
   }
   const std::string hf_type = hf.value("model_type", "");
-  // Our families by transformers' model_type (GPT is transformers' gpt2): those whose options
-  // read a config.json.
-  const std::string type = hf_type == "gpt2" ? "gpt" : hf_type;
+  // Our families by transformers' model_type: those whose options read a config.json.
+  const models::ModelSpec* by_hf = models::find_spec_by_hf_type(hf_type);
+  const std::string type = by_hf ? by_hf->type : hf_type;
   const models::ModelFamily* family = models::find_family(type);
-  if (!family || !family->from_hf_config) {
+  if (!by_hf || !family || !family->from_hf_config) {
     std::string supported;
     for (const auto& t : models::family_types())
       if (models::find_family(t)->from_hf_config)
-        supported += (supported.empty() ? "" : ", ") + (t == "gpt" ? std::string("gpt2") : t);
+        supported += (supported.empty() ? "" : ", ") + models::spec(t).hf_type();
     VESCALE_FAIL(who, ": ", hf_dir, " holds a '", hf_type, "' model; supported: ", supported);
   }
   // model.* from config.json: the same path as model.init_from with from_hf_config.

@@ -18,9 +18,12 @@
 #include "vescale/models/llama/llama.h"
 #include "vescale/models/mixtral/mixtral.h"
 #include "vescale/checkpoint/safetensors.h"
+#include "common/hf_reference_diff.h"
 
 using json = nlohmann::json;
 namespace ckpt = vescale::checkpoint;
+using vescale::test::hf_reference_diffs;
+using vescale::test::print_hf_diffs;
 
 namespace {
 const std::string kDir = HF_REFERENCE_DIR;  // set by tests/CMakeLists.txt
@@ -45,27 +48,6 @@ void rope_from_config(const json& c, double& theta, vescale::models::RopeScaling
   }
 }
 
-struct Diffs {
-  double logits, loss;
-};
-
-// Max |ours - HF| over the logits relative to the logits' scale (max |HF|, at least 1: fp32
-// rounding grows with the values), and |loss - HF loss| with HF's shift (predict token t+1).
-Diffs compare(const at::Tensor& logits, const std::map<std::string, at::Tensor>& ref) {
-  const auto& tokens = ref.at("tokens");
-  const int64_t T = tokens.size(1), V = logits.size(-1);
-  auto loss = at::cross_entropy_loss(logits.narrow(1, 0, T - 1).reshape({-1, V}),
-                                     tokens.narrow(1, 1, T - 1).reshape({-1}));
-  const double scale = std::max(1.0, ref.at("logits").abs().max().item<double>());
-  return {(logits - ref.at("logits")).abs().max().item<double>() / scale,
-          (loss - ref.at("loss")).abs().item<double>()};
-}
-
-void report(const char* model, const Diffs& d, const at::Tensor& ref_logits) {
-  std::cout << "hf cross-check " << model << ": max |logits diff| / scale = " << d.logits
-            << " (logits max |x| " << ref_logits.abs().max().item<double>()
-            << "), |loss diff| = " << d.loss << "\n";
-}
 }  // namespace
 
 TEST_CASE("LLaMA with HF weights matches LlamaForCausalLM's logits and loss to 1e-5",
@@ -90,8 +72,8 @@ TEST_CASE("LLaMA with HF weights matches LlamaForCausalLM's logits and loss to 1
   auto ref = ckpt::load_safetensors(kDir + "/llama/reference.safetensors");
   at::NoGradGuard ng;
   auto logits = model->forward(ref.at("tokens"));
-  auto d = compare(logits, ref);
-  report("llama", d, ref.at("logits"));
+  auto d = hf_reference_diffs(logits, ref);
+  print_hf_diffs("llama", d, ref);
   CHECK(d.logits <= 1e-5);
   CHECK(d.loss <= 1e-5);
 }
@@ -118,9 +100,9 @@ TEST_CASE("Mixtral with HF weights matches MixtralForCausalLM's logits, loss and
   model->eval();
   auto ref = ckpt::load_safetensors(kDir + "/mixtral/reference.safetensors");
   auto logits = model->forward(ref.at("tokens"));
-  auto d = compare(logits.detach(), ref);
+  auto d = hf_reference_diffs(logits.detach(), ref);
   const double aux_diff = (model->aux_loss() - ref.at("aux_loss")).abs().item<double>();
-  report("mixtral", d, ref.at("logits"));
+  print_hf_diffs("mixtral", d, ref);
   std::cout << "hf cross-check mixtral: |aux loss diff| = " << aux_diff << " (aux loss "
             << ref.at("aux_loss").item<double>() << ")\n";
   CHECK(d.logits <= 1e-5);
@@ -145,13 +127,13 @@ TEST_CASE("GPT-2 with HF weights matches GPT2LMHeadModel's logits and loss to 1e
   auto ref = ckpt::load_safetensors(kDir + "/gpt2/reference.safetensors");
   {
     // With grad on, the training path (vescale::kernels::gelu_tanh keeps its tanh for backward).
-    auto d = compare(model->forward(ref.at("tokens")), ref);
+    auto d = hf_reference_diffs(model->forward(ref.at("tokens")), ref);
     CHECK(d.logits <= 1e-5);
     CHECK(d.loss <= 1e-5);
   }
   at::NoGradGuard ng;
-  auto d = compare(model->forward(ref.at("tokens")), ref);
-  report("gpt2", d, ref.at("logits"));
+  auto d = hf_reference_diffs(model->forward(ref.at("tokens")), ref);
+  print_hf_diffs("gpt2", d, ref);
   CHECK(d.logits <= 1e-5);
   CHECK(d.loss <= 1e-5);
 }

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 
+#include "common/hf_reference_diff.h"
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/models/shared/moe.h"
 #include "vescale/generate/generate.h"
@@ -179,18 +180,10 @@ TEST_CASE("Qwen3 and Qwen3-MoE loaded from transformers folders give their logit
     CHECK(loaded.config.model.type == name);
     c10::NoGradGuard no_grad;
     loaded.model.module->eval();
-    const auto& tokens = ref.at("tokens");
-    const auto logits = loaded.model.forward(tokens);
-    const auto& want = ref.at("logits");
-    const double scale = std::max(1.0, want.abs().max().item<double>());
-    const double diff = max_diff(logits, want) / scale;
-    const int64_t T = tokens.size(1), V = logits.size(-1);
-    const auto loss = at::cross_entropy_loss(logits.narrow(1, 0, T - 1).reshape({-1, V}),
-                                             tokens.narrow(1, 1, T - 1).reshape({-1}));
-    std::printf("hf cross-check %s: max |logits diff| / scale = %.3g, |loss diff| = %.3g\n",
-                name.c_str(), diff, (loss - ref.at("loss")).abs().item<double>());
-    CHECK(diff <= 1e-5);
-    CHECK((loss - ref.at("loss")).abs().item<double>() <= 1e-5);
+    const auto d = vescale::test::hf_reference_diffs(loaded.model.forward(ref.at("tokens")), ref);
+    vescale::test::print_hf_diffs(name, d, ref);
+    CHECK(d.logits <= 1e-5);
+    CHECK(d.loss <= 1e-5);
     if (ref.count("aux_loss")) {
       // The aux loss needs the router logits with autograd off: read it directly.
       auto& moe = dynamic_cast<models::MoETransformerImpl&>(*loaded.model.module);
