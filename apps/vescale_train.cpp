@@ -1,9 +1,11 @@
 // vescale-train: the training entry point.
 //   vescale-train --config configs/X.json|NAME [--set a.b=v ...] [--nproc-per-node N]
-//                 [--dry-run] [--print-config] [--print-schedule] [--timeline trace.json]
+//                 [--dry-run [--world-size N] [--gpus-per-node G]] [--print-config]
+//                 [--print-schedule] [--timeline trace.json]
 // With --nproc-per-node (or --nnodes) it starts its own ranks through the built-in launcher.
 // --dry-run prints the parameter count and per-rank memory under the plan without building
-// the model (one process: for the configured mesh; launched ranks: for the real one).
+// the model (one process: for the mesh N ranks would form, the configured sizes without
+// --world-size; launched ranks: for the real one).
 #include <ATen/Parallel.h>
 
 #include <csignal>
@@ -31,12 +33,19 @@ int main(int argc, char** argv) {
   std::string config, log_level, timeline;
   std::vector<std::string> overrides;
   bool dry_run = false, print_schedule = false, print_config = false;
+  int64_t world_size = 0, gpus_per_node = 0;
   app.add_option("--config", config,
                  "train config: a JSON file, or the name of a shipped one (nanogpt_tiny, ...)")
       ->required();
   app.add_option("--set", overrides, "override a config field: --set train.steps=200");
   app.add_flag("--dry-run", dry_run,
                "print the mesh, parameter count and per-rank memory, then stop");
+  app.add_option("--world-size", world_size,
+                 "with --dry-run: the number of ranks to plan for (a -1 mesh dim takes the rest)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--gpus-per-node", gpus_per_node,
+                 "with --dry-run: devices per node, to show which mesh dims stay within a node")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--print-config", print_config,
                "print the resolved config (after every --set, paths resolved) as JSON, then stop");
   app.add_flag("--print-schedule", print_schedule,
@@ -71,14 +80,22 @@ int main(int argc, char** argv) {
     }
     const vescale::mesh::MeshDims dims(cfg.parallel.mesh.begin(), cfg.parallel.mesh.end());
     const auto env = vescale::dist::launch_env_from_process();
+    VESCALE_CHECK(dry_run || (world_size == 0 && gpus_per_node == 0),
+                  "--world-size and --gpus-per-node describe a world for --dry-run; a run takes "
+                  "its world from the launcher (--nproc-per-node, --nnodes)");
     if (dry_run && env.world_size == 1) {
-      // One process: report the configured mesh without forming it (-1 dims take 1).
-      int64_t world = 1;
-      for (auto& [name, size] : dims) world *= size > 0 ? size : 1;
+      // One process: the mesh `world_size` ranks would form (without it, the configured sizes,
+      // -1 dims taking 1), reported without forming it.
+      int64_t world = world_size;
+      if (world == 0) {
+        world = 1;
+        for (auto& [name, size] : dims) world *= size > 0 ? size : 1;
+      }
       vescale::log::init(0, log_level);
       vescale::train::validate(cfg, world);
-      std::printf(
-          "%s", vescale::train::dry_run_report(cfg, vescale::mesh::MeshShape(dims, world)).c_str());
+      std::printf("%s", vescale::train::dry_run_report(cfg, vescale::mesh::MeshShape(dims, world),
+                                                       gpus_per_node)
+                            .c_str());
       return 0;
     }
     // Before any rendezvous: a config or plan error reads the same at 1 rank or N.
@@ -94,7 +111,8 @@ int main(int argc, char** argv) {
                 threads, threads == 1 ? "" : "s");
     std::fflush(stdout);
     if (dry_run) {
-      if (rank == 0) std::printf("%s", vescale::train::dry_run_report(cfg, mesh.shape()).c_str());
+      if (rank == 0)
+        std::printf("%s", vescale::train::dry_run_report(cfg, mesh.shape(), gpus_per_node).c_str());
       vescale::dist::shutdown();
       return 0;
     }

@@ -11,6 +11,7 @@
 #include <set>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "vescale/common/check.h"
 #include "vescale/common/json_schema.h"
@@ -87,6 +88,33 @@ void visit(Writer& v, ModelConfig& c) {
   c.options->write(v);
 }
 
+void visit(Reader& v, PipelineOverrides& c) {
+  if (v.raw("schedule")) {
+    std::string name;
+    v.field("schedule", name);
+    c.schedule = plan::schedule_kind_named(name);
+    if (!c.schedule) v.fail("schedule", plan::unknown_schedule_kind(name));
+  }
+  v.field("microbatches", c.microbatches);
+  v.field("chunks", c.chunks);
+  v.field("split", c.split);
+  v.field("stages", c.stages);
+  if (!c.split.empty() && c.split != "even")
+    v.fail("split", "must be \"even\" (or list the cuts in parallel.pipeline.stages)");
+}
+
+// Only what is set: a config without overrides prints no pipeline section.
+void visit(Writer& v, PipelineOverrides& c) {
+  if (c.schedule) {
+    std::string name = plan::to_string(*c.schedule);
+    v.field("schedule", name);
+  }
+  if (c.microbatches) v.field("microbatches", c.microbatches);
+  if (c.chunks) v.field("chunks", c.chunks);
+  if (!c.split.empty()) v.field("split", c.split);
+  if (!c.stages.empty()) v.field("stages", c.stages);
+}
+
 template <class V>
 void visit(V& v, ParallelConfig& c) {
   v.field("mesh", c.mesh);
@@ -95,12 +123,16 @@ void visit(V& v, ParallelConfig& c) {
   v.field("zero", c.zero);
   choice(v, "grad_reduce", c.grad_reduce, kGradReduce);
   choice(v, "reduce_dtype", c.reduce_dtype, Names<DType>{kDTypes.names, false});
+  if (std::is_same_v<V, Reader> || c.pipeline.any())
+    v.object("pipeline", [&](auto& s) { visit(s, c.pipeline); });
 }
 
 template <class V>
 void visit(V& v, TrainConfig& c) {
   v.field("steps", c.steps);
   v.field("batch_size", c.batch_size);
+  v.field("micro_batch_size", c.micro_batch_size);
+  v.field("global_batch_size", c.global_batch_size);
   v.field("seq_len", c.seq_len);
   v.field("grad_accum", c.grad_accum);
   v.field("lr", c.lr);
@@ -210,6 +242,12 @@ void validate(const Config& c, const std::string& source,
   }
   check(inferred <= 1, "parallel.mesh", "at most one dim may be -1");
   check(c.parallel.zero >= 0 && c.parallel.zero <= 3, "parallel.zero", "must be 0, 1, 2 or 3");
+  check(c.parallel.pipeline.microbatches >= 0, "parallel.pipeline.microbatches",
+        "must be >= 1 (0 keeps the plan's)");
+  check(c.parallel.pipeline.chunks >= 0, "parallel.pipeline.chunks",
+        "must be >= 1 (0 keeps the plan's)");
+  check(c.parallel.pipeline.split.empty() || c.parallel.pipeline.stages.empty(),
+        "parallel.pipeline.split", "and parallel.pipeline.stages both given; set one");
   check(c.parallel.zero == 0 || c.parallel.grad_reduce != GradReduce::PerParam, "parallel.zero",
         "needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
 
@@ -221,6 +259,15 @@ void validate(const Config& c, const std::string& source,
                       {"log_every", t.log_every},
                       {"eval_steps", t.eval_steps}})
     positive(check, std::string("train.") + k, v);
+  check(t.global_batch_size >= 0, "train.global_batch_size",
+        "must be >= 1 (0: batch_size x micro-batches x data ranks)");
+  check(t.global_batch_size == 0 || t.grad_accum == 1, "train.grad_accum",
+        "is derived from train.global_batch_size (global / (micro batch x data ranks)); remove "
+        "train.grad_accum, or train.global_batch_size");
+  check(t.global_batch_size == 0 || c.parallel.pipeline.microbatches == 0,
+        "parallel.pipeline.microbatches",
+        "is derived from train.global_batch_size (global / (micro batch x data ranks)); remove "
+        "one of them");
   check(t.seq_len <= m.max_seq_len(), "train.seq_len",
         std::to_string(t.seq_len) + " exceeds the model's maximum sequence length " +
             std::to_string(m.max_seq_len()));
@@ -420,6 +467,26 @@ Config Config::from_json(const std::string& text, const std::string& source,
   r.set_origins(&origins);
   visit(r, c);
   r.finish();
+  // train.micro_batch_size is Megatron-LM's name for train.batch_size: one value, two names.
+  // A --set of one wins over the file's other; both in the file (or both set) must agree.
+  if (c.train.micro_batch_size != 0) {
+    const json* train = j.contains("train") && j["train"].is_object() ? &j["train"] : nullptr;
+    const bool both = train && train->contains("batch_size");
+    const bool micro_set = origins.count("train.micro_batch_size") > 0;
+    const bool batch_set = origins.count("train.batch_size") > 0;
+    if (both && batch_set && !micro_set) {
+      c.train.micro_batch_size = c.train.batch_size;
+    } else {
+      VESCALE_CHECK(!both || micro_set != batch_set || c.train.batch_size == c.train.micro_batch_size,
+                    json_schema::origin_of(&origins, "train.micro_batch_size",
+                                           "config '" + source + "'"),
+                    ": train.micro_batch_size=", c.train.micro_batch_size, " and train.batch_size=",
+                    c.train.batch_size, " name the same thing (sequences per data rank and "
+                    "micro-batch) with different values; set one of them");
+    }
+    c.train.batch_size = c.train.micro_batch_size;
+  }
+  c.train.micro_batch_size = c.train.batch_size;
   validate(c, source, origins);
   if (!hf_fields.empty()) {
     const json mine = json::parse(c.to_json())["model"];

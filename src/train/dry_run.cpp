@@ -15,6 +15,7 @@
 #include "vescale/plan/parallel_dims.h"
 #include "vescale/plan/plan.h"
 #include "vescale/train/model_factory.h"
+#include "vescale/train/run_plan.h"
 
 namespace vescale::train {
 
@@ -44,12 +45,9 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
     model = build_model(config.model);
   }
   const ParamShapes shapes = parameter_shapes(*model.module);
-  std::optional<plan::Plan> plan;
-  int64_t zero = zero_stage(config.parallel, nullptr);
-  if (!config.parallel.plan.empty()) {
-    plan = plan::Plan::from_json_file(config.parallel.plan);
-    zero = zero_stage(config.parallel, &*plan);
-  }
+  // With --set parallel.pipeline.* and the micro-batches of train.global_batch_size.
+  std::optional<plan::Plan> plan = run_plan(config, mesh).plan;
+  const int64_t zero = zero_stage(config.parallel, plan ? &*plan : nullptr);
   const std::optional<plan::PipelineSpec> pipe = plan ? plan->pipeline() : std::nullopt;
   // The dims parameters are placed on: all of them, or a pipeline stage's (the others).
   const plan::ParallelDims roles(plan::ParallelDims(mesh, plan ? &*plan : nullptr).stage_dims(),
@@ -183,7 +181,44 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
   return m;
 }
 
-std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
+std::optional<std::string> zero_without_data_ranks(const Config& config,
+                                                   const mesh::MeshShape& mesh) {
+  const RunPlan planned = run_plan(config, mesh);
+  const int64_t zero = zero_stage(config.parallel, planned.plan ? &*planned.plan : nullptr);
+  if (zero == 0) return std::nullopt;
+  const plan::ParallelDims dims(mesh, planned.plan ? &*planned.plan : nullptr);
+  if (dims.dp() > 1) return std::nullopt;
+  // What it costs, when the config (not the plan, which parallel.zero=0 defers to) asks for it.
+  double extra = 0;
+  if (config.parallel.zero > 0) {
+    Config without = config;
+    without.parallel.zero = 0;
+    extra = memory_per_rank(config, mesh).total() - memory_per_rank(without, mesh).total();
+  }
+  return "ZeRO stage " + std::to_string(zero) + " with dp=1 shards nothing" +
+         (extra > 0 ? " and adds " + gib(extra) + " per rank (its fp32 copy of the weights)"
+                    : "") +
+         "; set parallel.zero=0, or add a dp dim to the mesh";
+}
+
+std::string mesh_on_nodes(const mesh::MeshShape& mesh, int64_t gpus_per_node) {
+  const int64_t ranks = mesh.numel();
+  std::string within, across;
+  int64_t inner = 1;  // ranks spanned by the dims after this one (row-major: the last is fastest)
+  for (int64_t i = mesh.ndim() - 1; i >= 0; --i) {
+    const int64_t size = mesh.sizes()[i];
+    std::string& side = inner * size <= gpus_per_node ? within : across;
+    side = mesh.names()[i] + (side.empty() ? "" : ", " + side);
+    inner *= size;
+  }
+  const int64_t nodes = (ranks + gpus_per_node - 1) / gpus_per_node;
+  return std::to_string(nodes) + " node" + (nodes == 1 ? "" : "s") + " of " +
+         std::to_string(gpus_per_node) + ": " + (within.empty() ? "no dim" : within) +
+         " within a node, " + (across.empty() ? "no dim" : across) + " across nodes";
+}
+
+std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh,
+                           int64_t gpus_per_node) {
   const MemoryEstimate m = memory_per_rank(config, mesh);
   const auto& names = mesh.names();
   char count[64];
@@ -194,7 +229,13 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
   std::string out;
   out += "model: " + config.model.type + ", " + count + " parameters (" +
          std::to_string(m.parameters) + ")\n";
-  out += "mesh: " + mesh_line + " (" + std::to_string(mesh.numel()) + " ranks)\n";
+  out += "mesh: " + mesh_line + " (" + std::to_string(mesh.numel()) + " ranks" +
+         (gpus_per_node > 0 ? "; " + mesh_on_nodes(mesh, gpus_per_node) : "") + ")\n";
+  const BatchLayout batch = run_plan(config, mesh).batch;
+  out += "batch: " + std::to_string(batch.global()) + " sequences of " +
+         std::to_string(config.train.seq_len) + " tokens per step (micro-batch " +
+         std::to_string(batch.micro_batch) + " x " + std::to_string(batch.microbatches) +
+         " micro-batches x " + std::to_string(batch.data_ranks) + " data ranks)\n";
   out += "plan: " +
          (config.parallel.plan.empty() ? std::string("none (every parameter replicated)")
                                        : config.parallel.plan) +
@@ -237,6 +278,7 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh) {
                                      : "does not fit",
                 100.0 * (1.0 - peak / device));
   out += line;
+  if (auto w = zero_without_data_ranks(config, mesh)) out += "warning: " + *w + "\n";
   return out;
 }
 
@@ -244,9 +286,15 @@ std::string schedule_report(const Config& config) {
   VESCALE_CHECK(!config.parallel.plan.empty(),
                 "--print-schedule: parallel.plan is empty; name a "
                 "plan with a \"pipeline\" section (e.g. configs/plans/llama_pp.json)");
-  const plan::Plan plan = plan::Plan::from_json_file(config.parallel.plan);
-  VESCALE_CHECK(plan.pipeline(), "--print-schedule: plan '", plan.source(),
-                "' has no \"pipeline\" section");
+  // The mesh's given sizes (a -1 dim as 1): the pipeline dim's size is what matters here.
+  int64_t world = 1;
+  for (const auto& [name, size] : config.parallel.mesh) world *= std::max<int64_t>(size, 1);
+  const plan::Plan plan = [&] {
+    auto p = plan::Plan::from_json_file(config.parallel.plan);
+    VESCALE_CHECK(p.pipeline(), "--print-schedule: plan '", p.source(),
+                  "' has no \"pipeline\" section");
+    return *run_plan(config, mesh::MeshShape(config.parallel.mesh, world)).plan;
+  }();
   const plan::PipelineSpec& spec = *plan.pipeline();
   int64_t ranks = 0;
   for (const auto& [name, size] : config.parallel.mesh)

@@ -42,6 +42,7 @@
 #include "vescale/train/forward_backward.h"
 #include "vescale/train/metrics_logger.h"
 #include "vescale/train/model_layout.h"
+#include "vescale/train/run_plan.h"
 #include "vescale/train/validate.h"
 #include "vescale/kernels/host_memory.h"
 #include "vescale/timeline/recorder.h"
@@ -50,20 +51,26 @@
 namespace vescale::train {
 namespace {
 
-// The config's plan (every parameter replicated without one). lay_out_model meets
-// parallelize() with it (or cuts pipeline stages, under a "pipeline" section); everything else in
-// this file is plain aten code that works unchanged on DTensors. The parameters become DTensors
-// and the model's own init reruns on them through the Philox RNG, so the initial weights are
-// bitwise the same for every mesh, world size and plan. On one device the parameters stay plain
-// tensors (after that same init): nothing to distribute, no DTensor dispatch per op.
-plan::Plan load_plan(const Config& config, const mesh::DeviceMesh& mesh) {
-  plan::Plan plan(mesh.dim_names());
-  if (config.parallel.plan.empty()) {
-    plan.shard("*", dtensor::Placements(mesh.ndim(), dtensor::Replicate()));
-  } else {
-    plan = plan::Plan::from_json_file(config.parallel.plan);
-  }
-  return plan;
+// The run's plan on a mesh (run_plan.h), every parameter replicated without a file.
+// lay_out_model meets parallelize() with it (or cuts pipeline stages, under a "pipeline"
+// section); everything else in this file is plain aten code that works unchanged on DTensors.
+// The parameters become DTensors and the model's own init reruns on them through the Philox
+// RNG, so the initial weights are bitwise the same for every mesh, world size and plan. On one
+// device the parameters stay plain tensors (after that same init): nothing to distribute, no
+// DTensor dispatch per op.
+plan::Plan plan_or_replicated(std::optional<plan::Plan> plan, const mesh::DeviceMesh& mesh) {
+  if (plan) return std::move(*plan);
+  plan::Plan all(mesh.dim_names());
+  all.shard("*", dtensor::Placements(mesh.ndim(), dtensor::Replicate()));
+  return all;
+}
+
+// One process trains the whole model: no plan, one data rank.
+Config without_plan(Config config) {
+  config.parallel.plan.clear();
+  config.parallel.pipeline = {};
+  config.parallel.mesh = {{plan::kDataDim, 1}};
+  return config;
 }
 
 // The names of the step's timeline spans, interned once (the forward-backward has its own).
@@ -125,6 +132,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   }
   // What can be checked without the world is checked as vescale-train checks it before the world.
   if (on) validate(config_, place_.world_size);
+  if (on && place_.rank == 0)
+    if (auto waste = zero_without_data_ranks(config_, on->shape())) log::warn(*waste);
   // Everything the run will write, before the first step (not at the first save, hours later).
   on_all_ranks([&] {
     if (!config_.checkpoint.dir.empty())
@@ -137,8 +146,11 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   random::manual_seed(t.seed);
 
   if (place_.device == "cpu") kernels::cache_host_memory();
+  // The plan and the step's micro-batches (train.global_batch_size fixes the step's sequences).
+  RunPlan planned = on ? run_plan(config_, on->shape())
+                       : run_plan(without_plan(config_), mesh::MeshShape({{plan::kDataDim, 1}}, 1));
   std::optional<plan::Plan> plan;
-  if (on) plan = load_plan(config_, *on);
+  if (on) plan = plan_or_replicated(std::move(planned.plan), *on);
   auto laid = lay_out_model(config_, plan ? &*plan : nullptr, on, place_.device);
   model_ = std::move(laid.model);
   int64_t zero = 0;
@@ -159,7 +171,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   if (config_.log.timeline.on())
     hooks_.timeline =
         std::make_unique<TimelineWindow>(config_, on, *model_.module, model_.block_pattern);
-  build_step(std::move(laid.stages), zero);
+  build_step(std::move(laid.stages), zero, planned.batch.microbatches);
   build_loaders();
   guard_ = std::make_unique<StepGuard>(
       DivergenceGuardOptions{t.max_loss_spike, t.warmup_steps, config_.model.vocab_size(), t.lr,
@@ -182,7 +194,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
 }
 
 void Trainer::build_step(std::unique_ptr<parallel::pipeline::PipelineStages> stages,
-                         int64_t zero) {
+                         int64_t zero, int64_t microbatches) {
   const auto& t = config_.train;
   optim::NamedParams named;
   for (const auto& item : model_.module->named_parameters())
@@ -201,7 +213,7 @@ void Trainer::build_step(std::unique_ptr<parallel::pipeline::PipelineStages> sta
   }
   const mesh::DeviceMesh* on = place_.mesh_or_null();
   ForwardBackwardOptions fb{on,           place_.device, t.dtype == DType::Bf16,
-                            t.grad_accum, reducer,       [this](const char* p) { run_.doing = p; }};
+                            microbatches, reducer,       [this](const char* p) { run_.doing = p; }};
   forward_backward_ = make_forward_backward(model_, std::move(stages), place_.rank, std::move(fb));
 }
 
@@ -360,10 +372,10 @@ std::vector<StepMetrics> Trainer::run() {
     log::info("model " + config_.model.type + ": " +
               human(static_cast<double>(parameter_count(parameter_shapes(config_.model))), "") +
               " parameters; " + std::to_string(tokens_per_step()) + " tokens per step (" +
-              std::to_string(t.batch_size) + " x " + std::to_string(t.seq_len) + " x " +
-              std::to_string(microbatches()) +
-              (forward_backward_->schedule() ? " micro-batches x " : " accum x ") +
-              std::to_string(place_.dp_size) + " dp); " + std::to_string(t.steps) + " steps, dtype " +
+              std::to_string(sequences_per_step()) + " sequences of " + std::to_string(t.seq_len) +
+              ": " + std::to_string(t.batch_size) + " x " + std::to_string(microbatches()) +
+              " micro-batches x " + std::to_string(place_.dp_size) + " data ranks); " +
+              std::to_string(t.steps) + " steps, dtype " +
               to_string(t.dtype) +
               (t.activation_checkpointing ? ", activation checkpointing" : ""));
   }

@@ -12,13 +12,16 @@
 #include "vescale/plan/parallel_dims.h"
 #include "vescale/plan/plan.h"
 #include "vescale/train/model_factory.h"
+#include "vescale/train/run_plan.h"
 
 namespace vescale::train {
 
 void validate(const Config& config, int64_t world_size) {
   const mesh::MeshShape shape(config.parallel.mesh, world_size);
-  std::optional<plan::Plan> plan;
-  if (!config.parallel.plan.empty()) plan = plan::Plan::from_json_file(config.parallel.plan);
+  // The plan with --set parallel.pipeline.*, and the micro-batches (a global batch that the
+  // layout does not divide is refused here).
+  RunPlan planned = run_plan(config, shape);
+  std::optional<plan::Plan>& plan = planned.plan;
   const int64_t zero = zero_stage(config.parallel, plan ? &*plan : nullptr);
   const auto& t = config.train;
   VESCALE_CHECK(zero == 0 || config.parallel.grad_reduce != GradReduce::PerParam, "ZeRO stage ",
@@ -59,9 +62,19 @@ void validate(const Config& config, int64_t world_size) {
                 ".microbatches=", pipe->microbatches,
                 ": a pipeline's micro-batches are the step's accumulation; set train.grad_accum "
                 "to 1 (or to the same number)");
-  const auto schedule = parallel::pipeline::make_schedule(
-      pipe->schedule, static_cast<int>(dims.pp()), static_cast<int>(pipe->microbatches),
-      static_cast<int>(pipe->chunks));
+  const auto schedule = [&] {
+    try {
+      return parallel::pipeline::make_schedule(pipe->schedule, static_cast<int>(dims.pp()),
+                                               static_cast<int>(pipe->microbatches),
+                                               static_cast<int>(pipe->chunks));
+    } catch (const Error& e) {
+      if (t.global_batch_size == 0) throw;
+      VESCALE_FAIL(e.what(), " (the micro-batches are train.global_batch_size=",
+                   t.global_batch_size, " / (train.micro_batch_size=", t.batch_size, " x ",
+                   planned.batch.data_ranks,
+                   " data ranks); raise the global batch or lower the micro batch)");
+    }
+  }();
   std::vector<std::string> layers;
   for (const auto& l : model.layers) layers.push_back(l.name);
   parallel::pipeline::stage_starts(layers, *pipe, schedule.stages, plan->source());

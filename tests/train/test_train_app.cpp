@@ -117,6 +117,34 @@ TEST_CASE("vescale-train --dry-run reports LLaMA-3 70B without memory", "[train_
   r = run(TRAIN + " --dry-run --config " + CONFIGS +
           "llama3_70b.json --set 'parallel.mesh={\"pp\":8,\"dp\":2,\"tp\":8}'");
   CHECK_THAT(r.out, Contains("an 80 GB device fits (77% headroom)"));
+  // ZeRO-1 at dp=1 shards nothing: the warning names what it costs (the fp32 copy of a stage's
+  // weights, 4.47 GiB = its parameter bytes) and the fix.
+  r = run(TRAIN + " --dry-run --config " + CONFIGS + "llama3_70b.json");
+  CHECK_THAT(r.out, Contains("warning: ZeRO stage 1 with dp=1 shards nothing and adds 4.47 GiB "
+                             "per rank (its fp32 copy of the weights); set parallel.zero=0"));
+  CHECK_THAT(r.out, Contains("params 4.47 GiB"));
+}
+
+TEST_CASE("vescale-train --dry-run --world-size shows the mesh those ranks form", "[train_app]") {
+  // 64 ranks, dp the rest: pp=2 x dp=4 x tp=8, tp inside the 8-GPU nodes; 128 sequences a step
+  // (train.batch_size 1 x 32 pipeline micro-batches x 4 data ranks), the README's 6.38 GiB row.
+  auto r = run(TRAIN + " --dry-run --config " + CONFIGS +
+               "llama3_8b.json --world-size 64 --gpus-per-node 8");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("mesh: pp=2, dp=4, tp=8 (64 ranks; 8 nodes of 8: tp within a node, "
+                             "pp, dp across nodes)"));
+  CHECK_THAT(r.out, Contains("batch: 128 sequences of 8192 tokens per step (micro-batch 1 x 32 "
+                             "micro-batches x 4 data ranks)"));
+  CHECK_THAT(r.out, Contains("peak per rank: 6.38 GiB"));
+  CHECK_THAT(r.out, !Contains("warning: ZeRO"));  // dp=4: ZeRO-1 shards the optimizer state
+  // A world the mesh does not divide is named.
+  r = run(TRAIN + " --dry-run --config " + CONFIGS + "llama3_8b.json --world-size 60");
+  CHECK(r.code == 1);
+  // Outside --dry-run the world comes from the launcher.
+  r = run(TRAIN + " --config " + CONFIGS + "nanogpt_tiny.json --world-size 4");
+  CHECK(r.code == 1);
+  CHECK_THAT(r.out, Contains("--world-size and --gpus-per-node describe a world for --dry-run"));
 }
 
 TEST_CASE("vescale-train names config errors", "[train_app]") {

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "vescale/models/registry.h"  // models/: the model families
 #include "vescale/common/number_or_auto.h"
 #include "vescale/optim/lr_schedule.h"
+#include "vescale/plan/schedule_kind.h"
 
 namespace vescale::train {
 
@@ -63,6 +65,19 @@ struct ModelConfig {
   int64_t vocab_size() const { return options->vocab_size(); }
 };
 
+// --set parallel.pipeline.*: fields that replace the plan's "pipeline" section's
+// (docs/pipeline.md); unset fields keep the plan's.
+struct PipelineOverrides {
+  std::optional<plan::ScheduleKind> schedule;
+  int64_t microbatches = 0;          // 0: the plan's (or derived from train.global_batch_size)
+  int64_t chunks = 0;                // 0: the plan's
+  std::string split;                 // "even": balance the layers (drops the plan's "stages")
+  std::vector<std::string> stages;   // the first layer of each stage (replaces "split")
+  bool any() const {
+    return schedule || microbatches || chunks || !split.empty() || !stages.empty();
+  }
+};
+
 struct ParallelConfig {
   // Mesh dims in order, e.g. {"dp": 2, "tp": 2}; one size may be -1 (the rest of the world).
   std::vector<std::pair<std::string, int64_t>> mesh = {{"dp", -1}};
@@ -76,13 +91,21 @@ struct ParallelConfig {
   GradReduce grad_reduce = GradReduce::Overlap;
   // The dtype fp32 gradients are reduced in: bf16 halves the bytes (bf16 rounding).
   DType reduce_dtype = DType::Fp32;
+  PipelineOverrides pipeline;
 };
 
 struct TrainConfig {
   int64_t steps = 1000;
   int64_t batch_size = 8;  // sequences per data-parallel rank per micro-batch
+  // The same as batch_size, under Megatron-LM's name; set one of them (0: batch_size).
+  int64_t micro_batch_size = 0;
+  // Sequences per optimizer step over every data rank. Set, it fixes the math whatever the
+  // layout: micro-batches per step = global_batch_size / (batch_size x data ranks), for the
+  // local loop and a pipeline alike (batch_layout.h). 0: batch_size x grad_accum (or the
+  // plan's pipeline micro-batches) x data ranks, which changes with the layout.
+  int64_t global_batch_size = 0;
   int64_t seq_len = 1024;
-  int64_t grad_accum = 1;  // micro-batches per optimizer step
+  int64_t grad_accum = 1;  // micro-batches per optimizer step (derived with global_batch_size)
   double lr = 3e-4;
   double min_lr = 3e-5;  // the cosine decays to this floor
   int64_t warmup_steps = 100;

@@ -2,6 +2,7 @@
 // build of the model (nothing is allocated).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,15 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
 // activation memory under the config's plan and mesh (a row per pipeline rank, with and
 // without activation checkpointing), and the peak against an 80 GB device (nothing is
 // allocated).
-std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh);
+// With gpus_per_node > 0 the mesh line says which dims fall within a node (row-major: the last
+// dims are the nearest ranks). The batch line gives the step's sequences (run_plan.h).
+std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh,
+                           int64_t gpus_per_node = 0);
+
+// A ZeRO stage on a mesh without data parallelism shards nothing and keeps its buffers: the
+// warning (with the memory it costs), or nothing.
+std::optional<std::string> zero_without_data_ranks(const Config& config,
+                                                   const mesh::MeshShape& mesh);
 
 // Before the model is built: the estimate's peak per rank (memory_per_rank) against
 // `available_bytes`, what this rank may use (`where` says what that is: "its GPU (80.0 GiB)",

@@ -93,7 +93,8 @@ class Trainer {
   int64_t tokens_per_step() const;  // over all data-parallel ranks
   // The global batch: batch_size x micro-batches x data ranks.
   int64_t sequences_per_step() const { return tokens_per_step() / config_.train.seq_len; }
-  // Micro-batches per step: train.grad_accum, or the plan's pipeline.microbatches.
+  // Micro-batches per step (run_plan.h): derived from train.global_batch_size, else
+  // train.grad_accum, or the plan's pipeline.microbatches.
   int64_t microbatches() const;
   // How a step runs its micro-batches (forward_backward.h): its schedule and counters under a
   // pipeline plan.
@@ -140,8 +141,9 @@ class Trainer {
   };
 
   // Builds the optimizer over the model's parameters (ShardedAdamW under ZeRO), then the
-  // forward-backward over `stages` (a pipeline) or the whole model.
-  void build_step(std::unique_ptr<parallel::pipeline::PipelineStages> stages, int64_t zero);
+  // forward-backward over `stages` (a pipeline) or the whole model, `microbatches` per step.
+  void build_step(std::unique_ptr<parallel::pipeline::PipelineStages> stages, int64_t zero,
+                  int64_t microbatches);
   void build_loaders();
   // Refuses a model whose dry-run estimate exceeds this rank's memory (train.allow_oversubscribe).
   void check_memory_fits() const;
