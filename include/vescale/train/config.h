@@ -101,7 +101,7 @@ struct TrainConfig {
   int64_t micro_batch_size = 0;
   // Sequences per optimizer step over every data rank. Set, it fixes the math whatever the
   // layout: micro-batches per step = global_batch_size / (batch_size x data ranks), for the
-  // local loop and a pipeline alike (batch_layout.h). 0: batch_size x grad_accum (or the
+  // local loop and a pipeline alike (run_plan.h). 0: batch_size x grad_accum (or the
   // plan's pipeline micro-batches) x data ranks, which changes with the layout.
   int64_t global_batch_size = 0;
   int64_t seq_len = 1024;
