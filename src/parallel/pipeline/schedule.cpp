@@ -371,7 +371,7 @@ struct Replay {
       end = std::max(start, send_start[send] + costs.p2p);
     } else {
       check_ready(r, k);
-      end = start + cost_of(a.op, costs);
+      end = start + cost_of(a.op, costs) * costs.weight(a.stage);
       if (is_send(a.op)) send_start[idx.key(a)] = start;
       if (is_compute(a.op)) sim.busy[r] += end - start;
     }

@@ -95,6 +95,12 @@ void validate(const Schedule& schedule);
 struct ActionCosts {
   double forward = 1, backward_input = 1, backward_weight = 1;
   double p2p = 0;  // from a send's start to the matching receive's end
+  // Per stage, a factor on its compute costs (stages of unequal work: the embedding and the
+  // head on the end stages). Empty: 1 for every stage.
+  std::vector<double> stage_weight = {};
+  double weight(int stage) const {
+    return stage_weight.empty() ? 1.0 : stage_weight.at(static_cast<size_t>(stage));
+  }
 };
 
 struct TimedAction {

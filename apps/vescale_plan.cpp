@@ -1,0 +1,87 @@
+// vescale-plan: the layouts of a config's model on N devices, fastest first, as the cost model
+// predicts them (docs/planner.md).
+//   vescale-plan --config C --gpus N [--gpus-per-node 8] [--device h100|h200|a100|b200|file.json]
+//                [--top K] [--global-batch-size G]
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+
+#include "vescale/common/error_text.h"
+#include "vescale/planner/search.h"
+#include "vescale/train/config.h"
+#include "vescale/train/shipped_files.h"
+
+namespace {
+
+std::string ms(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", s * 1e3);
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"vescale-plan: choose a layout for a config's model from the cost model"};
+  std::string config, device = "h100";
+  std::vector<std::string> overrides;
+  vescale::planner::SearchOptions o;
+  app.add_option("--config", config, "train config: a JSON file or a shipped config's name")
+      ->required();
+  app.add_option("--set", overrides, "override a config field, as vescale-train's --set");
+  app.add_option("--gpus", o.gpus, "devices to plan for")->required()->check(CLI::PositiveNumber);
+  app.add_option("--gpus-per-node", o.gpus_per_node, "devices per node (default 8)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--device", device,
+                 "device profile: h100, h200, a100, b200, or a profile JSON file");
+  app.add_option("--top", o.top, "how many layouts to print (default 5)");
+  app.add_option("--global-batch-size", o.global_batch,
+                 "sequences per step (default: the config's train.global_batch_size)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const auto cfg =
+        vescale::train::Config::from_file(vescale::train::find_config(config), overrides);
+    if (o.global_batch == 0) o.global_batch = cfg.train.global_batch_size;
+    const auto profile = vescale::planner::device_profile(device);
+    const auto start = std::chrono::steady_clock::now();
+    const auto shape = vescale::planner::model_shape(cfg);
+    const auto r = vescale::planner::search(shape, cfg, profile, o);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("model %s (%lld layers, width %lld), %lld sequences of %lld per step, %s x %lld "
+                "(%lld per node)\n",
+                cfg.model.type.c_str(), static_cast<long long>(shape.n_layers),
+                static_cast<long long>(shape.dim), static_cast<long long>(o.global_batch),
+                static_cast<long long>(cfg.train.seq_len), profile.name.c_str(),
+                static_cast<long long>(o.gpus), static_cast<long long>(o.gpus_per_node));
+    int64_t pruned = 0;
+    for (const auto& [why, n] : r.pruned) pruned += n;
+    std::printf("weighed %lld layouts in %.2f s; left out %lld:", static_cast<long long>(r.weighed),
+                took, static_cast<long long>(pruned));
+    for (const auto& [why, n] : r.pruned) std::printf(" %s (%lld);", why.c_str(), static_cast<long long>(n));
+    std::printf("\n");
+    if (r.best.empty()) {
+      std::printf("no layout fits: more devices, a smaller micro batch, or activation checkpointing\n");
+      return 1;
+    }
+    std::printf("%-3s %-44s %9s %10s %6s %9s %9s %8s %8s %8s %8s %8s\n", "#", "layout", "step ms",
+                "tok/s/dev", "MFU", "peak GiB", "compute", "bubble", "tp", "ep", "dp", "optim");
+    int i = 0;
+    for (const auto& c : r.best) {
+      const auto& p = c.prediction;
+      std::printf("%-3d %-44s %9s %10.0f %5.1f%% %9.2f %9s %8s %8s %8s %8s %8s\n", ++i,
+                  c.layout.describe().c_str(), ms(p.step_s).c_str(), p.tokens_per_s_per_device,
+                  100 * p.mfu, p.peak_memory_bytes / (1024.0 * 1024 * 1024),
+                  ms(p.compute_s).c_str(), ms(p.bubble_s).c_str(),
+                  ms(p.exposed_s.at("tp")).c_str(), ms(p.exposed_s.at("ep")).c_str(),
+                  ms(p.exposed_s.at("dp")).c_str(), ms(p.optimizer_s).c_str());
+    }
+    std::printf("(times in ms per step on the busiest pipeline rank; tp/ep/dp: exposed "
+                "communication; predictions of docs/planner.md's model)\n");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vescale-plan: %s\n", vescale::error_text(e, false).c_str());
+    return 1;
+  }
+}

@@ -1,0 +1,90 @@
+// The planner's model of one training step (docs/planner.md has every equation): compute from
+// FLOPs and bytes with the device's achieved-efficiency curve, each collective from its bytes
+// and the link class its mesh dim falls on, the pipeline from the schedule simulator with
+// per-stage costs, and memory per rank from the dry run's formulas. Plain C++ over the
+// model's shapes (one meta build per model), no world, no tensors.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "vescale/plan/schedule_kind.h"
+#include "vescale/planner/device_profile.h"
+#include "vescale/train/config.h"
+
+namespace vescale::planner {
+
+// A layout the planner weighs. The mesh is laid out pp, dp, ep, tp (outermost first, row-major
+// like DeviceMesh): tp's ranks are nearest, so it stays within a node when it fits.
+struct Layout {
+  int64_t pp = 1, dp = 1, ep = 1, tp = 1;
+  bool sequence_parallel = false;  // with tp > 1
+  int64_t zero = 0;
+  bool checkpointing = false;
+  int64_t micro_batch = 1;  // sequences per micro-batch and data rank
+  plan::ScheduleKind schedule = plan::ScheduleKind::OneFOneB;  // with pp > 1
+  int64_t chunks = 1;       // interleaved_1f1b: stages per pipeline rank
+  int64_t ranks() const { return pp * dp * ep * tp; }
+  int64_t data_ranks() const { return dp * ep; }
+  std::string describe() const;  // "pp=2 dp=4 tp=8 sp zero1 ckpt mb1 1f1b"
+};
+
+// What one layer of the model chain costs (Model::layers: embedding, blocks, head).
+struct LayerShape {
+  std::string name;
+  bool block = false;
+  double params = 0;           // stored parameters
+  double expert_params = 0;    // of which sharded over ep (stacked experts)
+  double active_matmul = 0;    // multiply-adds per token (experts: only the top_k that run)
+  double moe_top_k = 0;        // tokens' expert choices, 0 for a dense layer
+};
+
+struct ModelShape {
+  std::string type;
+  int64_t n_layers = 0, dim = 0, vocab = 0, seq_len = 0;
+  double flops_per_token = 0;  // training (6 N + attention), as MFU counts it
+  std::vector<LayerShape> layers;
+  bool moe() const;
+  int64_t n_experts = 0;  // of a MoE layer (0: dense)
+};
+
+// The model's shapes from a meta build (no memory). Throws for a family that lists no layers.
+ModelShape model_shape(const train::Config& config);
+
+// Time of a collective over `ranks` ranks of one group, `bytes` per rank (ring algorithms:
+// all-reduce 2(n-1)/n B/bw + 2(n-1) latency; reduce-scatter and all-gather half of it;
+// all-to-all (n-1)/n B/bw + (n-1) latency; a point-to-point transfer B/bw + latency).
+double all_reduce_s(double bytes, int64_t ranks, const Link& link);
+double reduce_scatter_s(double bytes, int64_t ranks, const Link& link);
+double all_gather_s(double bytes, int64_t ranks, const Link& link);
+double all_to_all_s(double bytes, int64_t ranks, const Link& link);
+double p2p_s(double bytes, const Link& link);
+
+// The link class a mesh dim's groups use: within a node when the dim and the dims inside it
+// span at most gpus_per_node ranks, else across nodes. `dim` is "pp", "dp", "ep" or "tp".
+const Link& link_of(const Layout& l, const std::string& dim, const DeviceProfile& device,
+                    int64_t gpus_per_node);
+
+struct StepPrediction {
+  double step_s = 0;
+  double compute_s = 0;     // the busiest pipeline rank's compute, communication left out
+  double bubble_s = 0;      // pipeline idle time on that rank (makespan - its busy time)
+  // Exposed communication per mesh dim ("tp", "ep", "pp", "dp") and the optimizer step.
+  std::map<std::string, double> exposed_s;
+  double optimizer_s = 0;
+  double peak_memory_bytes = 0;  // the largest rank's
+  int64_t microbatches = 0;      // per step and data rank
+  double tokens_per_s_per_device = 0, mfu = 0;
+};
+
+// Throws naming what does not divide (the global batch over micro batch x data ranks).
+StepPrediction predict(const ModelShape& model, const train::Config& config, const Layout& l,
+                       int64_t global_batch, const DeviceProfile& device, int64_t gpus_per_node);
+
+// The dry run's activation bytes of one block for one micro-batch (Korthikanti et al. 2022):
+// s b h x (34 / tp with sequence parallelism, 10 + 24 / tp without) at 16-bit, doubled in fp32.
+double block_activation_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
+                              bool sequence_parallel, bool fp32);
+
+}  // namespace vescale::planner

@@ -1,0 +1,319 @@
+#include "vescale/planner/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "vescale/common/check.h"
+#include "vescale/models/model.h"
+#include "vescale/models/shared/meta_device.h"
+#include "vescale/parallel/pipeline/schedule.h"
+#include "vescale/parallel/pipeline/stages.h"
+#include "vescale/plan/plan.h"
+#include "vescale/train/model_factory.h"
+
+namespace vescale::planner {
+namespace {
+
+namespace pp = parallel::pipeline;
+
+// Elementwise traffic of one block per token, in activations of width dim, forward: the two
+// norms, two residual adds, RoPE, the activation function and softmax statistics read and
+// write about this many dim-wide rows (docs/planner.md). Backward moves twice as much.
+constexpr double kElementwiseRowsPerBlock = 30;
+// AdamW on fp32 master weights reads and writes the weight, both moments and reads the
+// gradient: 4 x (2 + 2 + 2 + 1) bytes per parameter.
+constexpr double kOptimizerBytesPerParam = 28;
+// The reducer's bucket (plan grad_reduce.bucket_mb default): the last one cannot overlap.
+constexpr double kBucketBytes = 25.0 * 1024 * 1024;
+// What the caching allocator keeps beyond the live tensors (fragmentation, workspaces).
+constexpr double kAllocatorSlack = 1.08;
+
+// The ranks a dim's group spans, strides included: the product of its size and the dims inside
+// it (pp, dp, ep, tp outermost first).
+int64_t span(const Layout& l, const std::string& dim) {
+  if (dim == "tp") return l.tp;
+  if (dim == "ep") return l.ep * l.tp;
+  if (dim == "dp") return l.dp * l.ep * l.tp;
+  return l.ranks();
+}
+
+}  // namespace
+
+std::string Layout::describe() const {
+  std::string s = "pp=" + std::to_string(pp) + " dp=" + std::to_string(dp);
+  if (ep > 1) s += " ep=" + std::to_string(ep);
+  s += " tp=" + std::to_string(tp);
+  if (sequence_parallel) s += " sp";
+  s += " zero" + std::to_string(zero);
+  if (checkpointing) s += " ckpt";
+  s += " mb" + std::to_string(micro_batch);
+  if (pp > 1) {
+    s += std::string(" ") + plan::to_string(schedule);
+    if (chunks > 1) s += "x" + std::to_string(chunks);
+  }
+  return s;
+}
+
+bool ModelShape::moe() const { return n_experts > 0; }
+
+ModelShape model_shape(const train::Config& config) {
+  ModelShape m;
+  m.type = config.model.type;
+  m.n_layers = config.model.options->n_layers();
+  m.dim = config.model.options->dim();
+  m.vocab = config.model.vocab_size();
+  m.seq_len = config.train.seq_len;
+  m.flops_per_token = train::flops_per_token(config.model, config.train.seq_len);
+  train::Model model;
+  {
+    models::MetaDeviceScope meta;
+    model = train::build_model(config.model);
+  }
+  VESCALE_CHECK(!model.layers.empty(), "vescale-plan: model.type '", m.type,
+                "' lists no layers (Model::layers), so it cannot be planned");
+  const auto shapes = train::parameter_shapes(*model.module);
+  const auto& spec = models::spec(m.type);
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const auto& layer = model.layers[i];
+    LayerShape ls;
+    ls.name = layer.name;
+    ls.block = i > 0 && i + 1 < model.layers.size();
+    for (const auto& [name, shape] : shapes) {
+      bool mine = false;
+      for (const auto& mod : layer.modules) mine = mine || name.rfind(mod + ".", 0) == 0;
+      if (!mine) continue;
+      double n = 1;
+      for (int64_t d : shape) n *= static_cast<double>(d);
+      ls.params += n;
+      if (shape.size() < 2) continue;
+      const double fraction = spec.matmul_fraction(*config.model.options, name, shape);
+      ls.active_matmul += n * fraction;
+      if (fraction > 0 && fraction < 1 && shape.size() == 3) {  // stacked experts [E, ...]
+        ls.expert_params += n;
+        m.n_experts = shape[0];
+        ls.moe_top_k = std::round(fraction * static_cast<double>(shape[0]));
+      }
+    }
+    m.layers.push_back(ls);
+  }
+  return m;
+}
+
+double all_reduce_s(double bytes, int64_t n, const Link& link) {
+  if (n <= 1) return 0;
+  const double k = static_cast<double>(n);
+  return 2 * (k - 1) / k * bytes / link.bandwidth + 2 * (k - 1) * link.latency;
+}
+double reduce_scatter_s(double bytes, int64_t n, const Link& link) {
+  if (n <= 1) return 0;
+  const double k = static_cast<double>(n);
+  return (k - 1) / k * bytes / link.bandwidth + (k - 1) * link.latency;
+}
+double all_gather_s(double bytes, int64_t n, const Link& link) {
+  return reduce_scatter_s(bytes, n, link);
+}
+double all_to_all_s(double bytes, int64_t n, const Link& link) {
+  return reduce_scatter_s(bytes, n, link);
+}
+double p2p_s(double bytes, const Link& link) { return bytes / link.bandwidth + link.latency; }
+
+const Link& link_of(const Layout& l, const std::string& dim, const DeviceProfile& device,
+                    int64_t gpus_per_node) {
+  return span(l, dim) <= gpus_per_node ? device.intra_node : device.inter_node;
+}
+
+double block_activation_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
+                              bool sequence_parallel, bool fp32) {
+  const double sbh = static_cast<double>(seq_len) * static_cast<double>(micro_batch) *
+                     static_cast<double>(dim);
+  const double t = static_cast<double>(tp);
+  return sbh * (fp32 ? 2.0 : 1.0) * (sequence_parallel ? 34.0 / t : 10.0 + 24.0 / t);
+}
+
+StepPrediction predict(const ModelShape& model, const train::Config& config, const Layout& l,
+                       int64_t global_batch, const DeviceProfile& device,
+                       int64_t gpus_per_node) {
+  StepPrediction out;
+  const int64_t per_microbatch = l.micro_batch * l.data_ranks();
+  VESCALE_CHECK(global_batch % per_microbatch == 0, "global batch ", global_batch,
+                " is not a multiple of micro batch ", l.micro_batch, " x ", l.data_ranks(),
+                " data ranks");
+  const int64_t M = global_batch / per_microbatch;
+  out.microbatches = M;
+  const bool fp32 = config.train.dtype == train::DType::Fp32;
+  const double act_bytes = fp32 ? 4 : 2;
+  const double tp = static_cast<double>(l.tp), ep = static_cast<double>(l.ep);
+  const double tokens = static_cast<double>(l.micro_batch * model.seq_len);
+  const double dim = static_cast<double>(model.dim);
+  const double seq = static_cast<double>(model.seq_len);
+  const bool sp = l.sequence_parallel && l.tp > 1;
+  const Link& tp_link = link_of(l, "tp", device, gpus_per_node);
+  const Link& ep_link = link_of(l, "ep", device, gpus_per_node);
+  const Link& pp_link = link_of(l, "pp", device, gpus_per_node);
+  const Link& dp_link = link_of(l, "dp", device, gpus_per_node);
+  // The achieved rate of the block's typical GEMM: tokens x dim x dim / tp multiply-adds.
+  const double peak_rate = fp32 ? device.peak_flops / 2 : device.peak_flops;
+  DeviceProfile at_dtype = device;
+  at_dtype.peak_flops = peak_rate;
+  const double rate = at_dtype.gemm_flops(tokens * dim * dim / tp);
+
+  // Per chain layer, one micro-batch's forward on one rank: compute, and the exposed tp/ep
+  // communication (forward; backward moves the same again).
+  struct Cost {
+    double compute = 0, tp_comm = 0, ep_comm = 0;
+  };
+  std::vector<Cost> layer_cost;
+  const double act = tokens * dim * act_bytes;  // one [b, s, h] activation
+  for (const auto& ls : model.layers) {
+    Cost c;
+    double flops = 2 * tokens * ls.active_matmul / tp;
+    if (ls.block) flops += 4 * tokens * seq * dim / tp;  // QK^T and AV
+    c.compute = flops / rate;
+    if (ls.block) {
+      c.compute += kElementwiseRowsPerBlock * act / (sp ? tp : 1.0) / device.memory_bandwidth;
+      // Two boundaries per block (attention, feed-forward): an all-reduce each, or with
+      // sequence parallelism an all-gather before and a reduce-scatter after.
+      c.tp_comm = sp ? 2 * (all_gather_s(act, l.tp, tp_link) + reduce_scatter_s(act, l.tp, tp_link))
+                     : 2 * all_reduce_s(act, l.tp, tp_link);
+      // Dispatch and combine: each token's top_k copies of its row.
+      if (ls.moe_top_k > 0)
+        c.ep_comm = 2 * all_to_all_s(act * ls.moe_top_k / (sp ? tp : 1.0), l.ep, ep_link);
+    }
+    layer_cost.push_back(c);
+  }
+
+  // Stages: the plan's even split over pp x chunks stages.
+  const int64_t stages = l.pp * l.chunks;
+  std::vector<std::string> names;
+  for (const auto& ls : model.layers) names.push_back(ls.name);
+  plan::PipelineSpec spec;
+  spec.split = "even";
+  std::vector<int64_t> starts =
+      stages > 1 ? pp::stage_starts(names, spec, stages) : std::vector<int64_t>{0};
+  starts.push_back(static_cast<int64_t>(names.size()));
+  std::vector<double> f(stages, 0), tp_s(stages, 0), ep_s(stages, 0), params(stages, 0),
+      expert(stages, 0), blocks(stages, 0);
+  for (int64_t s = 0; s < stages; ++s)
+    for (int64_t i = starts[s]; i < starts[s + 1]; ++i) {
+      f[s] += layer_cost[i].compute;
+      tp_s[s] += layer_cost[i].tp_comm;
+      ep_s[s] += layer_cost[i].ep_comm;
+      params[s] += model.layers[i].params - model.layers[i].expert_params;
+      expert[s] += model.layers[i].expert_params;
+      blocks[s] += model.layers[i].block ? 1 : 0;
+    }
+  // The simulator's costs: forward F (+ its communication), input gradient I (= F, plus a
+  // recomputed forward under checkpointing), weight gradient W (= the GEMM part of F).
+  double unit = 0;
+  std::vector<double> fwd(stages), inp(stages), wgt(stages);
+  for (int64_t s = 0; s < stages; ++s) {
+    const double comm = tp_s[s] + ep_s[s];
+    fwd[s] = f[s] + comm;
+    inp[s] = f[s] + comm + (l.checkpointing ? fwd[s] : 0);
+    wgt[s] = f[s];
+    unit = std::max(unit, fwd[s]);
+  }
+  pp::ActionCosts costs;
+  costs.forward = 1;
+  costs.backward_input = 1;
+  costs.backward_weight = 1;
+  // One weight per stage scales all three: F, I and W keep the busiest stage's ratios.
+  const int64_t busiest = std::max_element(fwd.begin(), fwd.end()) - fwd.begin();
+  costs.forward = fwd[busiest] / unit;
+  costs.backward_input = inp[busiest] / unit;
+  costs.backward_weight = wgt[busiest] / unit;
+  for (int64_t s = 0; s < stages; ++s) costs.stage_weight.push_back(fwd[s] / unit);
+  const double boundary = act / (sp ? tp : 1.0);
+  costs.p2p = l.pp > 1 ? p2p_s(boundary, pp_link) / unit : 0;
+  const auto schedule = pp::make_schedule(l.pp > 1 ? l.schedule : plan::ScheduleKind::OneFOneB,
+                                          static_cast<int>(l.pp), static_cast<int>(M),
+                                          static_cast<int>(l.chunks));
+  const auto sim = pp::simulate(schedule, costs);
+  const double makespan = sim.makespan * unit;
+  const int64_t busiest_rank =
+      std::max_element(sim.busy.begin(), sim.busy.end()) - sim.busy.begin();
+  double compute = 0, tp_total = 0, ep_total = 0;
+  for (int s : schedule.stages_of(static_cast<int>(busiest_rank))) {
+    const double back = l.checkpointing ? 3 : 2;  // I + W, and the recomputed forward
+    compute += static_cast<double>(M) * f[s] * (1 + back);
+    tp_total += static_cast<double>(M) * tp_s[s] * (l.checkpointing ? 3 : 2);
+    ep_total += static_cast<double>(M) * ep_s[s] * (l.checkpointing ? 3 : 2);
+  }
+  out.compute_s = compute;
+  out.exposed_s["tp"] = tp_total;
+  out.exposed_s["ep"] = ep_total;
+  out.bubble_s = makespan - sim.busy[busiest_rank] * unit;
+  out.exposed_s["pp"] = 0;  // inside the bubble: the simulator's receives wait for it
+
+  // Gradients after backward, on every rank the same: the stage's replicated weights over the
+  // data ranks (dp x ep), the experts over dp, fp32. The overlapped reducer hides all but the
+  // last bucket behind the last micro-batch's backward.
+  double dp_comm = 0, opt = 0, peak = 0;
+  const int64_t z = l.zero;
+  for (int r = 0; r < l.pp; ++r) {
+    double dense = 0, experts = 0, in_flight = static_cast<double>(sim.peak_in_flight[r]),
+           nblocks = 0, back_last = 0, fwd_rank = 0;
+    bool last = false;
+    for (int s : schedule.stages_of(r)) {
+      dense += params[s] / tp;
+      experts += expert[s] / (tp * ep);
+      nblocks += blocks[s];
+      back_last += inp[s] + wgt[s];  // seconds, one micro-batch
+      fwd_rank += fwd[s];
+      last = last || s == stages - 1;
+    }
+    const double grad_bytes = 4 * dense, expert_grad = 4 * experts;
+    const int64_t D = l.data_ranks();
+    // Overlappable: the gradients' reduction (all-reduce, or reduce-scatter under ZeRO) behind
+    // the last micro-batch's backward; ZeRO-3's gathers of each block's weights, per
+    // micro-batch forward and backward, prefetched behind all of the step's compute. After the
+    // optimizer: ZeRO-1/2's all-gather of the updated weights.
+    double hideable = z >= 1 ? reduce_scatter_s(grad_bytes, D, dp_link) +
+                                   reduce_scatter_s(expert_grad, l.dp, dp_link)
+                             : all_reduce_s(grad_bytes, D, dp_link) +
+                                   all_reduce_s(expert_grad, l.dp, dp_link);
+    double hidden = back_last, after = 0;
+    if (z == 1 || z == 2)
+      after = all_gather_s(grad_bytes, D, dp_link) + all_gather_s(expert_grad, l.dp, dp_link);
+    if (z == 3) {
+      hideable += 2 * static_cast<double>(M) * all_gather_s(grad_bytes, D, dp_link);
+      hidden = static_cast<double>(M) * (fwd_rank + back_last);
+    }
+    const double last_bucket = all_reduce_s(std::min(kBucketBytes, grad_bytes + expert_grad),
+                                            D, dp_link);
+    dp_comm = std::max(dp_comm, std::max(0.0, hideable - hidden) + last_bucket + after);
+    const double shard = z >= 1 ? static_cast<double>(l.data_ranks()) : 1.0;
+    opt = std::max(opt, kOptimizerBytesPerParam * (dense / shard + experts / (z >= 1 ? l.dp : 1)) /
+                            device.memory_bandwidth);
+    // Memory: the dry run's formulas (fp32 weights and gradients, AdamW's two moments, under
+    // ZeRO an fp32 slice of the weights too), activations of the micro-batches in flight.
+    const double d = static_cast<double>(l.data_ranks()), dpd = static_cast<double>(l.dp);
+    const double w = dense + experts;
+    const double w_bytes = 4 * (z >= 3 ? dense / d + experts / dpd : w);
+    const double g_bytes = 4 * (z >= 2 ? dense / d + experts / dpd : w);
+    const double o_bytes = (z >= 1 ? 12 : 8) * (z >= 1 ? dense / d + experts / dpd : w);
+    const double per_stage_blocks = nblocks / static_cast<double>(l.chunks);
+    const double block = block_activation_bytes(model.seq_len, l.micro_batch, model.dim, l.tp, sp, fp32);
+    const double block_in = 2.0 * seq * static_cast<double>(l.micro_batch) * dim * (fp32 ? 2 : 1) /
+                            (sp ? tp : 1.0);
+    const double logits = last ? 8.0 * seq * static_cast<double>(l.micro_batch) *
+                                     static_cast<double>(model.vocab) / tp
+                               : 0;
+    const double acts = l.checkpointing
+                            ? in_flight * per_stage_blocks * block_in + (nblocks > 0 ? block : 0) + logits
+                            : in_flight * per_stage_blocks * block + logits;
+    const double buffers = 2 * kBucketBytes;
+    peak = std::max(peak, (w_bytes + g_bytes + o_bytes + acts + buffers) * kAllocatorSlack);
+  }
+  out.exposed_s["dp"] = dp_comm;
+  out.optimizer_s = opt;
+  out.peak_memory_bytes = peak;
+  out.step_s = makespan + dp_comm + opt;
+  const double step_tokens = static_cast<double>(global_batch) * seq;
+  out.tokens_per_s_per_device = step_tokens / out.step_s / static_cast<double>(l.ranks());
+  out.mfu = model.flops_per_token * step_tokens /
+            (out.step_s * device.peak_flops * static_cast<double>(l.ranks()));
+  return out;
+}
+
+}  // namespace vescale::planner

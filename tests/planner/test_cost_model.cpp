@@ -1,0 +1,132 @@
+// The planner's cost model against hand-computed values: collectives by the ring formulas,
+// a block's activation bytes, FLOPs of a GEMM-only model, and a search whose best layout is
+// known by hand.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "vescale/common/check.h"
+#include "vescale/planner/cost_model.h"
+#include "vescale/planner/search.h"
+#include "vescale/train/config.h"
+
+using namespace vescale::planner;
+using vescale::train::Config;
+
+namespace {
+DeviceProfile toy_device() {
+  DeviceProfile d;
+  d.name = "toy";
+  d.peak_flops = 100e12;
+  d.memory_bytes = 80e9;
+  d.memory_bandwidth = 2e12;
+  d.gemm_efficiency = 0.5;
+  d.gemm_half_work = 1e6;
+  d.intra_node = {100e9, 1e-6};
+  d.inter_node = {10e9, 10e-6};
+  return d;
+}
+
+Config llama(const std::vector<std::string>& sets) {
+  std::vector<std::string> all = {"model.type=\"llama\"", "model.n_layers=8", "model.dim=512",
+                                  "model.n_heads=8", "model.n_kv_heads=8", "model.ffn_dim=2048",
+                                  "model.vocab_size=1024", "model.max_seq_len=1024",
+                                  "train.seq_len=1024", "train.dtype=\"bf16\""};
+  all.insert(all.end(), sets.begin(), sets.end());
+  return Config::from_json("{}", "t.json", all);
+}
+}  // namespace
+
+TEST_CASE("collectives follow the ring formulas", "[planner]") {
+  const Link link{100e9, 1e-6};
+  // 8 ranks, 1 GB: all-reduce 2 x 7/8 x 1e9 / 1e11 + 14 us = 17.5 ms + 14 us.
+  CHECK(all_reduce_s(1e9, 8, link) == Approx(0.0175 + 14e-6).epsilon(1e-12));
+  CHECK(reduce_scatter_s(1e9, 8, link) == Approx(0.00875 + 7e-6).epsilon(1e-12));
+  CHECK(all_gather_s(1e9, 8, link) == Approx(reduce_scatter_s(1e9, 8, link)));
+  CHECK(all_to_all_s(4e8, 4, link) == Approx(0.75 * 4e8 / 1e11 + 3e-6).epsilon(1e-12));
+  CHECK(p2p_s(1e6, link) == Approx(1e-5 + 1e-6).epsilon(1e-12));
+  CHECK(all_reduce_s(1e9, 1, link) == 0);  // one rank: nothing to send
+}
+
+TEST_CASE("a mesh dim stays within a node when it and the dims inside it fit", "[planner]") {
+  const auto d = toy_device();
+  Layout l;
+  l.pp = 2, l.dp = 4, l.tp = 8;
+  CHECK(&link_of(l, "tp", d, 8) == &d.intra_node);  // 8 ranks: one node
+  CHECK(&link_of(l, "dp", d, 8) == &d.inter_node);  // dp x tp = 32 ranks
+  CHECK(&link_of(l, "pp", d, 8) == &d.inter_node);
+  l.tp = 2, l.dp = 4;
+  CHECK(&link_of(l, "dp", d, 8) == &d.intra_node);  // 4 x 2 = 8
+}
+
+TEST_CASE("a block's activation bytes are the dry run's formula", "[planner]") {
+  // s b h = 1024 x 2 x 512; 16-bit: (10 + 24 / 4) = 16 bytes per element without SP at tp=4.
+  CHECK(block_activation_bytes(1024, 2, 512, 4, false, false) == 1024.0 * 2 * 512 * 16);
+  CHECK(block_activation_bytes(1024, 2, 512, 4, true, false) == 1024.0 * 2 * 512 * 34 / 4);
+  CHECK(block_activation_bytes(1024, 2, 512, 1, false, true) == 1024.0 * 2 * 512 * 34 * 2);
+}
+
+TEST_CASE("the model shape counts what each layer multiplies", "[planner]") {
+  const auto m = model_shape(llama({}));
+  REQUIRE(m.layers.size() == 10);  // embedding, 8 blocks, head
+  // A block: wq, wk, wv, wo (512 x 512 each) and w1, w2, w3 (512 x 2048): 4 x 262144 + 3 x
+  // 1048576 multiply-adds per token; the embedding looks up (0), the head multiplies 512 x 1024.
+  CHECK(m.layers[1].active_matmul == 4.0 * 512 * 512 + 3.0 * 512 * 2048);
+  CHECK(m.layers[0].active_matmul == 0);
+  CHECK(m.layers[9].active_matmul == 512.0 * 1024);
+  CHECK(m.layers[1].block);
+  CHECK_FALSE(m.layers[9].block);
+  // Training FLOPs per token: 6 x the multiplying weights + 12 x layers x dim x seq.
+  const double matmul = 8 * (4.0 * 512 * 512 + 3.0 * 512 * 2048) + 512.0 * 1024;
+  CHECK(m.flops_per_token == Approx(6 * matmul + 12.0 * 8 * 512 * 1024));
+}
+
+TEST_CASE("one device: the step is the GEMMs at the achieved rate plus the optimizer", "[planner]") {
+  const auto config = llama({});
+  const auto m = model_shape(config);
+  auto d = toy_device();
+  d.memory_bandwidth = 1e30;  // elementwise work and the optimizer free: GEMMs alone
+  Layout l;
+  l.micro_batch = 2;
+  const auto p = predict(m, config, l, 4, d, 8);
+  CHECK(p.microbatches == 2);
+  // Per micro-batch forward: 2 x tokens x (active weights + per-block attention 2 s h) FLOPs at
+  // peak x 0.5 x w / (w + 1e6), w = tokens x h x h; backward twice the forward.
+  const double tokens = 2 * 1024.0, w = tokens * 512 * 512;
+  const double rate = 100e12 * 0.5 * w / (w + 1e6);
+  double active = 0;
+  for (const auto& ls : m.layers) active += ls.active_matmul;
+  const double fwd = (2 * tokens * active + 8 * 4 * tokens * 1024 * 512) / rate;
+  CHECK(p.compute_s == Approx(2 * 3 * fwd).epsilon(1e-9));
+  CHECK(p.step_s == Approx(p.compute_s).epsilon(1e-9));  // no pipeline, no communication
+  CHECK(p.bubble_s == Approx(0).margin(1e-12));
+}
+
+TEST_CASE("the search prefers what is plainly best, and prunes what does not fit", "[planner]") {
+  // A small model on 8 devices with one node's fast links: the best is pure data parallelism
+  // (no bubble, no tensor-parallel traffic on the critical path, no recomputation); ZeRO only
+  // changes who updates which slice.
+  const auto config = llama({});
+  const auto m = model_shape(config);
+  auto d = toy_device();
+  SearchOptions o;
+  o.gpus = 8;
+  o.global_batch = 64;
+  o.top = 3;
+  const auto r = search(m, config, d, o);
+  REQUIRE(!r.best.empty());
+  CHECK(r.weighed > 100);
+  const auto& best = r.best.front().layout;
+  CHECK(best.pp == 1);
+  CHECK(best.tp == 1);
+  CHECK(best.dp == 8);
+  CHECK_FALSE(best.checkpointing);
+  for (size_t i = 1; i < r.best.size(); ++i)
+    CHECK(r.best[i - 1].prediction.step_s <= r.best[i].prediction.step_s);
+  // With a device of 1 GB only layouts that split the model (or checkpoint) fit, and the rest is
+  // counted as not fitting.
+  d.memory_bytes = 0.4e9;
+  const auto small = search(m, config, d, o);
+  CHECK(small.pruned.count("does not fit the device's memory"));
+  for (const auto& c : small.best) CHECK(c.prediction.peak_memory_bytes <= 0.9 * 0.4e9);
+}
