@@ -1,12 +1,14 @@
 // vescale-plan: the layouts of a config's model on N devices, fastest first, as the cost model
 // predicts them (docs/planner.md).
 //   vescale-plan --config C --gpus N [--gpus-per-node 8] [--device h100|h200|a100|b200|file.json]
-//                [--top K] [--global-batch-size G]
+//                [--top K] [--global-batch-size G] [--layout "pp=8 dp=48 tp=8 sp zero1 mb1 1f1b"]
+// --layout predicts that one layout (fitting or not) before the search's best.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
 
+#include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
 #include "vescale/planner/search.h"
 #include "vescale/train/config.h"
@@ -24,7 +26,7 @@ std::string ms(double s) {
 
 int main(int argc, char** argv) {
   CLI::App app{"vescale-plan: choose a layout for a config's model from the cost model"};
-  std::string config, device = "h100";
+  std::string config, device = "h100", layout;
   std::vector<std::string> overrides;
   vescale::planner::SearchOptions o;
   app.add_option("--config", config, "train config: a JSON file or a shipped config's name")
@@ -38,6 +40,9 @@ int main(int argc, char** argv) {
   app.add_option("--top", o.top, "how many layouts to print (default 5)");
   app.add_option("--global-batch-size", o.global_batch,
                  "sequences per step (default: the config's train.global_batch_size)");
+  app.add_option("--layout", layout,
+                 "also predict this layout, as the table writes it (\"pp=2 dp=4 tp=8 sp zero1 mb1 "
+                 "1f1b\")");
   CLI11_PARSE(app, argc, argv);
   try {
     const auto cfg =
@@ -47,6 +52,15 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     const auto shape = vescale::planner::model_shape(cfg);
     const auto r = vescale::planner::search(shape, cfg, profile, o);
+    std::vector<vescale::planner::Candidate> rows;
+    if (!layout.empty()) {
+      const auto l = vescale::planner::parse_layout(layout);
+      VESCALE_CHECK(l.ranks() == o.gpus, "--layout '", layout, "' has ", l.ranks(),
+                    " ranks, not --gpus ", o.gpus);
+      rows.push_back({l, vescale::planner::predict(shape, cfg, l, o.global_batch, profile,
+                                                   o.gpus_per_node)});
+    }
+    rows.insert(rows.end(), r.best.begin(), r.best.end());
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("model %s (%lld layers, width %lld), %lld sequences of %lld per step, %s x %lld "
@@ -61,16 +75,18 @@ int main(int argc, char** argv) {
                 took, static_cast<long long>(pruned));
     for (const auto& [why, n] : r.pruned) std::printf(" %s (%lld);", why.c_str(), static_cast<long long>(n));
     std::printf("\n");
-    if (r.best.empty()) {
+    if (rows.empty()) {
       std::printf("no layout fits: more devices, a smaller micro batch, or activation checkpointing\n");
       return 1;
     }
     std::printf("%-3s %-44s %9s %10s %6s %9s %9s %8s %8s %8s %8s %8s\n", "#", "layout", "step ms",
                 "tok/s/dev", "MFU", "peak GiB", "compute", "bubble", "tp", "ep", "dp", "optim");
-    int i = 0;
-    for (const auto& c : r.best) {
+    int i = layout.empty() ? 0 : -1;
+    for (const auto& c : rows) {
       const auto& p = c.prediction;
-      std::printf("%-3d %-44s %9s %10.0f %5.1f%% %9.2f %9s %8s %8s %8s %8s %8s\n", ++i,
+      ++i;
+      std::printf("%-3s %-44s %9s %10.0f %5.1f%% %9.2f %9s %8s %8s %8s %8s %8s\n",
+                  i == 0 ? "=" : std::to_string(i).c_str(),
                   c.layout.describe().c_str(), ms(p.step_s).c_str(), p.tokens_per_s_per_device,
                   100 * p.mfu, p.peak_memory_bytes / (1024.0 * 1024 * 1024),
                   ms(p.compute_s).c_str(), ms(p.bubble_s).c_str(),

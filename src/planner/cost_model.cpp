@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "vescale/common/check.h"
 #include "vescale/models/model.h"
@@ -52,6 +53,42 @@ std::string Layout::describe() const {
     if (chunks > 1) s += "x" + std::to_string(chunks);
   }
   return s;
+}
+
+Layout parse_layout(const std::string& text) {
+  Layout l;
+  std::istringstream words(text);
+  for (std::string w; words >> w;) {
+    auto number = [&](size_t from) {
+      size_t used = 0;
+      int64_t v = -1;
+      try {
+        v = std::stoll(w.substr(from), &used);
+      } catch (const std::exception&) {
+      }
+      VESCALE_CHECK(v >= 1 && used == w.size() - from, "layout '", text, "': '", w,
+                    "' needs a positive number");
+      return v;
+    };
+    const auto x = w.rfind('x');
+    if (w.rfind("pp=", 0) == 0) l.pp = number(3);
+    else if (w.rfind("dp=", 0) == 0) l.dp = number(3);
+    else if (w.rfind("ep=", 0) == 0) l.ep = number(3);
+    else if (w.rfind("tp=", 0) == 0) l.tp = number(3);
+    else if (w == "sp") l.sequence_parallel = true;
+    else if (w == "ckpt") l.checkpointing = true;
+    else if (w == "zero0") l.zero = 0;
+    else if (w.rfind("zero", 0) == 0) l.zero = number(4);
+    else if (w.rfind("mb", 0) == 0) l.micro_batch = number(2);
+    else if (auto kind = plan::schedule_kind_named(w.substr(0, x == std::string::npos ? w.size() : x))) {
+      l.schedule = *kind;
+      if (x != std::string::npos) l.chunks = number(x + 1);
+    } else {
+      VESCALE_FAIL("layout '", text, "': '", w, "' is none of pp=N dp=N ep=N tp=N sp zeroN ckpt "
+                   "mbN <schedule>[xCHUNKS]");
+    }
+  }
+  return l;
 }
 
 bool ModelShape::moe() const { return n_experts > 0; }

@@ -30,6 +30,10 @@ struct Layout {
   std::string describe() const;  // "pp=2 dp=4 tp=8 sp zero1 ckpt mb1 1f1b"
 };
 
+// describe()'s words back into a layout ("pp=8 dp=48 tp=8 sp zero1 mb1 interleaved_1f1bx2");
+// unnamed dims are 1. Throws naming the word it cannot read.
+Layout parse_layout(const std::string& text);
+
 // What one layer of the model chain costs (Model::layers: embedding, blocks, head).
 struct LayerShape {
   std::string name;
