@@ -46,6 +46,7 @@ std::string Layout::describe() const {
   s += " tp=" + std::to_string(tp);
   if (sequence_parallel) s += " sp";
   s += " zero" + std::to_string(zero);
+  if (bf16_reduce) s += " bf16grad";
   if (checkpointing) s += " ckpt";
   s += " mb" + std::to_string(micro_batch);
   if (pp > 1) {
@@ -77,6 +78,7 @@ Layout parse_layout(const std::string& text) {
     else if (w.rfind("tp=", 0) == 0) l.tp = number(3);
     else if (w == "sp") l.sequence_parallel = true;
     else if (w == "ckpt") l.checkpointing = true;
+    else if (w == "bf16grad") l.bf16_reduce = true;
     else if (w == "zero0") l.zero = 0;
     else if (w.rfind("zero", 0) == 0) l.zero = number(4);
     else if (w.rfind("mb", 0) == 0) l.micro_batch = number(2);
@@ -168,8 +170,8 @@ double block_activation_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim,
 }
 
 StepPrediction predict(const ModelShape& model, const train::Config& config, const Layout& l,
-                       int64_t global_batch, const DeviceProfile& device,
-                       int64_t gpus_per_node) {
+                       int64_t global_batch, const DeviceProfile& device, int64_t gpus_per_node,
+                       SimulationCache* cache) {
   StepPrediction out;
   const int64_t per_microbatch = l.micro_batch * l.data_ranks();
   VESCALE_CHECK(global_batch % per_microbatch == 0, "global batch ", global_batch,
@@ -265,7 +267,21 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   const auto schedule = pp::make_schedule(l.pp > 1 ? l.schedule : plan::ScheduleKind::OneFOneB,
                                           static_cast<int>(l.pp), static_cast<int>(M),
                                           static_cast<int>(l.chunks));
-  const auto sim = pp::simulate(schedule, costs);
+  std::vector<double> key = {static_cast<double>(schedule.kind), static_cast<double>(l.pp),
+                             static_cast<double>(M), static_cast<double>(l.chunks), costs.forward,
+                             costs.backward_input, costs.backward_weight, costs.p2p};
+  key.insert(key.end(), costs.stage_weight.begin(), costs.stage_weight.end());
+  pp::Simulation computed;
+  const pp::Simulation* found = nullptr;
+  if (cache) {
+    auto it = cache->runs.find(key);
+    if (it == cache->runs.end()) it = cache->runs.emplace(key, pp::simulate(schedule, costs)).first;
+    found = &it->second;
+  } else {
+    computed = pp::simulate(schedule, costs);
+    found = &computed;
+  }
+  const pp::Simulation& sim = *found;
   const double makespan = sim.makespan * unit;
   const int64_t busiest_rank =
       std::max_element(sim.busy.begin(), sim.busy.end()) - sim.busy.begin();
@@ -299,7 +315,11 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
       fwd_rank += fwd[s];
       last = last || s == stages - 1;
     }
-    const double grad_bytes = 4 * dense, expert_grad = 4 * experts;
+    // The gradients on the wire (fp32, or bf16 with parallel.reduce_dtype=bf16); the weights
+    // ZeRO gathers are the fp32 masters.
+    const double wire = l.bf16_reduce ? 2 : 4;
+    const double grad_bytes = wire * dense, expert_grad = wire * experts;
+    const double weight_bytes = 4 * dense, expert_weights = 4 * experts;
     const int64_t D = l.data_ranks();
     // Overlappable: the gradients' reduction (all-reduce, or reduce-scatter under ZeRO) behind
     // the last micro-batch's backward; ZeRO-3's gathers of each block's weights, per
@@ -311,9 +331,9 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
                                    all_reduce_s(expert_grad, l.dp, dp_link);
     double hidden = back_last, after = 0;
     if (z == 1 || z == 2)
-      after = all_gather_s(grad_bytes, D, dp_link) + all_gather_s(expert_grad, l.dp, dp_link);
+      after = all_gather_s(weight_bytes, D, dp_link) + all_gather_s(expert_weights, l.dp, dp_link);
     if (z == 3) {
-      hideable += 2 * static_cast<double>(M) * all_gather_s(grad_bytes, D, dp_link);
+      hideable += 2 * static_cast<double>(M) * all_gather_s(weight_bytes, D, dp_link);
       hidden = static_cast<double>(M) * (fwd_rank + back_last);
     }
     const double last_bucket = all_reduce_s(std::min(kBucketBytes, grad_bytes + expert_grad),

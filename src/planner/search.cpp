@@ -25,6 +25,7 @@ SearchResult search(const ModelShape& model, const train::Config& config,
   VESCALE_CHECK(o.global_batch >= 1, "vescale-plan: the global batch is not set; set "
                 "train.global_batch_size in the config (or --global-batch-size)");
   SearchResult r;
+  SimulationCache simulations;
   const double budget = o.memory_fraction * device.memory_bytes;
   const int64_t blocks = model.n_layers;
   auto prune = [&](const char* why) { ++r.pruned[why]; };
@@ -64,10 +65,12 @@ SearchResult search(const ModelShape& model, const train::Config& config,
                   prune("ZeRO-3 with a pipeline (not supported)");
                   continue;
                 }
-                for (bool ckpt : {false, true}) {
-                  Layout l{pp, dp, ep, tp, sp, zero, ckpt, mb, kind, chunks};
+                for (bool ckpt : {false, true})
+                for (bool bf16 : {false, true}) {
+                  if (bf16 && dp * ep == 1) continue;  // nothing to reduce
+                  Layout l{pp, dp, ep, tp, sp, zero, ckpt, mb, kind, chunks, bf16};
                   StepPrediction p = predict(model, config, l, o.global_batch, device,
-                                             o.gpus_per_node);
+                                             o.gpus_per_node, &simulations);
                   ++r.weighed;
                   if (p.peak_memory_bytes > budget) {
                     prune("does not fit the device's memory");

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "vescale/parallel/pipeline/schedule.h"
 #include "vescale/plan/schedule_kind.h"
 #include "vescale/planner/device_profile.h"
 #include "vescale/train/config.h"
@@ -25,12 +26,14 @@ struct Layout {
   int64_t micro_batch = 1;  // sequences per micro-batch and data rank
   plan::ScheduleKind schedule = plan::ScheduleKind::OneFOneB;  // with pp > 1
   int64_t chunks = 1;       // interleaved_1f1b: stages per pipeline rank
+  bool bf16_reduce = false; // parallel.reduce_dtype=bf16: gradients cross the wire in bf16
   int64_t ranks() const { return pp * dp * ep * tp; }
   int64_t data_ranks() const { return dp * ep; }
   std::string describe() const;  // "pp=2 dp=4 tp=8 sp zero1 ckpt mb1 1f1b"
 };
 
-// describe()'s words back into a layout ("pp=8 dp=48 tp=8 sp zero1 mb1 interleaved_1f1bx2");
+// describe()'s words back into a layout ("pp=8 dp=48 tp=8 sp zero1 bf16grad mb1
+// interleaved_1f1bx2");
 // unnamed dims are 1. Throws naming the word it cannot read.
 Layout parse_layout(const std::string& text);
 
@@ -82,9 +85,17 @@ struct StepPrediction {
   double tokens_per_s_per_device = 0, mfu = 0;
 };
 
+// Pipeline simulations by their inputs (schedule and costs): layouts that differ only in what
+// happens after the backward (ZeRO stage, reduction dtype) share one. Owned by a search.
+struct SimulationCache {
+  std::map<std::vector<double>, parallel::pipeline::Simulation> runs;
+};
+
 // Throws naming what does not divide (the global batch over micro batch x data ranks).
+// `cache` may be null.
 StepPrediction predict(const ModelShape& model, const train::Config& config, const Layout& l,
-                       int64_t global_batch, const DeviceProfile& device, int64_t gpus_per_node);
+                       int64_t global_batch, const DeviceProfile& device, int64_t gpus_per_node,
+                       SimulationCache* cache = nullptr);
 
 // The dry run's activation bytes of one block for one micro-batch (Korthikanti et al. 2022):
 // s b h x (34 / tp with sequence parallelism, 10 + 24 / tp without) at 16-bit, doubled in fp32.
