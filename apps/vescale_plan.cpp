@@ -3,13 +3,20 @@
 //   vescale-plan --config C --gpus N [--gpus-per-node 8] [--device h100|h200|a100|b200|file.json]
 //                [--top K] [--global-batch-size G] [--layout "pp=8 dp=48 tp=8 sp zero1 mb1 1f1b"]
 // --layout predicts that one layout (fitting or not) before the search's best.
+//   vescale-plan --calibrate profile.json [--device-name NAME]
+// measures this machine into a device profile (under vescale-run --nproc-per-node N, the
+// all-reduce over N ranks too); --device profile.json then plans with it.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 
 #include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
+#include "vescale/dist/launch_env.h"
+#include "vescale/dist/world.h"
+#include "vescale/planner/calibrate.h"
 #include "vescale/planner/search.h"
 #include "vescale/train/config.h"
 #include "vescale/train/shipped_files.h"
@@ -29,10 +36,14 @@ int main(int argc, char** argv) {
   std::string config, device = "h100", layout;
   std::vector<std::string> overrides;
   vescale::planner::SearchOptions o;
-  app.add_option("--config", config, "train config: a JSON file or a shipped config's name")
-      ->required();
+  std::string calibrate_out, calibrate_name = "measured";
+  app.add_option("--config", config, "train config: a JSON file or a shipped config's name");
+  app.add_option("--calibrate", calibrate_out,
+                 "measure this machine (GEMM curve, memory bandwidth, and the all-reduce when "
+                 "launched with several ranks) and write the profile to this JSON file");
+  app.add_option("--device-name", calibrate_name, "with --calibrate: the profile's name");
   app.add_option("--set", overrides, "override a config field, as vescale-train's --set");
-  app.add_option("--gpus", o.gpus, "devices to plan for")->required()->check(CLI::PositiveNumber);
+  app.add_option("--gpus", o.gpus, "devices to plan for")->check(CLI::PositiveNumber);
   app.add_option("--gpus-per-node", o.gpus_per_node, "devices per node (default 8)")
       ->check(CLI::PositiveNumber);
   app.add_option("--device", device,
@@ -45,6 +56,24 @@ int main(int argc, char** argv) {
                  "1f1b\")");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!calibrate_out.empty()) {
+      const bool launched = vescale::dist::launch_env_from_process().world_size > 1;
+      if (launched) vescale::dist::init({.device = "auto"});
+      const auto p = vescale::planner::calibrate(
+          calibrate_name, launched ? vescale::dist::device_type() : "cpu");
+      if (!launched || vescale::dist::rank() == 0) {
+        std::ofstream(calibrate_out) << vescale::planner::to_json(p) << "\n";
+        std::printf("vescale-plan: wrote %s (GEMM peak %.1f GFLOP/s, half-rate at %.3g "
+                    "multiply-adds, memory %.1f GB/s, all-reduce %.2f GB/s + %.1f us per step)\n",
+                    calibrate_out.c_str(), p.peak_flops / 1e9, p.gemm_half_work,
+                    p.memory_bandwidth / 1e9, p.intra_node.bandwidth / 1e9,
+                    p.intra_node.latency * 1e6);
+      }
+      if (launched) vescale::dist::shutdown();
+      return 0;
+    }
+    VESCALE_CHECK(!config.empty() && o.gpus >= 1, "vescale-plan: --config and --gpus are needed "
+                  "to plan (or --calibrate FILE to measure this machine)");
     const auto cfg =
         vescale::train::Config::from_file(vescale::train::find_config(config), overrides);
     if (o.global_batch == 0) o.global_batch = cfg.train.global_batch_size;

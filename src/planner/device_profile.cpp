@@ -27,8 +27,10 @@ double positive(const json& j, const char* key, const std::string& source) {
 Link link(const json& j, const char* key, const std::string& source) {
   VESCALE_CHECK(j.contains(key) && j[key].is_object(), "device profile '", source, "': ", key,
                 " must be an object {\"bandwidth\": bytes/s, \"latency\": seconds}");
-  return {positive(j[key], "bandwidth", source + "." + key),
-          positive(j[key], "latency", source + "." + key)};
+  const json& l = j[key];
+  VESCALE_CHECK(l.contains("latency") && l["latency"].is_number() && l["latency"].get<double>() >= 0,
+                "device profile '", source, "': ", key, ".latency must be a number of seconds >= 0");
+  return {positive(l, "bandwidth", source + "." + key), l["latency"].get<double>()};
 }
 
 }  // namespace

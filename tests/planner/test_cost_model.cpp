@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "vescale/common/check.h"
+#include "vescale/planner/calibrate.h"
 #include "vescale/planner/cost_model.h"
 #include "vescale/planner/search.h"
 #include "vescale/train/config.h"
@@ -129,4 +130,23 @@ TEST_CASE("the search prefers what is plainly best, and prunes what does not fit
   const auto small = search(m, config, d, o);
   CHECK(small.pruned.count("does not fit the device's memory"));
   for (const auto& c : small.best) CHECK(c.prediction.peak_memory_bytes <= 0.9 * 0.4e9);
+}
+
+TEST_CASE("calibration fits recover the curve and the link they were made from", "[planner]") {
+  // rate = 2e11 x w / (w + 5e6) at six sizes: the fit gives the peak and the half point back.
+  std::vector<std::pair<double, double>> gemms;
+  for (double n : {64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0}) {
+    const double w = n * n * n;
+    gemms.push_back({w, 2e11 * w / (w + 5e6)});
+  }
+  const auto [peak, half] = fit_gemm_curve(gemms);
+  CHECK(peak == Approx(2e11).epsilon(0.01));
+  CHECK(half == Approx(5e6).epsilon(0.03));  // the grid steps 10^0.01 (2.3%)
+  // All-reduces over 4 ranks of a 10 GB/s, 20 us link: 1.5 V / 1e10 + 6 x 20 us.
+  std::vector<std::pair<double, double>> runs;
+  for (double v : {4e3, 6.4e4, 1e6, 8e6, 1.6e7}) runs.push_back({v, 1.5 * v / 1e10 + 6 * 20e-6});
+  const Link link = fit_all_reduce(runs, 4);
+  CHECK(link.bandwidth == Approx(1e10).epsilon(1e-9));
+  CHECK(link.latency == Approx(20e-6).epsilon(1e-9));
+  CHECK_THROWS_AS(fit_gemm_curve({{1e6, 1e9}}), vescale::Error);
 }

@@ -13,7 +13,7 @@
 namespace vescale::planner {
 
 struct SearchOptions {
-  int64_t gpus = 8;
+  int64_t gpus = 0;  // devices to plan for (required)
   int64_t gpus_per_node = 8;
   int64_t global_batch = 0;       // sequences per step (train.global_batch_size)
   double memory_fraction = 0.9;   // of the device's memory a layout may plan to use

@@ -1,0 +1,30 @@
+// vescale-plan --calibrate: a device profile measured on the machine it runs on, for the cost
+// model (docs/planner.md): the GEMM curve (square GEMMs of growing size, fitted to
+// peak x w / (w + w_half)), the memory bandwidth (a large copy), and, when launched with several
+// ranks, the all-reduce's bandwidth and latency over the world (fitted to the ring formula).
+// On one host both link classes get the measured link.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "vescale/planner/device_profile.h"
+
+namespace vescale::planner {
+
+// (multiply-adds of a GEMM, achieved FLOP/s) -> the peak and the half-work point of
+// rate = peak x w / (w + half): for each half on a log grid the least-squares peak, the half
+// with the least squared error. Throws for fewer than two points.
+std::pair<double, double> fit_gemm_curve(const std::vector<std::pair<double, double>>& points);
+
+// (bytes per rank, seconds) of all-reduces over `ranks` -> the link: time = 2 (n-1)/n V/B +
+// 2 (n-1) a, fitted by least squares as a line in V. Throws for fewer than two points or a
+// non-positive slope.
+Link fit_all_reduce(const std::vector<std::pair<double, double>>& points, int64_t ranks);
+
+// Measures this process's device ("cpu" or "cuda"); collective when the world has several ranks
+// (every rank calls it). `name` becomes the profile's name.
+DeviceProfile calibrate(const std::string& name, const std::string& device);
+
+}  // namespace vescale::planner
