@@ -2,6 +2,9 @@
 // predicts them (docs/planner.md).
 //   vescale-plan --config C --gpus N [--gpus-per-node 8] [--device h100|h200|a100|b200|file.json]
 //                [--top K] [--global-batch-size G] [--layout "pp=8 dp=48 tp=8 sp zero1 mb1 1f1b"]
+//                [--write DIR]
+// --write DIR writes the best layout (or --layout's) as DIR/config.json and DIR/plan.json,
+// which vescale-train runs as they are.
 // --layout predicts that one layout (fitting or not) before the search's best.
 //   vescale-plan --calibrate profile.json [--device-name NAME]
 // measures this machine into a device profile (under vescale-run --nproc-per-node N, the
@@ -10,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "vescale/common/check.h"
@@ -17,6 +21,7 @@
 #include "vescale/dist/launch_env.h"
 #include "vescale/dist/world.h"
 #include "vescale/planner/calibrate.h"
+#include "vescale/planner/plan_template.h"
 #include "vescale/planner/search.h"
 #include "vescale/train/config.h"
 #include "vescale/train/shipped_files.h"
@@ -33,7 +38,7 @@ std::string ms(double s) {
 
 int main(int argc, char** argv) {
   CLI::App app{"vescale-plan: choose a layout for a config's model from the cost model"};
-  std::string config, device = "h100", layout;
+  std::string config, device = "h100", layout, write_dir;
   std::vector<std::string> overrides;
   vescale::planner::SearchOptions o;
   std::string calibrate_out, calibrate_name = "measured";
@@ -54,6 +59,8 @@ int main(int argc, char** argv) {
   app.add_option("--layout", layout,
                  "also predict this layout, as the table writes it (\"pp=2 dp=4 tp=8 sp zero1 mb1 "
                  "1f1b\")");
+  app.add_option("--write", write_dir,
+                 "write the best layout (or --layout's) as DIR/config.json and DIR/plan.json");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!calibrate_out.empty()) {
@@ -80,6 +87,14 @@ int main(int argc, char** argv) {
     const auto profile = vescale::planner::device_profile(device);
     const auto start = std::chrono::steady_clock::now();
     const auto shape = vescale::planner::model_shape(cfg);
+    // The family's plan template decides whether SP is on the table (and --write needs it).
+    std::string tmpl;
+    try {
+      tmpl = vescale::planner::plan_template_path(cfg.model.type);
+      o.sequence_parallel = vescale::planner::template_has_sequence_parallel(tmpl);
+    } catch (const vescale::Error&) {
+      if (!write_dir.empty()) throw;
+    }
     const auto r = vescale::planner::search(shape, cfg, profile, o);
     std::vector<vescale::planner::Candidate> rows;
     if (!layout.empty()) {
@@ -124,6 +139,23 @@ int main(int argc, char** argv) {
     }
     std::printf("(times in ms per step on the busiest pipeline rank; tp/ep/dp: exposed "
                 "communication; predictions of docs/planner.md's model)\n");
+    if (!write_dir.empty()) {
+      const auto& chosen = rows.front();
+      std::filesystem::create_directories(write_dir);
+      const std::string plan_path =
+          std::filesystem::absolute(std::filesystem::path(write_dir) / "plan.json").string();
+      const std::string config_path = (std::filesystem::path(write_dir) / "config.json").string();
+      std::ofstream(plan_path) << vescale::planner::plan_for_layout(
+                                      tmpl, chosen.layout, chosen.prediction.microbatches)
+                               << "\n";
+      std::ofstream(config_path) << vescale::planner::config_for_layout(cfg, chosen.layout,
+                                                                       o.global_batch, plan_path)
+                                 << "\n";
+      std::printf("vescale-plan: wrote %s and %s for %s; run: vescale-train --config %s "
+                  "--nproc-per-node %lld\n",
+                  config_path.c_str(), plan_path.c_str(), chosen.layout.describe().c_str(),
+                  config_path.c_str(), static_cast<long long>(chosen.layout.ranks()));
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vescale-plan: %s\n", vescale::error_text(e, false).c_str());

@@ -26,6 +26,7 @@ SearchResult search(const ModelShape& model, const train::Config& config,
                 "train.global_batch_size in the config (or --global-batch-size)");
   SearchResult r;
   SimulationCache simulations;
+  const bool bf16_reduce = config.parallel.reduce_dtype == train::DType::Bf16;
   const double budget = o.memory_fraction * device.memory_bytes;
   const int64_t blocks = model.n_layers;
   auto prune = [&](const char* why) { ++r.pruned[why]; };
@@ -58,17 +59,16 @@ SearchResult search(const ModelShape& model, const train::Config& config,
               continue;
             }
             for (bool sp : {false, true}) {
-              if (sp && tp == 1) continue;
+              if (sp && (tp == 1 || !o.sequence_parallel)) continue;
               for (int64_t zero : {0, 1, 2, 3}) {
                 if (zero > 0 && dp * ep == 1) continue;  // shards nothing
                 if (zero == 3 && pp > 1) {
                   prune("ZeRO-3 with a pipeline (not supported)");
                   continue;
                 }
-                for (bool ckpt : {false, true})
-                for (bool bf16 : {false, true}) {
-                  if (bf16 && dp * ep == 1) continue;  // nothing to reduce
-                  Layout l{pp, dp, ep, tp, sp, zero, ckpt, mb, kind, chunks, bf16};
+                for (bool ckpt : {false, true}) {
+                  // The reduction dtype is the config's: bf16 would change the math.
+                  Layout l{pp, dp, ep, tp, sp, zero, ckpt, mb, kind, chunks, bf16_reduce};
                   StepPrediction p = predict(model, config, l, o.global_batch, device,
                                              o.gpus_per_node, &simulations);
                   ++r.weighed;

@@ -18,6 +18,7 @@ struct SearchOptions {
   int64_t global_batch = 0;       // sequences per step (train.global_batch_size)
   double memory_fraction = 0.9;   // of the device's memory a layout may plan to use
   size_t top = 5;
+  bool sequence_parallel = true;  // try SP (the family's plan template has rules for it)
 };
 
 struct Candidate {
