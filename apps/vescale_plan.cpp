@@ -3,7 +3,7 @@
 //   vescale-plan --config C --gpus N [--gpus-per-node 8] [--device h100|h200|a100|b200|file.json]
 //                [--top K] [--global-batch-size G] [--layout "pp=8 dp=48 tp=8 sp zero1 mb1 1f1b"]
 //                [--write DIR]
-// --write DIR writes the best layout (or --layout's) as DIR/config.json and DIR/plan.json,
+// --write DIR writes the best layout (or --layout's) as <DIR>/config.json and <DIR>/plan.json,
 // which vescale-train runs as they are.
 // --layout predicts that one layout (fitting or not) before the search's best.
 //   vescale-plan --calibrate profile.json [--device-name NAME]
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
                  "also predict this layout, as the table writes it (\"pp=2 dp=4 tp=8 sp zero1 mb1 "
                  "1f1b\")");
   app.add_option("--write", write_dir,
-                 "write the best layout (or --layout's) as DIR/config.json and DIR/plan.json");
+                 "write the best layout (or --layout's) as <DIR>/config.json and <DIR>/plan.json");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!calibrate_out.empty()) {
