@@ -8,7 +8,13 @@
 // --world-size; launched ranks: for the real one).
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <chrono>
 #include <csignal>
+#include <sys/resource.h>
+#include <memory>
+#include <optional>
+#include <vector>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +23,7 @@
 #include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
 #include "vescale/common/logging.h"
+#include "vescale/dist/cuda_device.h"
 #include "vescale/dist/world.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/train/config.h"
@@ -25,6 +32,18 @@
 #include "vescale/train/stop_signal.h"
 #include "vescale/train/trainer.h"
 #include "vescale/train/validate.h"
+#include "vescale/planner/auto_plan.h"
+
+namespace {
+// This rank's memory for the plan check: the GPU's in use, or the process's peak resident set.
+double peak_memory_bytes() {
+  if (vescale::dist::device_type() == "cuda")
+    return static_cast<double>(vescale::dist::cuda_memory_used());
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024;  // KiB
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"vescale-train: SPMD training of the model in a config"};
@@ -78,7 +97,7 @@ int main(int argc, char** argv) {
       std::printf("%s", vescale::train::schedule_report(cfg).c_str());
       return 0;
     }
-    const vescale::mesh::MeshDims dims(cfg.parallel.mesh.begin(), cfg.parallel.mesh.end());
+    vescale::mesh::MeshDims dims(cfg.parallel.mesh.begin(), cfg.parallel.mesh.end());
     const auto env = vescale::dist::launch_env_from_process();
     VESCALE_CHECK(dry_run || (world_size == 0 && gpus_per_node == 0),
                   "--world-size and --gpus-per-node describe a world for --dry-run; a run takes "
@@ -103,7 +122,17 @@ int main(int argc, char** argv) {
     vescale::dist::init();
     const int rank = vescale::dist::rank();
     vescale::log::init(rank, !log_level.empty() ? log_level : rank == 0 ? cfg.log.level : "");
-    vescale::log::debug("config " + cfg.source + " resolved:\n" + cfg.to_json());
+    // parallel.plan=auto: the planner chooses the layout for this world (collective).
+    auto run_cfg = cfg;
+    std::optional<vescale::planner::StepPrediction> predicted;
+    if (cfg.parallel.auto_plan() && !dry_run) {
+      auto chosen = vescale::planner::auto_plan(cfg, env.local_world_size);
+      run_cfg = chosen.config;
+      if (rank == 0) predicted = chosen.prediction;
+      vescale::train::validate(run_cfg, env.world_size);
+      dims = vescale::mesh::MeshDims(run_cfg.parallel.mesh.begin(), run_cfg.parallel.mesh.end());
+    }
+    vescale::log::debug("config " + run_cfg.source + " resolved:\n" + run_cfg.to_json());
     auto mesh = vescale::mesh::DeviceMesh::init(dims);
     const int threads = at::get_num_threads();
     std::printf("%s (launched by %s, device %s, %d intra-op thread%s)\n", mesh.to_string().c_str(),
@@ -120,7 +149,22 @@ int main(int argc, char** argv) {
     vescale::train::install_stop_handlers();
     int stopped_by = 0;
     {
-      vescale::train::Trainer trainer(cfg, mesh);
+      vescale::train::Trainer trainer(run_cfg, mesh);
+      if (predicted) {
+        // After a few steps (the first ones warm up): measured against predicted, once.
+        auto starts = std::make_shared<std::vector<std::chrono::steady_clock::time_point>>();
+        const int64_t check_at = std::min<int64_t>(6, run_cfg.train.steps);
+        trainer.set_step_hook([starts, check_at, p = *predicted](int64_t step) {
+          starts->push_back(std::chrono::steady_clock::now());
+          if (step != check_at || starts->size() < 3) return;
+          std::vector<double> took;
+          for (size_t i = 2; i < starts->size(); ++i)
+            took.push_back(std::chrono::duration<double>((*starts)[i] - (*starts)[i - 1]).count());
+          std::sort(took.begin(), took.end());
+          vescale::log::info(vescale::planner::plan_check_line(p, took[took.size() / 2],
+                                                               peak_memory_bytes()));
+        });
+      }
       trainer.run();
       stopped_by = trainer.stopped_by();
     }

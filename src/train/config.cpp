@@ -119,6 +119,7 @@ template <class V>
 void visit(V& v, ParallelConfig& c) {
   v.field("mesh", c.mesh);
   v.field("plan", c.plan);
+  v.field("plan_device", c.plan_device);
   v.field("static_eager", c.static_eager);
   v.field("zero", c.zero);
   choice(v, "grad_reduce", c.grad_reduce, kGradReduce);
@@ -268,6 +269,9 @@ void validate(const Config& c, const std::string& source,
         "parallel.pipeline.microbatches",
         "is derived from train.global_batch_size (global / (micro batch x data ranks)); remove "
         "one of them");
+  check(!c.parallel.auto_plan() || t.global_batch_size > 0, "parallel.plan",
+        "\"auto\" needs train.global_batch_size: the planner keeps the math fixed while it "
+        "chooses the layout");
   check(t.seq_len <= m.max_seq_len(), "train.seq_len",
         std::to_string(t.seq_len) + " exceeds the model's maximum sequence length " +
             std::to_string(m.max_seq_len()));
@@ -508,11 +512,12 @@ Config Config::from_json(const std::string& text, const std::string& source,
           "; set model.from_hf_config=true to take the Hugging Face config, or fix model.", field);
     }
   }
-  c.parallel.plan = resolve_path(c.parallel.plan, base_dir);
+  if (!c.parallel.auto_plan()) c.parallel.plan = resolve_path(c.parallel.plan, base_dir);
   const auto origin = [&](const std::string& key) {
     return json_schema::origin_of(&origins, key, "config '" + source + "'");
   };
-  VESCALE_CHECK(c.parallel.plan.empty() || std::filesystem::is_regular_file(c.parallel.plan),
+  VESCALE_CHECK(c.parallel.plan.empty() || c.parallel.auto_plan() ||
+                    std::filesystem::is_regular_file(c.parallel.plan),
                 origin("parallel.plan"), ": parallel.plan: no file '", c.parallel.plan,
                 "'; relative paths are looked up next to the config file, ",
                 "then in the working directory");

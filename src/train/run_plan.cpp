@@ -36,7 +36,9 @@ std::string data_dims_text(const plan::ParallelDims& dims) {
 
 RunPlan run_plan(const Config& config, const mesh::MeshShape& mesh) {
   RunPlan out;
-  if (!config.parallel.plan.empty()) out.plan = plan::Plan::from_json_file(config.parallel.plan);
+  // "auto" is decided after the rendezvous (planner/auto_plan.h); until then, no plan.
+  if (!config.parallel.plan.empty() && !config.parallel.auto_plan())
+    out.plan = plan::Plan::from_json_file(config.parallel.plan);
   apply_pipeline_overrides(config, out.plan);
   const plan::ParallelDims dims(mesh, out.plan ? &*out.plan : nullptr);
   const auto& t = config.train;

@@ -54,6 +54,24 @@ reference gpt nanogpt_tiny
 written gpt_tp2_sp gpt nanogpt_tiny "tp=2 sp zero0 mb2"
 reference moe mixtral_tiny "${moe[@]}"
 written moe_ep2 moe mixtral_tiny "ep=2 zero0 mb2" "${moe[@]}"
+# parallel.plan=auto: the planner chooses for the 2 launched ranks (this machine measured at
+# start), logs its choice and, after a few steps, measured against predicted; the math is the
+# one-device run's.
+timeout 240 "$train" --config llama_tiny "${small[@]}" --set parallel.plan=auto \
+  --nproc-per-node 2 --set log.metrics_jsonl=\""$dir/auto.jsonl"\" > "$dir/auto.log" 2>&1 \
+  || { tail -20 "$dir/auto.log"; echo "write: parallel.plan=auto failed" >&2; exit 1; }
+grep -q "plan auto: .*, the best of [0-9]* layouts of 2 ranks on this machine; predicted" "$dir/auto.log" \
+  && grep -q "plan check: predicted [0-9]* ms/step, measured [0-9]* ms/step" "$dir/auto.log" \
+  || { grep -i plan "$dir/auto.log"; echo "write: no plan auto / plan check lines" >&2; exit 1; }
+grep "plan auto\|plan check" "$dir/auto.log"
+python3 - "$dir/llama.jsonl" "$dir/auto.jsonl" <<'PY2' || exit 1
+import json, sys
+load = lambda p: [json.loads(l)["loss"] for l in open(p) if '"loss"' in l]
+want, got = load(sys.argv[1]), load(sys.argv[2])
+rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+print(f"auto: losses {got}, max relative difference to one device {rel}")
+sys.exit(0 if rel <= 1e-5 else "write: parallel.plan=auto changed the math")
+PY2
 # A family without sequence-parallel rules is refused SP, naming the template.
 if "$plan" --config mixtral_tiny "${small[@]}" --gpus 2 --layout "tp=2 sp zero0 mb2" --write "$dir/bad" > "$dir/bad.log" 2>&1; then
   echo "write: SP for Mixtral was accepted" >&2; exit 1

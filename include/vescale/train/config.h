@@ -82,8 +82,13 @@ struct ParallelConfig {
   // Mesh dims in order, e.g. {"dp": 2, "tp": 2}; one size may be -1 (the rest of the world).
   std::vector<std::pair<std::string, int64_t>> mesh = {{"dp", -1}};
   // Sharding plan (JSON); empty means every parameter is replicated. A relative path is looked
-  // up next to the config file first, then in the working directory; stored resolved.
+  // up next to the config file first, then in the working directory; stored resolved. "auto":
+  // vescale-train asks the planner for the world it was launched into (docs/planner.md).
   std::string plan;
+  // With plan "auto": the device profile the planner uses (h100, h200, a100, b200, a profile
+  // file), or "auto": measure this machine at start (vescale-plan --calibrate's measurement).
+  std::string plan_device = "auto";
+  bool auto_plan() const { return plan == "auto"; }
   bool static_eager = false;  // replay recorded DTensor dispatch after the first steps
   int64_t zero = 0;           // ZeRO stage 0-3 (docs/parallel.md); 0 defers to the plan's "zero"
   // How gradients are reduced (docs/parallel.md). Bucket size and N-D fusing come from the
