@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <sys/resource.h>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -23,7 +22,7 @@
 #include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
 #include "vescale/common/logging.h"
-#include "vescale/dist/cuda_device.h"
+#include "vescale/kernels/host_memory.h"
 #include "vescale/dist/world.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/train/config.h"
@@ -35,13 +34,11 @@
 #include "vescale/planner/auto_plan.h"
 
 namespace {
-// This rank's memory for the plan check: the GPU's in use, or the process's peak resident set.
+// This rank's peak of bytes held by tensors (the counting allocator, or CUDA's): what the planner
+// predicts, without the runtime's own footprint.
 double peak_memory_bytes() {
-  if (vescale::dist::device_type() == "cuda")
-    return static_cast<double>(vescale::dist::cuda_memory_used());
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) * 1024;  // KiB
+  return static_cast<double>(
+      vescale::kernels::memory_stats(vescale::dist::device_type() == "cuda").peak);
 }
 }  // namespace
 

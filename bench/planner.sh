@@ -56,9 +56,10 @@ for row in rows:
     size, layers, width, tp, pp, gpus, gb, mfu = row.split("|")
     text = open(os.path.join(d, size + ".txt")).read()
     table = [l for l in text.splitlines() if re.match(r"^(=|1) ", l)]
-    def parse(l):
-        m = re.match(r"^\S+\s+(.+?)\s{2,}(\S+)\s+(\S+)\s+(\S+)%", l)
-        return m.group(1), float(m.group(2)), float(m.group(4))
+    def parse(l):  # "#  <layout words>  step  tok/s/dev  MFU%  ..."
+        t = l.split()
+        k = next(i for i in range(1, len(t)) if re.fullmatch(r"[0-9.]+", t[i]))
+        return " ".join(t[1:k]), float(t[k]), float(t[k + 2].rstrip("%"))
     pub_layout, pub_ms, pub_mfu = parse(table[0])
     best_layout, best_ms, best_mfu = parse(table[1]) if len(table) > 1 else ("none fits", 0, 0)
     err = (pub_mfu - float(mfu)) / float(mfu)

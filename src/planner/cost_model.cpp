@@ -359,7 +359,8 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     const double acts = l.checkpointing
                             ? in_flight * per_stage_blocks * block_in + (nblocks > 0 ? block : 0) + logits
                             : in_flight * per_stage_blocks * block + logits;
-    const double buffers = 2 * kBucketBytes;
+    // The reducer's buckets: two in flight, each at most the gradients there are.
+    const double buffers = d > 1 ? 2 * std::min(kBucketBytes, 4 * (dense + experts)) : 0;
     peak = std::max(peak, (w_bytes + g_bytes + o_bytes + acts + buffers) * kAllocatorSlack);
   }
   out.exposed_s["dp"] = dp_comm;

@@ -1,5 +1,7 @@
 #include "vescale/train/metrics_logger.h"
 
+#include "vescale/kernels/host_memory.h"
+
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
 
@@ -78,6 +80,8 @@ double MetricsLogger::memory_gb() const {
 void MetricsLogger::step(StepMetrics& m, bool last) {
   if (run_.rank != 0) return;
   m.memory_gb = memory_gb();
+  m.tensor_peak_gb =
+      static_cast<double>(kernels::memory_stats(run_.device.rfind("cuda", 0) == 0).peak) / 1e9;
   write(m);
   progress(m, last);
 }
@@ -122,6 +126,7 @@ void MetricsLogger::write(const StepMetrics& m) {
   if (m.param_norm > 0) j["param_norm"] = m.param_norm;  // as the divergence guard weighs it
   if (peak_.flops > 0) j["mfu"] = m.mfu;
   j["memory_gb"] = m.memory_gb;
+  j["tensor_peak_gb"] = m.tensor_peak_gb;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (!imbalance.empty()) {
     nlohmann::ordered_json layers = nlohmann::ordered_json::object();

@@ -46,6 +46,9 @@ struct StepMetrics {
       0;  // of the parameters this step ran with, as the guard weighs them (0: unknown)
   double step_ms = 0, tokens_per_s = 0, mfu = 0;  // mfu 0 without a peak (peak_flops.h)
   double memory_gb = 0;  // rank 0's device memory in use (GPU), or its peak resident set (CPU)
+  // Rank 0's peak of bytes held by tensors so far (kernels/host_memory.h's counting allocator,
+  // or CUDA's): what the dry run and the planner predict, without the runtime's own footprint.
+  double tensor_peak_gb = 0;
   std::optional<double> val_loss;
   // Mixture of experts: per MoE layer, the (token, choice) assignments each expert got in this
   // step, over the whole global batch; empty for dense models.
