@@ -110,6 +110,12 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
     const double s = best_seconds([&] { dst.copy_(src); }, device);
     p.memory_bandwidth = 2.0 * static_cast<double>(src.nbytes()) / s;
   }
+  {
+    // A framework operation's own cost: an add of 64 elements is almost nothing but dispatch.
+    const auto x = at::ones({64}, opts), y = at::ones({64}, opts);
+    at::Tensor z;
+    p.op_overhead = best_seconds([&] { z = at::add(x, y); }, device);
+  }
   const int64_t ranks = dist::is_initialized() ? dist::world_size() : 1;
   const std::string how = "measured by vescale-plan --calibrate on " + today();
   if (device == "cpu") {
@@ -127,6 +133,7 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
                             (device == "cpu" ? "fp32" : "bf16") + " at::mm, 64..1536 square)";
   p.sources["gemm_half_work"] = how + ": the fit's half-rate GEMM size";
   p.sources["memory_bandwidth"] = how + ": a 256 MiB copy, read + write";
+  p.sources["op_overhead"] = how + ": an add of 64 elements";
   p.gpus_per_node = ranks;
   if (ranks > 1) {
     std::vector<std::pair<double, double>> runs;
@@ -144,8 +151,21 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
       runs.push_back({static_cast<double>(t.nbytes()), best});
     }
     p.intra_node = fit_all_reduce(runs, ranks);
-    p.sources["intra_node"] = how + ": all-reduces of 4 KiB..16 MiB over " +
-                              std::to_string(ranks) + " ranks, fitted to the ring formula";
+    // The latency from a one-element all-reduce (the line's intercept is too noisy: it can
+    // come out negative): 2 (n-1) steps of it.
+    double tiny = 1e30;
+    auto one = at::ones({1}, opts.dtype(at::kFloat));
+    for (int i = 0; i < 20; ++i) {
+      dist::world().all_reduce(at::ones({1}, one.options())).wait();
+      const auto start = Clock::now();
+      dist::world().all_reduce(one).wait();
+      tiny = std::min(tiny, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    p.intra_node.latency = tiny / (2.0 * static_cast<double>(ranks - 1));
+    p.sources["intra_node"] = how + ": the bandwidth from all-reduces of 4 KiB..16 MiB over " +
+                              std::to_string(ranks) +
+                              " ranks fitted to the ring formula, the latency from one-element "
+                              "all-reduces";
   } else {
     p.intra_node = {1e12, 1e-6};
     p.sources["intra_node"] = "not measured (one rank): launch with several ranks to measure it";

@@ -26,6 +26,11 @@ constexpr double kElementwiseRowsPerBlock = 30;
 constexpr double kOptimizerBytesPerParam = 28;
 // The reducer's bucket (plan grad_reduce.bucket_mb default): the last one cannot overlap.
 constexpr double kBucketBytes = 25.0 * 1024 * 1024;
+// Framework operations per block forward (two norms, seven projections, RoPE, attention, the
+// activation, two residual adds and the reshapes between: counted in our LLaMA block), per
+// MoE layer's routing beyond that (router, top-k, sort, gather, scatter, per-expert GEMM
+// calls), and per embedding or head. Backward runs about twice as many.
+constexpr double kOpsPerBlock = 40, kOpsPerMoE = 40, kOpsPerEnd = 5;
 // What the caching allocator keeps beyond the live tensors (fragmentation, workspaces).
 constexpr double kAllocatorSlack = 1.08;
 
@@ -208,6 +213,8 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     double flops = 2 * tokens * ls.active_matmul / tp;
     if (ls.block) flops += 4 * tokens * seq * dim / tp;  // QK^T and AV
     c.compute = flops / rate;
+    c.compute += device.op_overhead *
+                 (ls.block ? kOpsPerBlock + (ls.moe_top_k > 0 ? kOpsPerMoE : 0) : kOpsPerEnd);
     if (ls.block) {
       c.compute += kElementwiseRowsPerBlock * act / (sp ? tp : 1.0) / device.memory_bandwidth;
       // Two boundaries per block (attention, feed-forward): an all-reduce each, or with

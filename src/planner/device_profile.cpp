@@ -52,6 +52,11 @@ DeviceProfile device_profile_from_json(const std::string& text, const std::strin
   VESCALE_CHECK(p.gemm_efficiency <= 1, "device profile '", source,
                 "': gemm_efficiency is a fraction of the peak, at most 1");
   p.gemm_half_work = positive(j, "gemm_half_work", source);
+  if (j.contains("op_overhead")) {
+    VESCALE_CHECK(j["op_overhead"].is_number() && j["op_overhead"].get<double>() >= 0,
+                  "device profile '", source, "': op_overhead must be seconds >= 0");
+    p.op_overhead = j["op_overhead"].get<double>();
+  }
   p.intra_node = link(j, "intra_node", source);
   p.inter_node = link(j, "inter_node", source);
   p.gpus_per_node = static_cast<int64_t>(positive(j, "gpus_per_node", source));
@@ -95,6 +100,7 @@ std::string to_json(const DeviceProfile& p) {
   j["memory_bandwidth"] = p.memory_bandwidth;
   j["gemm_efficiency"] = p.gemm_efficiency;
   j["gemm_half_work"] = p.gemm_half_work;
+  j["op_overhead"] = p.op_overhead;
   j["intra_node"] = {{"bandwidth", p.intra_node.bandwidth}, {"latency", p.intra_node.latency}};
   j["inter_node"] = {{"bandwidth", p.inter_node.bandwidth}, {"latency", p.inter_node.latency}};
   j["gpus_per_node"] = p.gpus_per_node;

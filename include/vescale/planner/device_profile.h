@@ -26,6 +26,9 @@ struct DeviceProfile {
   // gemm_half_work multiply-adds half of that.
   double gemm_efficiency = 0.7;
   double gemm_half_work = 1e9;
+  // Seconds each framework operation costs beyond its work (dispatch, kernel launch): what a
+  // step of many small operations is bound by. Optional in a profile (0).
+  double op_overhead = 0;
   Link intra_node, inter_node;
   int64_t gpus_per_node = 8;
   // Where each figure comes from: field -> source.
