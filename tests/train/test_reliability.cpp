@@ -76,7 +76,10 @@ CommandResult run_and_freeze_last_rank(const std::string& args, const std::strin
           " --set train.steps=1000000 > " + log +
           " 2>&1 & pid=$!; for i in $(seq 600); do grep -qE \"step +2/\" " + log +
           " && break; sleep 0.1; done; " +
-          "kill -STOP $(pgrep -P $pid | sort -n | tail -1); wait $pid; echo \"exit $?\"",
+          // The launcher's newest child is the last rank; on a loaded machine one pgrep can come
+          // back empty (CI saw it once), so ask again before giving up.
+          "for i in $(seq 50); do kid=$(pgrep -P $pid | sort -n | tail -1); [ -n \"$kid\" ] && "
+          "break; sleep 0.1; done; kill -STOP $kid; wait $pid; echo \"exit $?\"",
       120);
 }
 
