@@ -10,6 +10,7 @@
 #include "vescale/parallel/pipeline/schedule.h"
 #include "vescale/parallel/pipeline/stages.h"
 #include "vescale/plan/plan.h"
+#include "vescale/train/dry_run.h"
 #include "vescale/train/model_factory.h"
 
 namespace vescale::planner {
@@ -166,14 +167,6 @@ const Link& link_of(const Layout& l, const std::string& dim, const DeviceProfile
   return span(l, dim) <= gpus_per_node ? device.intra_node : device.inter_node;
 }
 
-double block_activation_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
-                              bool sequence_parallel, bool fp32) {
-  const double sbh = static_cast<double>(seq_len) * static_cast<double>(micro_batch) *
-                     static_cast<double>(dim);
-  const double t = static_cast<double>(tp);
-  return sbh * (fp32 ? 2.0 : 1.0) * (sequence_parallel ? 34.0 / t : 10.0 + 24.0 / t);
-}
-
 StepPrediction predict(const ModelShape& model, const train::Config& config, const Layout& l,
                        int64_t global_batch, const DeviceProfile& device, int64_t gpus_per_node,
                        SimulationCache* cache) {
@@ -260,9 +253,6 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     unit = std::max(unit, fwd[s]);
   }
   pp::ActionCosts costs;
-  costs.forward = 1;
-  costs.backward_input = 1;
-  costs.backward_weight = 1;
   // One weight per stage scales all three: F, I and W keep the busiest stage's ratios.
   const int64_t busiest = std::max_element(fwd.begin(), fwd.end()) - fwd.begin();
   costs.forward = fwd[busiest] / unit;
@@ -293,11 +283,13 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   const int64_t busiest_rank =
       std::max_element(sim.busy.begin(), sim.busy.end()) - sim.busy.begin();
   double compute = 0, tp_total = 0, ep_total = 0;
+  // Per micro-batch: the forward, then I + W (and the recomputed forward); the communication
+  // runs in the forward, in I, and in the recomputed forward.
+  const double back = l.checkpointing ? 3 : 2, comm_passes = l.checkpointing ? 3 : 2;
   for (int s : schedule.stages_of(static_cast<int>(busiest_rank))) {
-    const double back = l.checkpointing ? 3 : 2;  // I + W, and the recomputed forward
     compute += static_cast<double>(M) * f[s] * (1 + back);
-    tp_total += static_cast<double>(M) * tp_s[s] * (l.checkpointing ? 3 : 2);
-    ep_total += static_cast<double>(M) * ep_s[s] * (l.checkpointing ? 3 : 2);
+    tp_total += static_cast<double>(M) * tp_s[s] * comm_passes;
+    ep_total += static_cast<double>(M) * ep_s[s] * comm_passes;
   }
   out.compute_s = compute;
   out.exposed_s["tp"] = tp_total;
@@ -357,9 +349,10 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     const double g_bytes = 4 * (z >= 2 ? dense / d + experts / dpd : w);
     const double o_bytes = (z >= 1 ? 12 : 8) * (z >= 1 ? dense / d + experts / dpd : w);
     const double per_stage_blocks = nblocks / static_cast<double>(l.chunks);
-    const double block = block_activation_bytes(model.seq_len, l.micro_batch, model.dim, l.tp, sp, fp32);
-    const double block_in = 2.0 * seq * static_cast<double>(l.micro_batch) * dim * (fp32 ? 2 : 1) /
-                            (sp ? tp : 1.0);
+    const double block =
+        train::block_activation_bytes(model.seq_len, l.micro_batch, model.dim, l.tp, sp, fp32);
+    const double block_in =
+        train::block_input_bytes(model.seq_len, l.micro_batch, model.dim, l.tp, sp, fp32);
     const double logits = last ? 8.0 * seq * static_cast<double>(l.micro_batch) *
                                      static_cast<double>(model.vocab) / tp
                                : 0;

@@ -37,6 +37,21 @@ bool sequence_parallel(const plan::Plan& plan) {
 
 }  // namespace
 
+double block_activation_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
+                              bool sequence_parallel, bool fp32) {
+  const double sbh = static_cast<double>(seq_len) * static_cast<double>(micro_batch) *
+                     static_cast<double>(dim);
+  const double t = static_cast<double>(tp);
+  return sbh * (fp32 ? 2.0 : 1.0) * (sequence_parallel ? 34.0 / t : 10.0 + 24.0 / t);
+}
+
+double block_input_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
+                         bool sequence_parallel, bool fp32) {
+  const double sbh = static_cast<double>(seq_len) * static_cast<double>(micro_batch) *
+                     static_cast<double>(dim);
+  return 2.0 * sbh * (fp32 ? 2.0 : 1.0) / (sequence_parallel ? static_cast<double>(tp) : 1.0);
+}
+
 MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh) {
   // One meta build (shapes, no storage): the parameters' names and shapes, and its layers.
   Model model;
@@ -88,11 +103,12 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
   m.experts = !model.moe.expert_params.empty();
   // One block's activations per micro-batch, and with checkpointing its input alone.
   const auto& t = config.train;
-  const double sbh = static_cast<double>(t.seq_len) * static_cast<double>(t.batch_size) *
-                     static_cast<double>(config.model.options->dim());
-  const double width = t.dtype == DType::Bf16 ? 1.0 : 2.0;  // x 16-bit bytes
-  const double block = sbh * width * (m.sequence_parallel ? 34.0 / tp : 10.0 + 24.0 / tp);
-  const double block_input = 2.0 * sbh * width / (m.sequence_parallel ? tp : 1.0);
+  const bool fp32 = t.dtype != DType::Bf16;
+  const int64_t dim = config.model.options->dim(), tp_size = roles.tp();
+  const double block = block_activation_bytes(t.seq_len, t.batch_size, dim, tp_size,
+                                              m.sequence_parallel, fp32);
+  const double block_input =
+      block_input_bytes(t.seq_len, t.batch_size, dim, tp_size, m.sequence_parallel, fp32);
 
   // The model's layers: which parameters each pipeline rank holds.
   const auto& layers = model.layers;
@@ -289,12 +305,10 @@ std::string schedule_report(const Config& config) {
   // The mesh's given sizes (a -1 dim as 1): the pipeline dim's size is what matters here.
   int64_t world = 1;
   for (const auto& [name, size] : config.parallel.mesh) world *= std::max<int64_t>(size, 1);
-  const plan::Plan plan = [&] {
-    auto p = plan::Plan::from_json_file(config.parallel.plan);
-    VESCALE_CHECK(p.pipeline(), "--print-schedule: plan '", p.source(),
-                  "' has no \"pipeline\" section");
-    return *run_plan(config, mesh::MeshShape(config.parallel.mesh, world)).plan;
-  }();
+  // The plan once, with --set parallel.pipeline.* (which refuses a plan without the section).
+  const plan::Plan plan = *run_plan(config, mesh::MeshShape(config.parallel.mesh, world)).plan;
+  VESCALE_CHECK(plan.pipeline(), "--print-schedule: plan '", plan.source(),
+                "' has no \"pipeline\" section");
   const plan::PipelineSpec& spec = *plan.pipeline();
   int64_t ranks = 0;
   for (const auto& [name, size] : config.parallel.mesh)

@@ -10,6 +10,7 @@
 #include "vescale/planner/cost_model.h"
 #include "vescale/planner/search.h"
 #include "vescale/train/config.h"
+#include "vescale/train/dry_run.h"
 
 using namespace vescale::planner;
 using vescale::train::Config;
@@ -62,9 +63,9 @@ TEST_CASE("a mesh dim stays within a node when it and the dims inside it fit", "
 
 TEST_CASE("a block's activation bytes are the dry run's formula", "[planner]") {
   // s b h = 1024 x 2 x 512; 16-bit: (10 + 24 / 4) = 16 bytes per element without SP at tp=4.
-  CHECK(block_activation_bytes(1024, 2, 512, 4, false, false) == 1024.0 * 2 * 512 * 16);
-  CHECK(block_activation_bytes(1024, 2, 512, 4, true, false) == 1024.0 * 2 * 512 * 34 / 4);
-  CHECK(block_activation_bytes(1024, 2, 512, 1, false, true) == 1024.0 * 2 * 512 * 34 * 2);
+  CHECK(vescale::train::block_activation_bytes(1024, 2, 512, 4, false, false) == 1024.0 * 2 * 512 * 16);
+  CHECK(vescale::train::block_activation_bytes(1024, 2, 512, 4, true, false) == 1024.0 * 2 * 512 * 34 / 4);
+  CHECK(vescale::train::block_activation_bytes(1024, 2, 512, 1, false, true) == 1024.0 * 2 * 512 * 34 * 2);
 }
 
 TEST_CASE("the model shape counts what each layer multiplies", "[planner]") {

@@ -97,9 +97,4 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
                        int64_t global_batch, const DeviceProfile& device, int64_t gpus_per_node,
                        SimulationCache* cache = nullptr);
 
-// The dry run's activation bytes of one block for one micro-batch (Korthikanti et al. 2022):
-// s b h x (34 / tp with sequence parallelism, 10 + 24 / tp without) at 16-bit, doubled in fp32.
-double block_activation_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
-                              bool sequence_parallel, bool fp32);
-
 }  // namespace vescale::planner

@@ -51,6 +51,15 @@ struct MemoryEstimate {
 };
 MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh);
 
+// One block's activations for one micro-batch, as above: s b h x (34 / tp with sequence
+// parallelism, 10 + 24 / tp without) at 16 bits, doubled in fp32; and under activation
+// checkpointing its input alone, 2 s b h (/ tp with sequence parallelism). Bytes. The planner's
+// cost model uses the same.
+double block_activation_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
+                              bool sequence_parallel, bool fp32);
+double block_input_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
+                         bool sequence_parallel, bool fp32);
+
 // What --dry-run prints: parameter count, per-rank parameter, gradient, optimizer and
 // activation memory under the config's plan and mesh (a row per pipeline rank, with and
 // without activation checkpointing), and the peak against an 80 GB device (nothing is
