@@ -39,6 +39,7 @@ class ModelOptions {
   virtual int64_t max_seq_len() const = 0;
   virtual int64_t n_layers() const = 0;
   virtual int64_t dim() const = 0;  // the residual width
+  virtual int64_t n_heads() const = 0;  // attention's query heads
 
   // The options struct itself (GPTOptions, LlamaOptions, ...), or an error naming both types.
   template <class T>

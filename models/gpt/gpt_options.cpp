@@ -48,6 +48,7 @@ struct GptModelOptions final : OptionsImpl<GPTOptions> {
   int64_t max_seq_len() const override { return value.n_positions; }
   int64_t n_layers() const override { return value.n_layer; }
   int64_t dim() const override { return value.n_embd; }
+  int64_t n_heads() const override { return value.n_head; }
 };
 
 const bool registered = (register_family({"gpt", [] { return std::make_unique<GptModelOptions>(); },

@@ -43,6 +43,7 @@ struct LlamaModelOptions final : OptionsImpl<LlamaOptions> {
   int64_t max_seq_len() const override { return value.max_seq_len; }
   int64_t n_layers() const override { return value.n_layers; }
   int64_t dim() const override { return value.dim; }
+  int64_t n_heads() const override { return value.n_heads; }
 };
 
 const bool registered =

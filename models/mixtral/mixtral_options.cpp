@@ -34,6 +34,7 @@ struct MixtralModelOptions final : OptionsImpl<MixtralOptions> {
   int64_t max_seq_len() const override { return value.llama.max_seq_len; }
   int64_t n_layers() const override { return value.llama.n_layers; }
   int64_t dim() const override { return value.llama.dim; }
+  int64_t n_heads() const override { return value.llama.n_heads; }
 };
 
 const bool registered =

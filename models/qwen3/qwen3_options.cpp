@@ -63,6 +63,7 @@ struct Qwen3ModelOptions final : OptionsImpl<T> {
   int64_t max_seq_len() const override { return llama().max_seq_len; }
   int64_t n_layers() const override { return llama().n_layers; }
   int64_t dim() const override { return llama().dim; }
+  int64_t n_heads() const override { return llama().n_heads; }
 };
 
 // What a Qwen3 config.json adds to the trunk's fields.

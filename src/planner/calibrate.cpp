@@ -71,19 +71,91 @@ std::pair<double, double> fit_gemm_curve(const std::vector<std::pair<double, dou
   return {best_peak, best_half};
 }
 
-Link fit_all_reduce(const std::vector<std::pair<double, double>>& points, int64_t ranks) {
-  VESCALE_CHECK(points.size() >= 2 && ranks >= 2,
-                "calibrate: the all-reduce fit needs two sizes and two ranks");
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  const double n = static_cast<double>(points.size());
-  for (const auto& [x, y] : points) sx += x, sy += y, sxx += x * x, sxy += x * y;
-  const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
-  const double intercept = (sy - slope * sx) / n;
-  VESCALE_CHECK(slope > 0, "calibrate: the all-reduce times do not grow with the size; rerun on "
-                "a quieter machine");
-  const double k = static_cast<double>(ranks);
-  return {2 * (k - 1) / k / slope, std::max(intercept, 0.0) / (2 * (k - 1))};
+std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>& points) {
+  VESCALE_CHECK(points.size() >= 2, "calibrate: a line needs at least two points");
+  // Least squares on the relative error (weights 1/y^2): the small sizes pin the intercept,
+  // the large ones the slope.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : points) {
+    const double w = 1 / (y * y);
+    sw += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;
+  }
+  const double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+  const double intercept = (sy - slope * sx) / sw;
+  VESCALE_CHECK(slope > 0, "calibrate: the times do not grow with the size; rerun on a quieter "
+                "machine");
+  return {std::max(intercept, 0.0), slope};
 }
+
+LinkFigures fit_all_reduce(const std::vector<std::pair<double, double>>& points, int64_t ranks) {
+  VESCALE_CHECK(ranks >= 2, "calibrate: the all-reduce fit needs two ranks");
+  const auto [intercept, slope] = fit_line(points);
+  const double k = static_cast<double>(ranks);
+  return {2 * (k - 1) / k / slope, intercept / (2 * (k - 1))};
+}
+
+namespace {
+
+// One collective's mean time as a step sees it: between computations (on a shared CPU the
+// scheduler's wake-up delays, up to a 4 ms tick, make a heavy tail that the best of a few runs
+// would hide; in a TP step they were most of the collectives' time). `bytes` is the V of its
+// formula: the all-reduced tensor, the gathered whole, the scattered whole, what each rank
+// sends in an all-to-all.
+double mean_collective_seconds(Collective kind, int64_t bytes, const std::string& device,
+                               const at::TensorOptions& opts) {
+  const int64_t n = dist::world_size();
+  const int64_t elems = std::max<int64_t>(n, bytes / 4 / n * n);
+  const auto f32 = opts.dtype(at::kFloat);
+  auto whole = at::ones({elems}, f32), part = at::ones({elems / n}, f32),
+       other = at::ones({elems}, f32);
+  auto run = [&] {
+    auto& w = dist::world();
+    switch (kind) {
+      case Collective::AllReduce: w.all_reduce(whole).wait(); break;
+      case Collective::AllGather: w.all_gather(whole, part).wait(); break;
+      case Collective::ReduceScatter: w.reduce_scatter(part, whole).wait(); break;
+      case Collective::AllToAll: w.all_to_all(other, whole).wait(); break;
+    }
+  };
+  const auto a = at::randn({256, 256}, opts), b = at::randn({256, 256}, opts);
+  run();  // warm
+  const int samples = bytes <= (int64_t{1} << 19) ? 100 : 30;
+  double total = 0;
+  for (int i = 0; i < samples; ++i) {
+    for (int g = 0; g < 4; ++g) (void)at::mm(a, b);
+    sync(device);
+    const auto start = Clock::now();
+    run();
+    sync(device);
+    total += std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  return total / samples;
+}
+
+// Every collective over the world at sizes 4 B..16 MiB, each fitted to its formula: all-reduce
+// 2 (n-1)/n V/B + 2 (n-1) a, the others (n-1)/n V/B + (n-1) a.
+Link measure_link(const std::string& device, const at::TensorOptions& opts) {
+  const int64_t n = dist::world_size();
+  const double k = static_cast<double>(n);
+  Link link;
+  for (Collective c : kCollectives) {
+    std::vector<std::pair<double, double>> runs;
+    for (int64_t bytes : {int64_t{4}, int64_t{1} << 12, int64_t{1} << 16, int64_t{1} << 19,
+                          int64_t{1} << 22, int64_t{1} << 24}) {
+      const int64_t v = std::max<int64_t>(bytes, 4 * n);
+      runs.push_back({static_cast<double>(v), mean_collective_seconds(c, v, device, opts)});
+    }
+    if (c == Collective::AllReduce) {
+      static_cast<LinkFigures&>(link) = fit_all_reduce(runs, n);
+    } else {
+      const auto [intercept, slope] = fit_line(runs);
+      link.measured[c] = {(k - 1) / k / slope, intercept / (k - 1)};
+    }
+  }
+  return link;
+}
+
+}  // namespace
 
 DeviceProfile calibrate(const std::string& name, const std::string& device) {
   DeviceProfile p;
@@ -103,19 +175,42 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
   p.peak_flops = peak;
   p.gemm_efficiency = 1;  // the peak is the fitted large-GEMM rate itself
   p.gemm_half_work = half;
-  {
-    const auto src = at::empty({64 << 20}, opts.dtype(at::kFloat));
-    auto dst = at::empty_like(src);
-    src.fill_(1);
-    const double s = best_seconds([&] { dst.copy_(src); }, device);
-    p.memory_bandwidth = 2.0 * static_cast<double>(src.nbytes()) / s;
+  if (device == "cpu") {
+    p.fp32_peak_flops = peak;  // the curve was measured in fp32
+  } else {
+    // fp32 on the same curve: its largest GEMM's rate over the curve's fraction there.
+    const int64_t n = 1536;
+    const auto a = at::randn({n, n}, opts.dtype(at::kFloat)), b = at::randn({n, n}, opts.dtype(at::kFloat));
+    at::Tensor c;
+    const double w = static_cast<double>(n) * n * n;
+    p.fp32_peak_flops = 2 * w / best_seconds([&] { c = at::mm(a, b); }, device) * (w + half) / w;
   }
   {
-    // A framework operation's own cost: an add of 64 elements is almost nothing but dispatch.
-    const auto x = at::ones({64}, opts), y = at::ones({64}, opts);
-    at::Tensor z;
-    p.op_overhead = best_seconds([&] { z = at::add(x, y); }, device);
+    // Elementwise ops as a block runs them: a chain on an activation-sized [1024, 768] tensor
+    // (RMSNorm-like: pow, mean, rsqrt, mul; the SiLU gate: silu, mul; a residual add: 14
+    // passes over the tensor) with autograd, forward and backward, its bytes counted as the
+    // cost model counts them (backward twice the forward). Smaller tensors run from cache and
+    // faster; larger ones than a block's are rare at the shapes a CPU trains.
+    auto x = at::randn({1024, 768}, opts.dtype(at::kFloat)).set_requires_grad(true);
+    const double s = best_seconds([&] {
+      auto n = x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + 1e-5);
+      (at::silu(n) * n + x).sum().backward();
+    }, device);
+    p.memory_bandwidth = 3.0 * 14 * static_cast<double>(x.nbytes()) / s;
   }
+  {
+    // A framework operation's own cost, autograd included: a chain of 20 multiplies of 64
+    // elements, forward and backward, per forward operation and its share of the backward
+    // (the cost model charges each counted operation three times: forward and backward).
+    auto x = at::ones({64}, opts.dtype(at::kFloat)).set_requires_grad(true);
+    const double s = best_seconds([&] {
+      auto y = x;
+      for (int i = 0; i < 20; ++i) y = y * 1.0001;
+      y.sum().backward();
+    }, device);
+    p.op_overhead = s / (3.0 * 20);
+  }
+  p.attention_keeps_probabilities = device == "cpu";  // kernels/attention.h; flash on GPUs
   const int64_t ranks = dist::is_initialized() ? dist::world_size() : 1;
   const std::string how = "measured by vescale-plan --calibrate on " + today();
   if (device == "cpu") {
@@ -132,42 +227,27 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
   p.sources["peak_flops"] = how + ": the fitted large-GEMM rate (" +
                             (device == "cpu" ? "fp32" : "bf16") + " at::mm, 64..1536 square)";
   p.sources["gemm_half_work"] = how + ": the fit's half-rate GEMM size";
-  p.sources["memory_bandwidth"] = how + ": a 256 MiB copy, read + write";
-  p.sources["op_overhead"] = how + ": an add of 64 elements";
+  p.sources["fp32_peak_flops"] =
+      how + (device == "cpu" ? ": the fitted fp32 large-GEMM rate (bf16 not measured: the same)"
+                             : ": an fp32 at::mm of 1536^3 on the bf16 curve");
+  p.sources["memory_bandwidth"] =
+      how + ": an RMSNorm, SiLU-gate and residual-add chain on [1024, 768] fp32 with autograd, "
+            "forward and backward (14 passes forward, twice that backward)";
+  p.sources["op_overhead"] =
+      how + ": 20 multiplies of 64 elements with autograd, forward and backward, over 3 x 20";
+  p.sources["attention_keeps_probabilities"] =
+      device == "cpu" ? "our CPU attention kernel keeps them (kernels/attention.h)"
+                      : "flash attention recomputes them";
   p.gpus_per_node = ranks;
   if (ranks > 1) {
-    std::vector<std::pair<double, double>> runs;
-    for (int64_t elems : {int64_t{1} << 10, int64_t{1} << 14, int64_t{1} << 18, int64_t{1} << 21,
-                          int64_t{1} << 22}) {
-      auto t = at::ones({elems}, opts.dtype(at::kFloat));
-      dist::world().all_reduce(t).wait();  // warm
-      double best = 1e30;
-      for (int i = 0; i < 5; ++i) {
-        dist::world().all_reduce(at::ones({1}, t.options())).wait();  // start together
-        const auto start = Clock::now();
-        dist::world().all_reduce(t).wait();
-        best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-      }
-      runs.push_back({static_cast<double>(t.nbytes()), best});
-    }
-    p.intra_node = fit_all_reduce(runs, ranks);
-    // The latency from a one-element all-reduce (the line's intercept is too noisy: it can
-    // come out negative): 2 (n-1) steps of it.
-    double tiny = 1e30;
-    auto one = at::ones({1}, opts.dtype(at::kFloat));
-    for (int i = 0; i < 20; ++i) {
-      dist::world().all_reduce(at::ones({1}, one.options())).wait();
-      const auto start = Clock::now();
-      dist::world().all_reduce(one).wait();
-      tiny = std::min(tiny, std::chrono::duration<double>(Clock::now() - start).count());
-    }
-    p.intra_node.latency = tiny / (2.0 * static_cast<double>(ranks - 1));
-    p.sources["intra_node"] = how + ": the bandwidth from all-reduces of 4 KiB..16 MiB over " +
-                              std::to_string(ranks) +
-                              " ranks fitted to the ring formula, the latency from one-element "
-                              "all-reduces";
+    p.intra_node = measure_link(device, opts);
+    p.sources["intra_node"] =
+        how + ": the mean times of all-reduces, all-gathers, reduce-scatters and all-to-alls of "
+              "4 B..16 MiB over " + std::to_string(ranks) +
+        " ranks, each after a little compute, each fitted to its formula (the link's own "
+        "figures are the all-reduce's)";
   } else {
-    p.intra_node = {1e12, 1e-6};
+    p.intra_node.bandwidth = 1e12, p.intra_node.latency = 1e-6;
     p.sources["intra_node"] = "not measured (one rank): launch with several ranks to measure it";
   }
   p.inter_node = p.intra_node;

@@ -18,10 +18,15 @@ namespace {
 
 namespace pp = parallel::pipeline;
 
-// Elementwise traffic of one block per token, in activations of width dim, forward: the two
-// norms, two residual adds, RoPE, the activation function and softmax statistics read and
-// write about this many dim-wide rows (docs/planner.md). Backward moves twice as much.
-constexpr double kElementwiseRowsPerBlock = 30;
+// Elementwise traffic of one block's forward, in elements read and written per token, counted
+// in our LLaMA block (docs/planner.md): per residual-width element the two RMSNorms (7 passes
+// each) and the two residual adds (3 each); per element of the GEMMs' widths (W_active / h:
+// q, k, v, o and the feed-forward) RoPE on q and k, the GQA repeat, the head transposes and
+// the SiLU gate, about 3; per attention probability kept (heads x s/2 per token, causal) 4
+// (scores, softmax, kept for backward). Backward moves twice as much.
+constexpr double kPassesPerResidual = 20, kPassesPerWidth = 3, kPassesPerProbability = 4;
+// Gradient accumulation: read the accumulated and the new gradient, write the sum.
+constexpr double kAccumulatePasses = 3;
 // AdamW on fp32 master weights reads and writes the weight, both moments and reads the
 // gradient: 4 x (2 + 2 + 2 + 1) bytes per parameter.
 constexpr double kOptimizerBytesPerParam = 28;
@@ -106,6 +111,7 @@ ModelShape model_shape(const train::Config& config) {
   m.type = config.model.type;
   m.n_layers = config.model.options->n_layers();
   m.dim = config.model.options->dim();
+  m.n_heads = config.model.options->n_heads();
   m.vocab = config.model.vocab_size();
   m.seq_len = config.train.seq_len;
   m.flops_per_token = train::flops_per_token(config.model, config.train.seq_len);
@@ -147,18 +153,25 @@ ModelShape model_shape(const train::Config& config) {
 double all_reduce_s(double bytes, int64_t n, const Link& link) {
   if (n <= 1) return 0;
   const double k = static_cast<double>(n);
-  return 2 * (k - 1) / k * bytes / link.bandwidth + 2 * (k - 1) * link.latency;
+  const LinkFigures f = link.of(Collective::AllReduce);
+  return 2 * (k - 1) / k * bytes / f.bandwidth + 2 * (k - 1) * f.latency;
 }
-double reduce_scatter_s(double bytes, int64_t n, const Link& link) {
+namespace {
+double one_pass_s(Collective c, double bytes, int64_t n, const Link& link) {
   if (n <= 1) return 0;
   const double k = static_cast<double>(n);
-  return (k - 1) / k * bytes / link.bandwidth + (k - 1) * link.latency;
+  const LinkFigures f = link.of(c);
+  return (k - 1) / k * bytes / f.bandwidth + (k - 1) * f.latency;
+}
+}  // namespace
+double reduce_scatter_s(double bytes, int64_t n, const Link& link) {
+  return one_pass_s(Collective::ReduceScatter, bytes, n, link);
 }
 double all_gather_s(double bytes, int64_t n, const Link& link) {
-  return reduce_scatter_s(bytes, n, link);
+  return one_pass_s(Collective::AllGather, bytes, n, link);
 }
 double all_to_all_s(double bytes, int64_t n, const Link& link) {
-  return reduce_scatter_s(bytes, n, link);
+  return one_pass_s(Collective::AllToAll, bytes, n, link);
 }
 double p2p_s(double bytes, const Link& link) { return bytes / link.bandwidth + link.latency; }
 
@@ -189,10 +202,7 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   const Link& pp_link = link_of(l, "pp", device, gpus_per_node);
   const Link& dp_link = link_of(l, "dp", device, gpus_per_node);
   // The achieved rate of the block's typical GEMM: tokens x dim x dim / tp multiply-adds.
-  const double peak_rate = fp32 ? device.peak_flops / 2 : device.peak_flops;
-  DeviceProfile at_dtype = device;
-  at_dtype.peak_flops = peak_rate;
-  const double rate = at_dtype.gemm_flops(tokens * dim * dim / tp);
+  const double rate = device.gemm_flops(tokens * dim * dim / tp, fp32);
 
   // Per chain layer, one micro-batch's forward on one rank: compute, and the exposed tp/ep
   // communication (forward; backward moves the same again).
@@ -204,12 +214,18 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   for (const auto& ls : model.layers) {
     Cost c;
     double flops = 2 * tokens * ls.active_matmul / tp;
-    if (ls.block) flops += 4 * tokens * seq * dim / tp;  // QK^T and AV
+    if (ls.block) flops += 2 * tokens * seq * dim / tp;  // QK^T and AV, causal: half of them
     c.compute = flops / rate;
     c.compute += device.op_overhead *
                  (ls.block ? kOpsPerBlock + (ls.moe_top_k > 0 ? kOpsPerMoE : 0) : kOpsPerEnd);
     if (ls.block) {
-      c.compute += kElementwiseRowsPerBlock * act / (sp ? tp : 1.0) / device.memory_bandwidth;
+      const double probabilities =
+          device.attention_keeps_probabilities
+              ? kPassesPerProbability * static_cast<double>(model.n_heads) * seq / 2 / tp
+              : 0;
+      const double elements = kPassesPerResidual * dim / (sp ? tp : 1.0) +
+                              kPassesPerWidth * ls.active_matmul / dim / tp + probabilities;
+      c.compute += elements * tokens * act_bytes / device.memory_bandwidth;
       // Two boundaries per block (attention, feed-forward): an all-reduce each, or with
       // sequence parallelism an all-gather before and a reduce-scatter after.
       c.tp_comm = sp ? 2 * (all_gather_s(act, l.tp, tp_link) + reduce_scatter_s(act, l.tp, tp_link))
@@ -249,7 +265,10 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     const double comm = tp_s[s] + ep_s[s];
     fwd[s] = f[s] + comm;
     inp[s] = f[s] + comm + (l.checkpointing ? fwd[s] : 0);
-    wgt[s] = f[s];
+    // Each micro-batch's weight gradients are added into the accumulated ones (read both,
+    // write one, fp32): a pass over the stage's gradients per micro-batch.
+    wgt[s] = f[s] + kAccumulatePasses * 4 * (params[s] / tp + expert[s] / (tp * ep)) /
+                        device.memory_bandwidth;
     unit = std::max(unit, fwd[s]);
   }
   pp::ActionCosts costs;
@@ -287,7 +306,7 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   // runs in the forward, in I, and in the recomputed forward.
   const double back = l.checkpointing ? 3 : 2, comm_passes = l.checkpointing ? 3 : 2;
   for (int s : schedule.stages_of(static_cast<int>(busiest_rank))) {
-    compute += static_cast<double>(M) * f[s] * (1 + back);
+    compute += static_cast<double>(M) * (f[s] * back + wgt[s]);
     tp_total += static_cast<double>(M) * tp_s[s] * comm_passes;
     ep_total += static_cast<double>(M) * ep_s[s] * comm_passes;
   }
@@ -370,7 +389,7 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   const double step_tokens = static_cast<double>(global_batch) * seq;
   out.tokens_per_s_per_device = step_tokens / out.step_s / static_cast<double>(l.ranks());
   out.mfu = model.flops_per_token * step_tokens /
-            (out.step_s * device.peak_flops * static_cast<double>(l.ranks()));
+            (out.step_s * device.peak(fp32) * static_cast<double>(l.ranks()));
   return out;
 }
 

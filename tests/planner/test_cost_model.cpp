@@ -48,6 +48,11 @@ TEST_CASE("collectives follow the ring formulas", "[planner]") {
   CHECK(all_to_all_s(4e8, 4, link) == Approx(0.75 * 4e8 / 1e11 + 3e-6).epsilon(1e-12));
   CHECK(p2p_s(1e6, link) == Approx(1e-5 + 1e-6).epsilon(1e-12));
   CHECK(all_reduce_s(1e9, 1, link) == 0);  // one rank: nothing to send
+  // A collective measured on its own uses its own figures; the others keep the link's.
+  Link measured = link;
+  measured.measured[Collective::ReduceScatter] = {10e9, 100e-6};
+  CHECK(reduce_scatter_s(1e9, 8, measured) == Approx(7.0 / 8 * 1e9 / 1e10 + 7 * 100e-6).epsilon(1e-12));
+  CHECK(all_gather_s(1e9, 8, measured) == Approx(all_gather_s(1e9, 8, link)));
 }
 
 TEST_CASE("a mesh dim stays within a node when it and the dims inside it fit", "[planner]") {
@@ -92,16 +97,43 @@ TEST_CASE("one device: the step is the GEMMs at the achieved rate plus the optim
   l.micro_batch = 2;
   const auto p = predict(m, config, l, 4, d, 8);
   CHECK(p.microbatches == 2);
-  // Per micro-batch forward: 2 x tokens x (active weights + per-block attention 2 s h) FLOPs at
-  // peak x 0.5 x w / (w + 1e6), w = tokens x h x h; backward twice the forward.
+  // Per micro-batch forward: 2 x tokens x (active weights + per-block causal attention s h)
+  // FLOPs at peak x 0.5 x w / (w + 1e6), w = tokens x h x h; backward twice the forward.
   const double tokens = 2 * 1024.0, w = tokens * 512 * 512;
   const double rate = 100e12 * 0.5 * w / (w + 1e6);
   double active = 0;
   for (const auto& ls : m.layers) active += ls.active_matmul;
-  const double fwd = (2 * tokens * active + 8 * 4 * tokens * 1024 * 512) / rate;
+  const double fwd = (2 * tokens * active + 8 * 2 * tokens * 1024 * 512) / rate;
   CHECK(p.compute_s == Approx(2 * 3 * fwd).epsilon(1e-9));
   CHECK(p.step_s == Approx(p.compute_s).epsilon(1e-9));  // no pipeline, no communication
   CHECK(p.bubble_s == Approx(0).margin(1e-12));
+}
+
+TEST_CASE("a block's elementwise traffic is counted from its widths, and gradients accumulate per micro-batch", "[planner]") {
+  const auto config = llama({});
+  const auto m = model_shape(config);
+  auto d = toy_device();
+  d.peak_flops = 1e30;       // GEMMs free: the elementwise passes and the accumulation alone
+  d.memory_bandwidth = 1e12;
+  d.attention_keeps_probabilities = true;
+  Layout l;
+  l.micro_batch = 2;
+  const auto p = predict(m, config, l, 4, d, 8);
+  // Per token and block forward: 20 passes over h = 512, 3 over the GEMMs' widths
+  // (4 x 512 + 3 x 2048 = 8192), 4 over the kept probabilities (8 heads x 1024 / 2); bf16.
+  const double tokens = 2 * 1024.0;
+  const double per_token = 20 * 512 + 3 * 8192.0 + 4 * 8 * 512.0;
+  const double fwd = 8 * per_token * tokens * 2 / 1e12;
+  // Each micro-batch adds its gradients into the accumulated ones: 3 passes over fp32.
+  double params = 0;
+  for (const auto& ls : m.layers) params += ls.params;
+  const double accumulate = 3 * 4 * params / 1e12;
+  CHECK(p.microbatches == 2);
+  CHECK(p.compute_s == Approx(2 * (3 * fwd + accumulate)).epsilon(1e-9));
+  // Flash attention keeps no probabilities: less traffic.
+  d.attention_keeps_probabilities = false;
+  CHECK(predict(m, config, l, 4, d, 8).compute_s ==
+        Approx(2 * (3 * fwd * (per_token - 4 * 8 * 512.0) / per_token + accumulate)).epsilon(1e-9));
 }
 
 TEST_CASE("the search prefers what is plainly best, and prunes what does not fit", "[planner]") {
@@ -146,7 +178,7 @@ TEST_CASE("calibration fits recover the curve and the link they were made from",
   // All-reduces over 4 ranks of a 10 GB/s, 20 us link: 1.5 V / 1e10 + 6 x 20 us.
   std::vector<std::pair<double, double>> runs;
   for (double v : {4e3, 6.4e4, 1e6, 8e6, 1.6e7}) runs.push_back({v, 1.5 * v / 1e10 + 6 * 20e-6});
-  const Link link = fit_all_reduce(runs, 4);
+  const LinkFigures link = fit_all_reduce(runs, 4);
   CHECK(link.bandwidth == Approx(1e10).epsilon(1e-9));
   CHECK(link.latency == Approx(20e-6).epsilon(1e-9));
   CHECK_THROWS_AS(fit_gemm_curve({{1e6, 1e9}}), vescale::Error);

@@ -18,10 +18,14 @@ namespace vescale::planner {
 // with the least squared error. Throws for fewer than two points.
 std::pair<double, double> fit_gemm_curve(const std::vector<std::pair<double, double>>& points);
 
-// (bytes per rank, seconds) of all-reduces over `ranks` -> the link: time = 2 (n-1)/n V/B +
-// 2 (n-1) a, fitted by least squares as a line in V. Throws for fewer than two points or a
+// (size, seconds) -> (intercept, slope) of time = intercept + slope x size, least squares on
+// the relative error (the intercept clamped at 0). Throws for fewer than two points or a
 // non-positive slope.
-Link fit_all_reduce(const std::vector<std::pair<double, double>>& points, int64_t ranks);
+std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>& points);
+
+// (bytes per rank, seconds) of all-reduces over `ranks` -> the link: time = 2 (n-1)/n V/B +
+// 2 (n-1) a, fitted as a line in V (fit_line).
+LinkFigures fit_all_reduce(const std::vector<std::pair<double, double>>& points, int64_t ranks);
 
 // Measures this process's device ("cpu" or "cuda"); collective when the world has several ranks
 // (every rank calls it). `name` becomes the profile's name.

@@ -49,7 +49,7 @@ struct LayerShape {
 
 struct ModelShape {
   std::string type;
-  int64_t n_layers = 0, dim = 0, vocab = 0, seq_len = 0;
+  int64_t n_layers = 0, dim = 0, vocab = 0, seq_len = 0, n_heads = 0;
   double flops_per_token = 0;  // training (6 N + attention), as MFU counts it
   std::vector<LayerShape> layers;
   bool moe() const;

@@ -11,16 +11,42 @@
 
 namespace vescale::planner {
 
-struct Link {
+// The collectives the cost model times (cost_model.h has each one's formula).
+enum class Collective { AllReduce, AllGather, ReduceScatter, AllToAll };
+const char* to_string(Collective c);  // "all_reduce", ...
+inline constexpr Collective kCollectives[] = {Collective::AllReduce, Collective::AllGather,
+                                              Collective::ReduceScatter, Collective::AllToAll};
+
+struct LinkFigures {
   double bandwidth = 0;  // bytes/s one rank sends (and receives) at once over this link class
   double latency = 0;    // seconds per message step of a collective
 };
 
+struct Link : LinkFigures {
+  Link() = default;
+  Link(double bandwidth_, double latency_) : LinkFigures{bandwidth_, latency_} {}
+  // Figures fitted to one collective's own formula where it was measured (a backend's
+  // reduce-scatter or all-gather need not run at its all-reduce's rate); the others use the
+  // link's. Optional in a profile.
+  std::map<Collective, LinkFigures> measured;
+  LinkFigures of(Collective c) const {
+    const auto it = measured.find(c);
+    return it == measured.end() ? LinkFigures{bandwidth, latency} : it->second;
+  }
+};
+
 struct DeviceProfile {
   std::string name;
-  double peak_flops = 0;       // dense, the training dtype's (bf16 on GPUs), per device
+  double peak_flops = 0;       // dense bf16 (the low-precision training dtype), per device
+  // Dense fp32 (what an fp32 config's GEMMs run at; libtorch leaves TF32 off). Optional in a
+  // profile: 0 means not known, and planning an fp32 config throws. A CPU's calibration
+  // measures fp32 and gives both fields that figure.
+  double fp32_peak_flops = 0;
   double memory_bytes = 0;     // what a rank may hold
   double memory_bandwidth = 0; // bytes/s: elementwise ops, norms, the optimizer
+  // Whether attention keeps its probabilities (our CPU kernel) rather than recomputing them
+  // tile by tile (flash attention on GPUs): their traffic counts as elementwise. Optional (false).
+  bool attention_keeps_probabilities = false;
   // Achieved GEMM FLOP/s = peak x gemm_efficiency x w / (w + gemm_half_work), with w a GEMM's
   // multiply-adds (m x n x k): large GEMMs reach gemm_efficiency of the peak, a GEMM of
   // gemm_half_work multiply-adds half of that.
@@ -34,8 +60,11 @@ struct DeviceProfile {
   // Where each figure comes from: field -> source.
   std::map<std::string, std::string> sources;
 
-  double gemm_flops(double work) const {
-    return peak_flops * gemm_efficiency * work / (work + gemm_half_work);
+  // The dense peak of the training dtype. Throws for fp32 when the profile has none.
+  double peak(bool fp32) const;
+  // Achieved GEMM FLOP/s at `work` multiply-adds, in fp32 or bf16.
+  double gemm_flops(double work, bool fp32) const {
+    return peak(fp32) * gemm_efficiency * work / (work + gemm_half_work);
   }
 };
 
