@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # vescale-plan --calibrate under vescale-run with 2 ranks: the profile it writes has a GEMM curve,
-# a memory bandwidth and an all-reduce link fitted on this machine, loads as --device, and plans
+# a memory bandwidth, a per-operation cost and each collective's link figures fitted on this
+# machine, loads as --device, and plans
 # llama_tiny over 2 ranks with it.
 # Usage: calibrate_test.sh vescale-run vescale-plan
 set -euo pipefail
@@ -22,6 +23,13 @@ assert 1e9 < p["peak_flops"] < 1e13, p["peak_flops"]
 assert 1e7 < p["intra_node"]["bandwidth"] < 1e12, p["intra_node"]
 assert 0 <= p["intra_node"]["latency"] < 1e-2, p["intra_node"]
 assert "measured" in p["sources"]["intra_node"], p["sources"]
+# Each collective fitted on its own, and a CPU's fp32 peak is the measured (fp32) one.
+for c in ("all_gather", "reduce_scatter", "all_to_all"):
+    f = p["intra_node"][c]
+    assert 1e7 < f["bandwidth"] < 1e12 and 0 <= f["latency"] < 1e-2, (c, f)
+assert p["fp32_peak_flops"] == p["peak_flops"], p
+assert p["attention_keeps_probabilities"] is True, p
+assert 0 < p["op_overhead"] < 1e-3, p["op_overhead"]
 print("calibrated:", {k: p[k] for k in ("peak_flops", "gemm_half_work", "memory_bandwidth")}, p["intra_node"])
 PY
 "$plan" --config llama_tiny --gpus 2 --gpus-per-node 2 --global-batch-size 8 --device "$dir/here.json" \
