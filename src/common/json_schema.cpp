@@ -15,6 +15,14 @@ std::string join(const std::vector<std::string>& v) {
 }
 }  // namespace
 
+json parse(const std::string& text, const std::string& what, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const std::exception& e) {
+    VESCALE_FAIL(what, " '", source, "': not valid JSON: ", e.what());
+  }
+}
+
 std::string short_dump(const json& v) {
   std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;

@@ -217,12 +217,7 @@ void check_all_match(const std::string& source, const std::string& section, cons
 }  // namespace
 
 Plan Plan::from_json(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const std::exception& e) {
-    VESCALE_FAIL("plan '", source, "': not valid JSON: ", e.what());
-  }
+  const json j = json_schema::parse(text, "plan", source);
   VESCALE_CHECK(j.is_object(), "plan '", source,
                 "': the top level must be an object with \"mesh\" and \"params\"");
   Plan plan;

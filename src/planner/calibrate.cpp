@@ -10,6 +10,7 @@
 
 #include "vescale/common/check.h"
 #include "vescale/dist/world.h"
+#include "vescale/planner/cost_model.h"
 
 namespace vescale::planner {
 namespace {
@@ -82,44 +83,53 @@ std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>&
   }
   const double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
   const double intercept = (sy - slope * sx) / sw;
-  VESCALE_CHECK(slope > 0, "calibrate: the times do not grow with the size; rerun on a quieter "
+  VESCALE_CHECK(slope > 0,
+                "calibrate: the times do not grow with the size; rerun on a quieter "
                 "machine");
   return {std::max(intercept, 0.0), slope};
 }
 
-LinkFigures fit_all_reduce(const std::vector<std::pair<double, double>>& points, int64_t ranks) {
-  VESCALE_CHECK(ranks >= 2, "calibrate: the all-reduce fit needs two ranks");
+LinkFigures fit_collective(Collective c, const std::vector<std::pair<double, double>>& points,
+                           int64_t ranks) {
+  VESCALE_CHECK(ranks >= 2, "calibrate: a collective's fit needs two ranks");
   const auto [intercept, slope] = fit_line(points);
-  const double k = static_cast<double>(ranks);
-  return {2 * (k - 1) / k / slope, intercept / (2 * (k - 1))};
+  const double k = static_cast<double>(ranks), passes = ring_passes(c);
+  return {passes * (k - 1) / k / slope, intercept / (passes * (k - 1))};
 }
 
 namespace {
 
 // One collective's mean time as a step sees it: between computations (on a shared CPU the
 // scheduler's wake-up delays, up to a 4 ms tick, make a heavy tail that the best of a few runs
-// would hide; in a TP step they were most of the collectives' time). `bytes` is the V of its
-// formula: the all-reduced tensor, the gathered whole, the scattered whole, what each rank
-// sends in an all-to-all.
-double mean_collective_seconds(Collective kind, int64_t bytes, const std::string& device,
+// would hide; in a TP step they were most of the collectives' time). `elems` (fp32, a multiple
+// of the world size) is the V of its formula: the all-reduced tensor, the gathered whole, the
+// scattered whole, what each rank sends in an all-to-all.
+double mean_collective_seconds(Collective kind, int64_t elems, const std::string& device,
                                const at::TensorOptions& opts) {
   const int64_t n = dist::world_size();
-  const int64_t elems = std::max<int64_t>(n, bytes / 4 / n * n);
   const auto f32 = opts.dtype(at::kFloat);
   auto whole = at::ones({elems}, f32), part = at::ones({elems / n}, f32),
        other = at::ones({elems}, f32);
   auto run = [&] {
     auto& w = dist::world();
     switch (kind) {
-      case Collective::AllReduce: w.all_reduce(whole).wait(); break;
-      case Collective::AllGather: w.all_gather(whole, part).wait(); break;
-      case Collective::ReduceScatter: w.reduce_scatter(part, whole).wait(); break;
-      case Collective::AllToAll: w.all_to_all(other, whole).wait(); break;
+      case Collective::AllReduce:
+        w.all_reduce(whole).wait();
+        break;
+      case Collective::AllGather:
+        w.all_gather(whole, part).wait();
+        break;
+      case Collective::ReduceScatter:
+        w.reduce_scatter(part, whole).wait();
+        break;
+      case Collective::AllToAll:
+        w.all_to_all(other, whole).wait();
+        break;
     }
   };
   const auto a = at::randn({256, 256}, opts), b = at::randn({256, 256}, opts);
   run();  // warm
-  const int samples = bytes <= (int64_t{1} << 19) ? 100 : 30;
+  const int samples = elems <= (int64_t{1} << 17) ? 100 : 30;
   double total = 0;
   for (int i = 0; i < samples; ++i) {
     for (int g = 0; g < 4; ++g) (void)at::mm(a, b);
@@ -132,25 +142,24 @@ double mean_collective_seconds(Collective kind, int64_t bytes, const std::string
   return total / samples;
 }
 
-// Every collective over the world at sizes 4 B..16 MiB, each fitted to its formula: all-reduce
-// 2 (n-1)/n V/B + 2 (n-1) a, the others (n-1)/n V/B + (n-1) a.
+// Every collective over the world at sizes 4 B..16 MiB, each fitted to its formula
+// (collective_s): the link's own figures are the all-reduce's, the others kept per collective.
 Link measure_link(const std::string& device, const at::TensorOptions& opts) {
   const int64_t n = dist::world_size();
-  const double k = static_cast<double>(n);
   Link link;
   for (Collective c : kCollectives) {
     std::vector<std::pair<double, double>> runs;
     for (int64_t bytes : {int64_t{4}, int64_t{1} << 12, int64_t{1} << 16, int64_t{1} << 19,
                           int64_t{1} << 22, int64_t{1} << 24}) {
-      const int64_t v = std::max<int64_t>(bytes, 4 * n);
-      runs.push_back({static_cast<double>(v), mean_collective_seconds(c, v, device, opts)});
+      const int64_t elems = std::max<int64_t>(n, bytes / 4 / n * n);
+      runs.push_back(
+          {4.0 * static_cast<double>(elems), mean_collective_seconds(c, elems, device, opts)});
     }
-    if (c == Collective::AllReduce) {
-      static_cast<LinkFigures&>(link) = fit_all_reduce(runs, n);
-    } else {
-      const auto [intercept, slope] = fit_line(runs);
-      link.measured[c] = {(k - 1) / k / slope, intercept / (k - 1)};
-    }
+    const LinkFigures fitted = fit_collective(c, runs, n);
+    if (c == Collective::AllReduce)
+      static_cast<LinkFigures&>(link) = fitted;
+    else
+      link.measured[c] = fitted;
   }
   return link;
 }
@@ -180,7 +189,8 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
   } else {
     // fp32 on the same curve: its largest GEMM's rate over the curve's fraction there.
     const int64_t n = 1536;
-    const auto a = at::randn({n, n}, opts.dtype(at::kFloat)), b = at::randn({n, n}, opts.dtype(at::kFloat));
+    const auto a = at::randn({n, n}, opts.dtype(at::kFloat)),
+               b = at::randn({n, n}, opts.dtype(at::kFloat));
     at::Tensor c;
     const double w = static_cast<double>(n) * n * n;
     p.fp32_peak_flops = 2 * w / best_seconds([&] { c = at::mm(a, b); }, device) * (w + half) / w;
@@ -192,10 +202,12 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
     // cost model counts them (backward twice the forward). Smaller tensors run from cache and
     // faster; larger ones than a block's are rare at the shapes a CPU trains.
     auto x = at::randn({1024, 768}, opts.dtype(at::kFloat)).set_requires_grad(true);
-    const double s = best_seconds([&] {
-      auto n = x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + 1e-5);
-      (at::silu(n) * n + x).sum().backward();
-    }, device);
+    const double s = best_seconds(
+        [&] {
+          auto n = x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + 1e-5);
+          (at::silu(n) * n + x).sum().backward();
+        },
+        device);
     p.memory_bandwidth = 3.0 * 14 * static_cast<double>(x.nbytes()) / s;
   }
   {
@@ -203,11 +215,13 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
     // elements, forward and backward, per forward operation and its share of the backward
     // (the cost model charges each counted operation three times: forward and backward).
     auto x = at::ones({64}, opts.dtype(at::kFloat)).set_requires_grad(true);
-    const double s = best_seconds([&] {
-      auto y = x;
-      for (int i = 0; i < 20; ++i) y = y * 1.0001;
-      y.sum().backward();
-    }, device);
+    const double s = best_seconds(
+        [&] {
+          auto y = x;
+          for (int i = 0; i < 20; ++i) y = y * 1.0001;
+          y.sum().backward();
+        },
+        device);
     p.op_overhead = s / (3.0 * 20);
   }
   p.attention_keeps_probabilities = device == "cpu";  // kernels/attention.h; flash on GPUs
@@ -231,8 +245,9 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
       how + (device == "cpu" ? ": the fitted fp32 large-GEMM rate (bf16 not measured: the same)"
                              : ": an fp32 at::mm of 1536^3 on the bf16 curve");
   p.sources["memory_bandwidth"] =
-      how + ": an RMSNorm, SiLU-gate and residual-add chain on [1024, 768] fp32 with autograd, "
-            "forward and backward (14 passes forward, twice that backward)";
+      how +
+      ": an RMSNorm, SiLU-gate and residual-add chain on [1024, 768] fp32 with autograd, "
+      "forward and backward (14 passes forward, twice that backward)";
   p.sources["op_overhead"] =
       how + ": 20 multiplies of 64 elements with autograd, forward and backward, over 3 x 20";
   p.sources["attention_keeps_probabilities"] =
@@ -242,12 +257,14 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
   if (ranks > 1) {
     p.intra_node = measure_link(device, opts);
     p.sources["intra_node"] =
-        how + ": the mean times of all-reduces, all-gathers, reduce-scatters and all-to-alls of "
-              "4 B..16 MiB over " + std::to_string(ranks) +
+        how +
+        ": the mean times of all-reduces, all-gathers, reduce-scatters and all-to-alls of "
+        "4 B..16 MiB over " +
+        std::to_string(ranks) +
         " ranks, each after a little compute, each fitted to its formula (the link's own "
         "figures are the all-reduce's)";
   } else {
-    p.intra_node.bandwidth = 1e12, p.intra_node.latency = 1e-6;
+    p.intra_node = {1e12, 1e-6};
     p.sources["intra_node"] = "not measured (one rank): launch with several ranks to measure it";
   }
   p.inter_node = p.intra_node;

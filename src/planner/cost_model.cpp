@@ -150,28 +150,25 @@ ModelShape model_shape(const train::Config& config) {
   return m;
 }
 
-double all_reduce_s(double bytes, int64_t n, const Link& link) {
-  if (n <= 1) return 0;
-  const double k = static_cast<double>(n);
-  const LinkFigures f = link.of(Collective::AllReduce);
-  return 2 * (k - 1) / k * bytes / f.bandwidth + 2 * (k - 1) * f.latency;
-}
-namespace {
-double one_pass_s(Collective c, double bytes, int64_t n, const Link& link) {
+double ring_passes(Collective c) { return c == Collective::AllReduce ? 2 : 1; }
+
+double collective_s(Collective c, double bytes, int64_t n, const Link& link) {
   if (n <= 1) return 0;
   const double k = static_cast<double>(n);
   const LinkFigures f = link.of(c);
-  return (k - 1) / k * bytes / f.bandwidth + (k - 1) * f.latency;
+  return ring_passes(c) * ((k - 1) / k * bytes / f.bandwidth + (k - 1) * f.latency);
 }
-}  // namespace
+double all_reduce_s(double bytes, int64_t n, const Link& link) {
+  return collective_s(Collective::AllReduce, bytes, n, link);
+}
 double reduce_scatter_s(double bytes, int64_t n, const Link& link) {
-  return one_pass_s(Collective::ReduceScatter, bytes, n, link);
+  return collective_s(Collective::ReduceScatter, bytes, n, link);
 }
 double all_gather_s(double bytes, int64_t n, const Link& link) {
-  return one_pass_s(Collective::AllGather, bytes, n, link);
+  return collective_s(Collective::AllGather, bytes, n, link);
 }
 double all_to_all_s(double bytes, int64_t n, const Link& link) {
-  return one_pass_s(Collective::AllToAll, bytes, n, link);
+  return collective_s(Collective::AllToAll, bytes, n, link);
 }
 double p2p_s(double bytes, const Link& link) { return bytes / link.bandwidth + link.latency; }
 

@@ -1,63 +1,94 @@
 #include "vescale/planner/device_profile.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
 #include "vescale/common/check.h"
+#include "vescale/common/json_schema.h"
 #include "vescale/train/shipped_files.h"
 
 namespace vescale::planner {
 namespace {
 
-using json = nlohmann::json;
+using json_schema::Reader;
+using json_schema::Writer;
 
 std::string devices_dir() { return train::shipped_dir("configs") + "/devices"; }
 
-double positive(const json& j, const char* key, const std::string& source) {
-  VESCALE_CHECK(j.contains(key) && j[key].is_number() && j[key].get<double>() > 0,
-                "device profile '", source, "': ", key,
-                " must be a positive number (see configs/devices/h100.json)");
-  return j[key].get<double>();
+// What a number of the profile must be: required and positive, positive where given (absent: 0,
+// not known), required and at least 0, at least 0 where given.
+enum class Rule { Positive, PositiveIfGiven, AtLeastZero, AtLeastZeroIfGiven };
+
+void number(Reader& r, const char* k, double& x, Rule rule) {
+  const bool optional = rule == Rule::PositiveIfGiven || rule == Rule::AtLeastZeroIfGiven;
+  const bool positive = rule == Rule::Positive || rule == Rule::PositiveIfGiven;
+  if (!r.raw(k)) {
+    if (optional) return;
+    r.fail(k, "missing (see configs/devices/h100.json)");
+  }
+  r.field(k, x);
+  if (positive && !(x > 0)) r.fail(k, "must be a positive number (see configs/devices/h100.json)");
+  if (!positive && !(x >= 0)) r.fail(k, "must be a number >= 0");
 }
 
-LinkFigures figures(const json& l, const std::string& where) {
-  VESCALE_CHECK(l.is_object(), "device profile '", where,
-                "' must be an object {\"bandwidth\": bytes/s, \"latency\": seconds}");
-  VESCALE_CHECK(l.contains("latency") && l["latency"].is_number() && l["latency"].get<double>() >= 0,
-                "device profile '", where, ".latency' must be a number of seconds >= 0");
-  return {positive(l, "bandwidth", where), l["latency"].get<double>()};
+void number(Writer& w, const char* k, const double& x, Rule rule) {
+  if (rule != Rule::PositiveIfGiven || x > 0) w.field(k, x);  // an unknown figure stays absent
 }
 
-Link link(const json& j, const char* key, const std::string& source) {
-  VESCALE_CHECK(j.contains(key), "device profile '", source, "': ", key,
-                " must be an object {\"bandwidth\": bytes/s, \"latency\": seconds}");
-  Link out;
-  static_cast<LinkFigures&>(out) = figures(j[key], source + "': '" + key);
+template <class V>
+void visit(V& v, LinkFigures& f) {
+  number(v, "bandwidth", f.bandwidth, Rule::Positive);
+  number(v, "latency", f.latency, Rule::AtLeastZero);
+}
+
+// A link class: its figures, and those of each collective measured on its own.
+template <class V>
+void visit(V& v, Link& link) {
+  visit(v, static_cast<LinkFigures&>(link));
   for (Collective c : kCollectives)
-    if (j[key].contains(to_string(c)))
-      out.measured[c] = figures(j[key][to_string(c)], source + "': '" + key + "." + to_string(c));
-  return out;
+    if (std::is_same_v<V, Reader> || link.measured.count(c))
+      v.object(to_string(c), [&](auto& s) { visit(s, link.measured[c]); });
 }
 
-json link_json(const Link& l) {
-  json j = {{"bandwidth", l.bandwidth}, {"latency", l.latency}};
-  for (const auto& [c, f] : l.measured)
-    j[to_string(c)] = {{"bandwidth", f.bandwidth}, {"latency", f.latency}};
-  return j;
+// The profile's schema, read and written (configs/devices/h100.json is an example).
+template <class V>
+void visit(V& v, DeviceProfile& p) {
+  v.field("name", p.name);
+  number(v, "peak_flops", p.peak_flops, Rule::Positive);
+  number(v, "fp32_peak_flops", p.fp32_peak_flops, Rule::PositiveIfGiven);
+  number(v, "memory_bytes", p.memory_bytes, Rule::Positive);
+  number(v, "memory_bandwidth", p.memory_bandwidth, Rule::Positive);
+  number(v, "gemm_efficiency", p.gemm_efficiency, Rule::Positive);
+  number(v, "gemm_half_work", p.gemm_half_work, Rule::Positive);
+  number(v, "op_overhead", p.op_overhead, Rule::AtLeastZeroIfGiven);
+  v.field("attention_keeps_probabilities", p.attention_keeps_probabilities);
+  auto link_class = [&](const char* key, Link& link) {
+    if constexpr (std::is_same_v<V, Reader>)
+      if (!v.raw(key))
+        v.fail(key, "missing: an object {\"bandwidth\": bytes/s, \"latency\": seconds}");
+    v.object(key, [&](auto& s) { visit(s, link); });
+  };
+  link_class("intra_node", p.intra_node);
+  link_class("inter_node", p.inter_node);
+  v.field("gpus_per_node", p.gpus_per_node);
 }
 
 }  // namespace
 
 const char* to_string(Collective c) {
   switch (c) {
-    case Collective::AllReduce: return "all_reduce";
-    case Collective::AllGather: return "all_gather";
-    case Collective::ReduceScatter: return "reduce_scatter";
-    case Collective::AllToAll: return "all_to_all";
+    case Collective::AllReduce:
+      return "all_reduce";
+    case Collective::AllGather:
+      return "all_gather";
+    case Collective::ReduceScatter:
+      return "reduce_scatter";
+    case Collective::AllToAll:
+      return "all_to_all";
   }
   return "?";
 }
@@ -71,39 +102,20 @@ double DeviceProfile::peak(bool fp32) const {
 }
 
 DeviceProfile device_profile_from_json(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    VESCALE_FAIL("device profile '", source, "': not valid JSON: ", e.what());
-  }
+  const auto j = json_schema::parse(text, "device profile", source);
   VESCALE_CHECK(j.is_object(), "device profile '", source, "': the top level must be an object");
   DeviceProfile p;
-  p.name = j.value("name", std::filesystem::path(source).stem().string());
-  p.peak_flops = positive(j, "peak_flops", source);
-  p.memory_bytes = positive(j, "memory_bytes", source);
-  p.memory_bandwidth = positive(j, "memory_bandwidth", source);
-  p.gemm_efficiency = positive(j, "gemm_efficiency", source);
-  VESCALE_CHECK(p.gemm_efficiency <= 1, "device profile '", source,
-                "': gemm_efficiency is a fraction of the peak, at most 1");
-  p.gemm_half_work = positive(j, "gemm_half_work", source);
-  if (j.contains("fp32_peak_flops")) p.fp32_peak_flops = positive(j, "fp32_peak_flops", source);
-  if (j.contains("attention_keeps_probabilities")) {
-    VESCALE_CHECK(j["attention_keeps_probabilities"].is_boolean(), "device profile '", source,
-                  "': attention_keeps_probabilities must be true or false");
-    p.attention_keeps_probabilities = j["attention_keeps_probabilities"].get<bool>();
-  }
-  if (j.contains("op_overhead")) {
-    VESCALE_CHECK(j["op_overhead"].is_number() && j["op_overhead"].get<double>() >= 0,
-                  "device profile '", source, "': op_overhead must be seconds >= 0");
-    p.op_overhead = j["op_overhead"].get<double>();
-  }
-  p.intra_node = link(j, "intra_node", source);
-  p.inter_node = link(j, "inter_node", source);
-  p.gpus_per_node = static_cast<int64_t>(positive(j, "gpus_per_node", source));
-  if (j.contains("sources") && j["sources"].is_object())
-    for (const auto& [k, v] : j["sources"].items())
+  p.name = std::filesystem::path(source).stem().string();
+  p.gpus_per_node = 0;  // required: visit reads it, the check below names it when absent
+  Reader r(j, "", source, "device profile");
+  visit(r, p);
+  if (!(p.gemm_efficiency <= 1)) r.fail("gemm_efficiency", "a fraction of the peak, at most 1");
+  if (p.gpus_per_node < 1) r.fail("gpus_per_node", "must be a positive integer (devices per node)");
+  // Where each figure comes from: free text, kept as it is.
+  if (const auto* sources = r.raw("sources"); sources && sources->is_object())
+    for (const auto& [k, v] : sources->items())
       if (v.is_string()) p.sources[k] = v.get<std::string>();
+  r.finish();
   return p;
 }
 
@@ -134,21 +146,11 @@ DeviceProfile device_profile(const std::string& name_or_path) {
 }
 
 std::string to_json(const DeviceProfile& p) {
-  json j;
-  j["name"] = p.name;
-  j["peak_flops"] = p.peak_flops;
-  if (p.fp32_peak_flops > 0) j["fp32_peak_flops"] = p.fp32_peak_flops;
-  j["memory_bytes"] = p.memory_bytes;
-  j["memory_bandwidth"] = p.memory_bandwidth;
-  j["gemm_efficiency"] = p.gemm_efficiency;
-  j["gemm_half_work"] = p.gemm_half_work;
-  j["op_overhead"] = p.op_overhead;
-  j["attention_keeps_probabilities"] = p.attention_keeps_probabilities;
-  j["intra_node"] = link_json(p.intra_node);
-  j["inter_node"] = link_json(p.inter_node);
-  j["gpus_per_node"] = p.gpus_per_node;
-  j["sources"] = p.sources;
-  return j.dump(2);
+  Writer w;
+  DeviceProfile copy = p;  // visit takes the profile as the Reader fills it
+  visit(w, copy);
+  w.field("sources", p.sources);
+  return w.node.dump(2);
 }
 
 }  // namespace vescale::planner

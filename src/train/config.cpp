@@ -427,12 +427,7 @@ ModelConfig& ModelConfig::operator=(const ModelConfig& other) {
 
 Config Config::from_json(const std::string& text, const std::string& source,
                          const std::vector<std::string>& overrides, const std::string& base_dir) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const std::exception& e) {
-    VESCALE_FAIL("config '", source, "': not valid JSON: ", e.what());
-  }
+  json j = json_schema::parse(text, "config", source);
   VESCALE_CHECK(j.is_object(), "config '", source,
                 "': the top level must be an object with sections model, parallel, ",
                 "train, data, checkpoint, log");

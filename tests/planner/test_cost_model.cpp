@@ -51,7 +51,8 @@ TEST_CASE("collectives follow the ring formulas", "[planner]") {
   // A collective measured on its own uses its own figures; the others keep the link's.
   Link measured = link;
   measured.measured[Collective::ReduceScatter] = {10e9, 100e-6};
-  CHECK(reduce_scatter_s(1e9, 8, measured) == Approx(7.0 / 8 * 1e9 / 1e10 + 7 * 100e-6).epsilon(1e-12));
+  CHECK(reduce_scatter_s(1e9, 8, measured) ==
+        Approx(7.0 / 8 * 1e9 / 1e10 + 7 * 100e-6).epsilon(1e-12));
   CHECK(all_gather_s(1e9, 8, measured) == Approx(all_gather_s(1e9, 8, link)));
 }
 
@@ -109,11 +110,14 @@ TEST_CASE("one device: the step is the GEMMs at the achieved rate plus the optim
   CHECK(p.bubble_s == Approx(0).margin(1e-12));
 }
 
-TEST_CASE("a block's elementwise traffic is counted from its widths, and gradients accumulate per micro-batch", "[planner]") {
+TEST_CASE(
+    "a block's elementwise traffic is counted from its widths, and gradients accumulate per "
+    "micro-batch",
+    "[planner]") {
   const auto config = llama({});
   const auto m = model_shape(config);
   auto d = toy_device();
-  d.peak_flops = 1e30;       // GEMMs free: the elementwise passes and the accumulation alone
+  d.peak_flops = 1e30;  // GEMMs free: the elementwise passes and the accumulation alone
   d.memory_bandwidth = 1e12;
   d.attention_keeps_probabilities = true;
   Layout l;
@@ -178,8 +182,14 @@ TEST_CASE("calibration fits recover the curve and the link they were made from",
   // All-reduces over 4 ranks of a 10 GB/s, 20 us link: 1.5 V / 1e10 + 6 x 20 us.
   std::vector<std::pair<double, double>> runs;
   for (double v : {4e3, 6.4e4, 1e6, 8e6, 1.6e7}) runs.push_back({v, 1.5 * v / 1e10 + 6 * 20e-6});
-  const LinkFigures link = fit_all_reduce(runs, 4);
+  const LinkFigures link = fit_collective(Collective::AllReduce, runs, 4);
   CHECK(link.bandwidth == Approx(1e10).epsilon(1e-9));
   CHECK(link.latency == Approx(20e-6).epsilon(1e-9));
+  // A reduce-scatter is one pass: 0.75 V / 1e10 + 3 x 20 us.
+  runs.clear();
+  for (double v : {4e3, 6.4e4, 1e6, 8e6, 1.6e7}) runs.push_back({v, 0.75 * v / 1e10 + 3 * 20e-6});
+  const LinkFigures rs = fit_collective(Collective::ReduceScatter, runs, 4);
+  CHECK(rs.bandwidth == Approx(1e10).epsilon(1e-9));
+  CHECK(rs.latency == Approx(20e-6).epsilon(1e-9));
   CHECK_THROWS_AS(fit_gemm_curve({{1e6, 1e9}}), vescale::Error);
 }

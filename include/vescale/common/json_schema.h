@@ -19,6 +19,9 @@ namespace vescale::json_schema {
 using json = nlohmann::ordered_json;
 using IntMap = std::vector<std::pair<std::string, int64_t>>;  // {"dp": 2, "tp": 2}, in order
 
+// `text` as JSON; throws "<what> '<source>': not valid JSON: ..." (what: "config", "plan", ...).
+json parse(const std::string& text, const std::string& what, const std::string& source);
+
 // A value for messages, cut to 40 characters; never throws on bad UTF-8.
 std::string short_dump(const json& v);
 // "an integer", "a string", ... for messages.

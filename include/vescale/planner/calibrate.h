@@ -23,9 +23,10 @@ std::pair<double, double> fit_gemm_curve(const std::vector<std::pair<double, dou
 // non-positive slope.
 std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>& points);
 
-// (bytes per rank, seconds) of all-reduces over `ranks` -> the link: time = 2 (n-1)/n V/B +
-// 2 (n-1) a, fitted as a line in V (fit_line).
-LinkFigures fit_all_reduce(const std::vector<std::pair<double, double>>& points, int64_t ranks);
+// (V bytes, seconds) of collective `c` over `ranks` -> its link figures: time =
+// passes x ((n-1)/n V/B + (n-1) a) (collective_s), fitted as a line in V (fit_line).
+LinkFigures fit_collective(Collective c, const std::vector<std::pair<double, double>>& points,
+                           int64_t ranks);
 
 // Measures this process's device ("cpu" or "cuda"); collective when the world has several ranks
 // (every rank calls it). `name` becomes the profile's name.

@@ -60,8 +60,13 @@ struct ModelShape {
 ModelShape model_shape(const train::Config& config);
 
 // Time of a collective over `ranks` ranks of one group, `bytes` per rank (ring algorithms:
-// all-reduce 2(n-1)/n B/bw + 2(n-1) latency; reduce-scatter and all-gather half of it;
-// all-to-all (n-1)/n B/bw + (n-1) latency; a point-to-point transfer B/bw + latency).
+// all-reduce 2(n-1)/n B/bw + 2(n-1) latency; reduce-scatter, all-gather and all-to-all half of
+// it; a point-to-point transfer B/bw + latency).
+// Ring passes of a collective: 2 for an all-reduce (a reduce-scatter, then an all-gather), 1
+// for the others. Shared by the times below and the calibration's fits.
+double ring_passes(Collective c);
+// passes x ((n-1)/n V/B + (n-1) a), with the link's figures for `c` (Link::of).
+double collective_s(Collective c, double bytes, int64_t ranks, const Link& link);
 double all_reduce_s(double bytes, int64_t ranks, const Link& link);
 double reduce_scatter_s(double bytes, int64_t ranks, const Link& link);
 double all_gather_s(double bytes, int64_t ranks, const Link& link);

@@ -37,7 +37,7 @@ struct Link : LinkFigures {
 
 struct DeviceProfile {
   std::string name;
-  double peak_flops = 0;       // dense bf16 (the low-precision training dtype), per device
+  double peak_flops = 0;  // dense bf16 (the low-precision training dtype), per device
   // Dense fp32 (what an fp32 config's GEMMs run at; libtorch leaves TF32 off). Optional in a
   // profile: 0 means not known, and planning an fp32 config throws. A CPU's calibration
   // measures fp32 and gives both fields that figure.
