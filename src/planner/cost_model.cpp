@@ -42,10 +42,17 @@ constexpr double kAllocatorSlack = 1.08;
 
 // The ranks a dim's group spans, strides included: the product of its size and the dims inside
 // it (pp, dp, ep, tp outermost first).
-int64_t span(const Layout& l, const std::string& dim) {
-  if (dim == "tp") return l.tp;
-  if (dim == "ep") return l.ep * l.tp;
-  if (dim == "dp") return l.dp * l.ep * l.tp;
+int64_t span(const Layout& l, MeshDim dim) {
+  switch (dim) {
+    case MeshDim::TP:
+      return l.tp;
+    case MeshDim::EP:
+      return l.ep * l.tp;
+    case MeshDim::DP:
+      return l.dp * l.ep * l.tp;
+    case MeshDim::PP:
+      return l.ranks();
+  }
   return l.ranks();
 }
 
@@ -172,7 +179,7 @@ double all_to_all_s(double bytes, int64_t n, const Link& link) {
 }
 double p2p_s(double bytes, const Link& link) { return bytes / link.bandwidth + link.latency; }
 
-const Link& link_of(const Layout& l, const std::string& dim, const DeviceProfile& device,
+const Link& link_of(const Layout& l, MeshDim dim, const DeviceProfile& device,
                     int64_t gpus_per_node) {
   return span(l, dim) <= gpus_per_node ? device.intra_node : device.inter_node;
 }
@@ -194,10 +201,10 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   const double dim = static_cast<double>(model.dim);
   const double seq = static_cast<double>(model.seq_len);
   const bool sp = l.sequence_parallel && l.tp > 1;
-  const Link& tp_link = link_of(l, "tp", device, gpus_per_node);
-  const Link& ep_link = link_of(l, "ep", device, gpus_per_node);
-  const Link& pp_link = link_of(l, "pp", device, gpus_per_node);
-  const Link& dp_link = link_of(l, "dp", device, gpus_per_node);
+  const Link& tp_link = link_of(l, MeshDim::TP, device, gpus_per_node);
+  const Link& ep_link = link_of(l, MeshDim::EP, device, gpus_per_node);
+  const Link& pp_link = link_of(l, MeshDim::PP, device, gpus_per_node);
+  const Link& dp_link = link_of(l, MeshDim::DP, device, gpus_per_node);
   // The achieved rate of the block's typical GEMM: tokens x dim x dim / tp multiply-adds.
   const double rate = device.gemm_flops(tokens * dim * dim / tp, fp32);
 

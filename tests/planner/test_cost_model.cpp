@@ -60,11 +60,11 @@ TEST_CASE("a mesh dim stays within a node when it and the dims inside it fit", "
   const auto d = toy_device();
   Layout l;
   l.pp = 2, l.dp = 4, l.tp = 8;
-  CHECK(&link_of(l, "tp", d, 8) == &d.intra_node);  // 8 ranks: one node
-  CHECK(&link_of(l, "dp", d, 8) == &d.inter_node);  // dp x tp = 32 ranks
-  CHECK(&link_of(l, "pp", d, 8) == &d.inter_node);
+  CHECK(&link_of(l, MeshDim::TP, d, 8) == &d.intra_node);  // 8 ranks: one node
+  CHECK(&link_of(l, MeshDim::DP, d, 8) == &d.inter_node);  // dp x tp = 32 ranks
+  CHECK(&link_of(l, MeshDim::PP, d, 8) == &d.inter_node);
   l.tp = 2, l.dp = 4;
-  CHECK(&link_of(l, "dp", d, 8) == &d.intra_node);  // 4 x 2 = 8
+  CHECK(&link_of(l, MeshDim::DP, d, 8) == &d.intra_node);  // 4 x 2 = 8
 }
 
 TEST_CASE("a block's activation bytes are the dry run's formula", "[planner]") {

@@ -73,9 +73,12 @@ double all_gather_s(double bytes, int64_t ranks, const Link& link);
 double all_to_all_s(double bytes, int64_t ranks, const Link& link);
 double p2p_s(double bytes, const Link& link);
 
+// A layout's mesh dims, outermost first (Layout's order).
+enum class MeshDim { PP, DP, EP, TP };
+
 // The link class a mesh dim's groups use: within a node when the dim and the dims inside it
-// span at most gpus_per_node ranks, else across nodes. `dim` is "pp", "dp", "ep" or "tp".
-const Link& link_of(const Layout& l, const std::string& dim, const DeviceProfile& device,
+// span at most gpus_per_node ranks, else across nodes.
+const Link& link_of(const Layout& l, MeshDim dim, const DeviceProfile& device,
                     int64_t gpus_per_node);
 
 struct StepPrediction {
