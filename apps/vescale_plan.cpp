@@ -129,16 +129,22 @@ int main(int argc, char** argv) {
     for (const auto& c : rows) {
       const auto& p = c.prediction;
       ++i;
-      std::printf("%-3s %-44s %9s %10.0f %5.1f%% %9.2f %9s %8s %8s %8s %8s %8s\n",
-                  i == 0 ? "=" : std::to_string(i).c_str(),
-                  c.layout.describe().c_str(), ms(p.step_s).c_str(), p.tokens_per_s_per_device,
-                  100 * p.mfu, p.peak_memory_bytes / (1024.0 * 1024 * 1024),
-                  ms(p.compute_s).c_str(), ms(p.bubble_s).c_str(),
-                  ms(p.exposed_s.at("tp")).c_str(), ms(p.exposed_s.at("ep")).c_str(),
-                  ms(p.exposed_s.at("dp")).c_str(), ms(p.optimizer_s).c_str());
+      std::printf("%-3s %-44s %9s %10.0f %5.1f%% %9.3f %9s %8s %8s %8s %8s %8s\n",
+                  i == 0 ? "=" : std::to_string(i).c_str(), c.layout.describe().c_str(),
+                  ms(p.step_s).c_str(), p.tokens_per_s_per_device, 100 * p.mfu,
+                  p.peak_memory_bytes / (1024.0 * 1024 * 1024), ms(p.compute_s).c_str(),
+                  ms(p.bubble_s).c_str(), ms(p.exposed_s.at("tp")).c_str(),
+                  ms(p.exposed_s.at("ep")).c_str(), ms(p.exposed_s.at("dp")).c_str(),
+                  ms(p.optimizer_s).c_str());
     }
     std::printf("(times in ms per step on the busiest pipeline rank; tp/ep/dp: exposed "
                 "communication; predictions of docs/planner.md's model)\n");
+    if (!layout.empty()) {  // the layout asked for: its memory per pipeline rank
+      std::printf("peak GiB per pipeline rank:");
+      for (double b : rows.front().prediction.peak_memory_by_rank)
+        std::printf(" %.3f", b / (1024.0 * 1024 * 1024));
+      std::printf("\n");
+    }
     if (!write_dir.empty()) {
       const auto& chosen = rows.front();
       std::filesystem::create_directories(write_dir);

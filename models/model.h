@@ -100,6 +100,7 @@ struct ModelSpec {
   std::function<double(const ModelOptions&, const std::string& name,
                        const std::vector<int64_t>& shape)>
       matmul_fraction;
+  std::function<BlockActivations(const ModelOptions&)> block_activations;
   // A Hugging Face state dict in our names and layouts, and ours in Hugging Face's
   // (models/shared/hugging_face.h).
   std::function<StateDict(const StateDict& hf, const ModelOptions&)> from_hf;

@@ -22,6 +22,17 @@ class Writer;
 
 namespace vescale::models {
 
+// What one transformer block's forward keeps for its backward, per token, in elements (the
+// activation memory of the dry run and the planner): tensors of the residual width outside the
+// tensor-parallel region (norm inputs and outputs: split only by sequence parallelism), tensors
+// inside it (projections' outputs, feed-forward intermediates: split by tp), and the query heads
+// whose probabilities an attention kernel keeps for each key (our CPU kernel; flash attention
+// keeps none). Counted in each family's block; tests/train/test_block_activations.cpp checks
+// the counts against the counting allocator.
+struct BlockActivations {
+  double replicated = 0, tensor_parallel = 0, attention_heads = 0;
+};
+
 // One family's options, type-erased: the train config holds them without knowing the family.
 class ModelOptions {
  public:

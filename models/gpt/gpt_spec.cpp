@@ -32,6 +32,17 @@ const bool registered =
              [](const ModelOptions&, const std::string& name, const std::vector<int64_t>&) {
                return name == "wpe.weight" ? 0.0 : 1.0;
              },
+         // Each LayerNorm keeps its input, and its output feeds the next GEMM; attention keeps
+         // the packed q, k, v and its output (which c_proj reads); the MLP keeps c_fc's output
+         // (GELU's input) and GELU's output (c_proj's). Dropout's masks, when on, are not counted.
+         .block_activations =
+             [](const ModelOptions& options) {
+               const auto& o = options.as<GPTOptions>();
+               const double h = static_cast<double>(o.n_embd);
+               return BlockActivations{.replicated = 4 * h,
+                                       .tensor_parallel = 4 * h + 8 * h,
+                                       .attention_heads = static_cast<double>(o.n_head)};
+             },
          .from_hf = [](const StateDict& hf,
                        const ModelOptions& o) { return gpt2_from_hf(hf, o.as<GPTOptions>()); },
          .to_hf = [](const StateDict& ours,

@@ -24,6 +24,8 @@ const bool registered =
                    name == "tok_embeddings.weight" && !o.as<LlamaOptions>().tie_embeddings;
                return lookup ? 0.0 : 1.0;
              },
+         .block_activations =
+             [](const ModelOptions& o) { return trunk_block_activations(o.as<LlamaOptions>()); },
          .from_hf = [](const StateDict& hf,
                        const ModelOptions& o) { return llama_from_hf(hf, o.as<LlamaOptions>()); },
          .to_hf = [](const StateDict& ours,

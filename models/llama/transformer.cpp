@@ -273,4 +273,30 @@ Model trunk_model(std::shared_ptr<TransformerImpl> model, std::function<void()> 
   return m;
 }
 
+BlockActivations trunk_block_activations(const TrunkOptions& o, const MoEOptions* moe) {
+  const LlamaOptions& l = o.llama;
+  const double dim = static_cast<double>(l.dim), heads = static_cast<double>(l.n_heads),
+               kv = static_cast<double>(l.n_kv_heads), hd = static_cast<double>(o.head_width()),
+               ffn = static_cast<double>(l.ffn_dim);
+  BlockActivations a;
+  // Each RMSNorm keeps its input and the normalized input, and its output feeds the next GEMMs.
+  a.replicated = 6 * dim;
+  // The attention kernel keeps q and the repeated k, v and its output (which wo reads); the
+  // head norms keep their inputs and normalized inputs.
+  a.tensor_parallel = 4 * heads * hd + (o.qk_norm ? 2 * (heads + kv) * hd : 0);
+  a.attention_heads = heads;
+  if (moe) {
+    // Per assignment: the gathered input, the expert's output and its row back in token order
+    // (which the gate multiplies), three int64 indices (token, order, expert: two elements
+    // each) and the SwiGLU's four intermediates; the router's logits and probabilities.
+    const double k = static_cast<double>(moe->top_k), e = static_cast<double>(moe->n_experts);
+    a.replicated += k * (3 * dim + 6) + 2 * e;
+    a.tensor_parallel += k * 4 * ffn;
+  } else {
+    // w1's and w3's outputs, SiLU's output, their product (which w2 reads).
+    a.tensor_parallel += 4 * ffn;
+  }
+  return a;
+}
+
 }  // namespace vescale::models

@@ -27,6 +27,7 @@
 #include "vescale/models/model.h"
 #include "vescale/models/shared/kv_cache.h"
 #include "vescale/models/shared/linear.h"
+#include "vescale/models/shared/moe_options.h"
 
 namespace vescale::models {
 
@@ -145,6 +146,10 @@ struct TransformerImpl : torch::nn::Module {
   Linear output{nullptr};  // null when tie_embeddings
   torch::Tensor rope_cos, rope_sin;
 };
+
+// What a trunk block keeps for backward per token (model.h): its dense SwiGLU feed-forward's,
+// or with `moe` its routed experts'.
+BlockActivations trunk_block_activations(const TrunkOptions& o, const MoEOptions* moe = nullptr);
 
 // What the trainer drives of a trunk model (model.h): its forward, cached forward, `init`
 // (the family's init_weights), the blocks ("layers.*") and the pipeline layers.

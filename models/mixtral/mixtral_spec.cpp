@@ -30,6 +30,11 @@ const bool registered =
                  return static_cast<double>(o.moe.top_k) / static_cast<double>(o.moe.n_experts);
                return 1.0;
              },
+         .block_activations =
+             [](const ModelOptions& options) {
+               const auto& o = options.as<MixtralOptions>();
+               return trunk_block_activations(o.llama, &o.moe);
+             },
          .from_hf =
              [](const StateDict& hf, const ModelOptions& o) {
                return mixtral_from_hf(hf, o.as<MixtralOptions>());

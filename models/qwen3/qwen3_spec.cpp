@@ -68,10 +68,18 @@ const bool registered =
              [](const ModelOptions& o, const std::string& name, const std::vector<int64_t>& s) {
                return matmul_fraction(o.as<Qwen3Options>().llama, nullptr, name, s);
              },
-         .from_hf = [](const StateDict& hf,
-                       const ModelOptions& o) { return names_from_hf(hf, dense_names(o.as<Qwen3Options>())); },
-         .to_hf = [](const StateDict& ours,
-                     const ModelOptions& o) { return names_to_hf(ours, dense_names(o.as<Qwen3Options>())); },
+         .block_activations =
+             [](const ModelOptions& o) {
+               return trunk_block_activations(qwen3_trunk(o.as<Qwen3Options>()));
+             },
+         .from_hf =
+             [](const StateDict& hf, const ModelOptions& o) {
+               return names_from_hf(hf, dense_names(o.as<Qwen3Options>()));
+             },
+         .to_hf =
+             [](const StateDict& ours, const ModelOptions& o) {
+               return names_to_hf(ours, dense_names(o.as<Qwen3Options>()));
+             },
          .plans = {{"tp", "configs/plans/qwen3_tp.json"}},
      }),
      register_spec({
@@ -89,10 +97,19 @@ const bool registered =
                const auto& o = options.as<Qwen3MoeOptions>();
                return matmul_fraction(o.qwen3.llama, &o.moe, name, s);
              },
-         .from_hf = [](const StateDict& hf,
-                       const ModelOptions& o) { return names_from_hf(hf, moe_names(o.as<Qwen3MoeOptions>())); },
-         .to_hf = [](const StateDict& ours,
-                     const ModelOptions& o) { return names_to_hf(ours, moe_names(o.as<Qwen3MoeOptions>())); },
+         .block_activations =
+             [](const ModelOptions& options) {
+               const auto& o = options.as<Qwen3MoeOptions>();
+               return trunk_block_activations(qwen3_trunk(o.qwen3), &o.moe);
+             },
+         .from_hf =
+             [](const StateDict& hf, const ModelOptions& o) {
+               return names_from_hf(hf, moe_names(o.as<Qwen3MoeOptions>()));
+             },
+         .to_hf =
+             [](const StateDict& ours, const ModelOptions& o) {
+               return names_to_hf(ours, moe_names(o.as<Qwen3MoeOptions>()));
+             },
          .plans = {{"ep", "configs/plans/qwen3_moe_ep.json"},
                    {"ep_tp", "configs/plans/qwen3_moe_ep_tp.json"}},
      }),

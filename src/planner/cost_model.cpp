@@ -37,8 +37,6 @@ constexpr double kBucketBytes = 25.0 * 1024 * 1024;
 // MoE layer's routing beyond that (router, top-k, sort, gather, scatter, per-expert GEMM
 // calls), and per embedding or head. Backward runs about twice as many.
 constexpr double kOpsPerBlock = 40, kOpsPerMoE = 40, kOpsPerEnd = 5;
-// What the caching allocator keeps beyond the live tensors (fragmentation, workspaces).
-constexpr double kAllocatorSlack = 1.08;
 
 // The ranks a dim's group spans, strides included: the product of its size and the dims inside
 // it (pp, dp, ep, tp outermost first).
@@ -122,6 +120,7 @@ ModelShape model_shape(const train::Config& config) {
   m.vocab = config.model.vocab_size();
   m.seq_len = config.train.seq_len;
   m.flops_per_token = train::flops_per_token(config.model, config.train.seq_len);
+  m.block = train::block_activations(config.model);
   train::Model model;
   {
     models::MetaDeviceScope meta;
@@ -323,11 +322,16 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   // Gradients after backward, on every rank the same: the stage's replicated weights over the
   // data ranks (dp x ep), the experts over dp, fp32. The overlapped reducer hides all but the
   // last bucket behind the last micro-batch's backward.
-  double dp_comm = 0, opt = 0, peak = 0;
+  double dp_comm = 0, opt = 0, peak = 0, largest_block = 0;
+  for (const auto& ls : model.layers)
+    if (ls.block)
+      largest_block = std::max(largest_block,
+                               (ls.params - ls.expert_params) / tp + ls.expert_params / (tp * ep));
   const int64_t z = l.zero;
   for (int r = 0; r < l.pp; ++r) {
     double dense = 0, experts = 0, in_flight = static_cast<double>(sim.peak_in_flight[r]),
-           nblocks = 0, back_last = 0, fwd_rank = 0;
+           awaiting_weight = static_cast<double>(sim.peak_awaiting_weight[r]), nblocks = 0,
+           back_last = 0, fwd_rank = 0;
     bool last = false;
     for (int s : schedule.stages_of(r)) {
       dense += params[s] / tp;
@@ -364,27 +368,50 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     const double shard = z >= 1 ? static_cast<double>(l.data_ranks()) : 1.0;
     opt = std::max(opt, kOptimizerBytesPerParam * (dense / shard + experts / (z >= 1 ? l.dp : 1)) /
                             device.memory_bandwidth);
-    // Memory: the dry run's formulas (fp32 weights and gradients, AdamW's two moments, under
-    // ZeRO an fp32 slice of the weights too), activations of the micro-batches in flight.
+    // Memory (docs/planner.md): what stays through the step (fp32 weights, AdamW's two moments
+    // and under ZeRO an fp32 slice of the weights; under ZeRO-3 the gathered weights of the
+    // block running and the one prefetched), then the larger of two moments. At the turn from a
+    // forward to its backward: the activations in flight and the gradients accumulated so far
+    // (full size: only the last micro-batch's backward reduces). At the reduction: every
+    // gradient and the bucket that takes their place; under ZeRO 2-3 with one micro-batch, the
+    // slices kept and the two buckets in flight instead (the gradients go as they come).
     const double d = static_cast<double>(l.data_ranks()), dpd = static_cast<double>(l.dp);
     const double w = dense + experts;
     const double w_bytes = 4 * (z >= 3 ? dense / d + experts / dpd : w);
-    const double g_bytes = 4 * (z >= 2 ? dense / d + experts / dpd : w);
-    const double o_bytes = (z >= 1 ? 12 : 8) * (z >= 1 ? dense / d + experts / dpd : w);
+    // AdamW's moments; ZeRO-1/2 also keep an fp32 master slice (ZeRO-3's slice is the weight).
+    const double o_bytes = (z == 1 || z == 2 ? 12 : 8) * (z >= 1 ? dense / d + experts / dpd : w);
+    const double gathered = z >= 3 ? 2 * 4 * largest_block : 0;
+    const double full_grads = 4 * w, kept_grads = 4 * (z >= 2 ? dense / d + experts / dpd : w);
     const double per_stage_blocks = nblocks / static_cast<double>(l.chunks);
     const double block =
-        train::block_activation_bytes(model.seq_len, l.micro_batch, model.dim, l.tp, sp, fp32);
+        train::block_activation_bytes(model.block, model.seq_len, l.micro_batch, l.tp, sp, fp32,
+                                      device.attention_keeps_probabilities);
     const double block_in =
         train::block_input_bytes(model.seq_len, l.micro_batch, model.dim, l.tp, sp, fp32);
     const double logits = last ? 8.0 * seq * static_cast<double>(l.micro_batch) *
                                      static_cast<double>(model.vocab) / tp
                                : 0;
-    const double acts = l.checkpointing
-                            ? in_flight * per_stage_blocks * block_in + (nblocks > 0 ? block : 0) + logits
-                            : in_flight * per_stage_blocks * block + logits;
-    // The reducer's buckets: two in flight, each at most the gradients there are.
-    const double buffers = d > 1 ? 2 * std::min(kBucketBytes, 4 * (dense + experts)) : 0;
-    peak = std::max(peak, (w_bytes + g_bytes + o_bytes + acts + buffers) * kAllocatorSlack);
+    // Checkpointed, a micro-batch keeps each block's input; under a split schedule, those whose
+    // I ran keep each GEMM's recomputed input and output gradient for W until it runs: about
+    // the block's tensor-parallel tensors.
+    const double for_weight =
+        l.checkpointing
+            ? train::block_activation_bytes(
+                  models::BlockActivations{.tensor_parallel = model.block.tensor_parallel},
+                  model.seq_len, l.micro_batch, l.tp, sp, fp32, false)
+            : 0;
+    const double acts = l.checkpointing ? in_flight * per_stage_blocks * block_in +
+                                              awaiting_weight * per_stage_blocks * for_weight +
+                                              (nblocks > 0 ? block : 0) + logits
+                                        : in_flight * per_stage_blocks * block + logits;
+    // The block being backpropagated holds the gradients of its saved tensors beside them: about
+    // one more block's activations.
+    const double forward = acts + (nblocks > 0 ? block : 0) + (M > 1 ? full_grads : 0);
+    const double bucket = d > 1 ? std::min(kBucketBytes, full_grads) : 0;
+    const double reduction = z >= 2 && M == 1 ? kept_grads + 2 * bucket : full_grads + bucket;
+    const double rank_peak = w_bytes + o_bytes + gathered + std::max(forward, reduction);
+    out.peak_memory_by_rank.push_back(rank_peak);
+    peak = std::max(peak, rank_peak);
   }
   out.exposed_s["dp"] = dp_comm;
   out.optimizer_s = opt;

@@ -27,7 +27,10 @@ SearchResult search(const ModelShape& model, const train::Config& config,
   SearchResult r;
   SimulationCache simulations;
   const bool bf16_reduce = config.parallel.reduce_dtype == train::DType::Bf16;
-  const double budget = o.memory_fraction * device.memory_bytes;
+  // What a caching allocator holds beyond the live tensors (fragmentation, workspaces): the
+  // prediction is the live bytes, the fit allows for this much more.
+  constexpr double kAllocatorSlack = 1.08;
+  const double budget = o.memory_fraction * device.memory_bytes / kAllocatorSlack;
   const int64_t blocks = model.n_layers;
   auto prune = [&](const char* why) { ++r.pruned[why]; };
   for (int64_t tp : divisors(o.gpus)) {

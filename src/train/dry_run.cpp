@@ -37,12 +37,23 @@ bool sequence_parallel(const plan::Plan& plan) {
 
 }  // namespace
 
-double block_activation_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
-                              bool sequence_parallel, bool fp32) {
-  const double sbh = static_cast<double>(seq_len) * static_cast<double>(micro_batch) *
-                     static_cast<double>(dim);
+double block_activation_bytes(const models::BlockActivations& block, int64_t seq_len,
+                              int64_t micro_batch, int64_t tp, bool sequence_parallel, bool fp32,
+                              bool keeps_probabilities) {
+  const double s = static_cast<double>(seq_len), sb = s * static_cast<double>(micro_batch);
   const double t = static_cast<double>(tp);
-  return sbh * (fp32 ? 2.0 : 1.0) * (sequence_parallel ? 34.0 / t : 10.0 + 24.0 / t);
+  const double per_token = block.replicated / (sequence_parallel ? t : 1.0) +
+                           block.tensor_parallel / t +
+                           (keeps_probabilities ? block.attention_heads / t * s : 0.0);
+  return sb * per_token * (fp32 ? 4.0 : 2.0);
+}
+
+models::BlockActivations block_activations(const ModelConfig& config) {
+  const auto& spec = models::spec(config.type);
+  VESCALE_CHECK(static_cast<bool>(spec.block_activations), "model.type '", config.type,
+                "' does not count its block's activations (ModelSpec::block_activations), so "
+                "its memory cannot be estimated; add the count to its spec file");
+  return spec.block_activations(*config.options);
 }
 
 double block_input_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
@@ -91,9 +102,10 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
     double n = 1;
     for (int64_t d : local) n *= static_cast<double>(d);
     const double zdiv = replicated_on_dp ? dp : 1.0;
-    // ZeRO keeps an fp32 copy of its parameter slice beside the moments (docs/parallel.md).
+    // ZeRO-1/2 keep an fp32 copy of their parameter slice beside the moments; ZeRO-3's slice
+    // is the parameter itself (docs/parallel.md).
     return std::array<double, 3>{4 * n / (zero >= 3 ? zdiv : 1.0), 4 * n / (zero >= 2 ? zdiv : 1.0),
-                                 (zero >= 1 ? 12 : 8) * n / (zero >= 1 ? zdiv : 1.0)};
+                                 (zero == 1 || zero == 2 ? 12 : 8) * n / (zero >= 1 ? zdiv : 1.0)};
   };
 
   MemoryEstimate m;
@@ -105,8 +117,10 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
   const auto& t = config.train;
   const bool fp32 = t.dtype != DType::Bf16;
   const int64_t dim = config.model.options->dim(), tp_size = roles.tp();
-  const double block = block_activation_bytes(t.seq_len, t.batch_size, dim, tp_size,
-                                              m.sequence_parallel, fp32);
+  // For a GPU: flash attention keeps no probabilities.
+  const double block = block_activation_bytes(block_activations(config.model), t.seq_len,
+                                              t.batch_size, tp_size, m.sequence_parallel, fp32,
+                                              /*keeps_probabilities=*/false);
   const double block_input =
       block_input_bytes(t.seq_len, t.batch_size, dim, tp_size, m.sequence_parallel, fp32);
 

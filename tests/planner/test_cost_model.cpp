@@ -67,11 +67,18 @@ TEST_CASE("a mesh dim stays within a node when it and the dims inside it fit", "
   CHECK(&link_of(l, MeshDim::DP, d, 8) == &d.intra_node);  // 4 x 2 = 8
 }
 
-TEST_CASE("a block's activation bytes are the dry run's formula", "[planner]") {
-  // s b h = 1024 x 2 x 512; 16-bit: (10 + 24 / 4) = 16 bytes per element without SP at tp=4.
-  CHECK(vescale::train::block_activation_bytes(1024, 2, 512, 4, false, false) == 1024.0 * 2 * 512 * 16);
-  CHECK(vescale::train::block_activation_bytes(1024, 2, 512, 4, true, false) == 1024.0 * 2 * 512 * 34 / 4);
-  CHECK(vescale::train::block_activation_bytes(1024, 2, 512, 1, false, true) == 1024.0 * 2 * 512 * 34 * 2);
+TEST_CASE("a block's activation bytes follow its family's count", "[planner]") {
+  using vescale::train::block_activation_bytes;
+  // Per token: 3072 residual-width elements, 10240 in the tensor-parallel region, 8 heads.
+  const vescale::models::BlockActivations a{
+      .replicated = 3072, .tensor_parallel = 10240, .attention_heads = 8};
+  // s b = 1024 x 2, 16-bit, tp = 4: the residual-width part whole, the rest a quarter.
+  CHECK(block_activation_bytes(a, 1024, 2, 4, false, false, false) == 2048.0 * (3072 + 2560) * 2);
+  // Sequence parallelism splits the residual-width part too.
+  CHECK(block_activation_bytes(a, 1024, 2, 4, true, false, false) == 2048.0 * (768 + 2560) * 2);
+  // fp32, one rank, the probabilities kept: 8 heads x 1024 keys per token more.
+  CHECK(block_activation_bytes(a, 1024, 2, 1, false, true, true) ==
+        2048.0 * (3072 + 10240 + 8 * 1024) * 4);
 }
 
 TEST_CASE("the model shape counts what each layer multiplies", "[planner]") {

@@ -148,13 +148,15 @@ TEST_CASE(
   CHECK(m.stages[0].optimizer_bytes == 8 * n0);
   CHECK(m.stages[0].in_flight == 2);
   CHECK(m.stages[1].in_flight == 1);
-  // fp32: 2 x 34 s b h bytes per block and micro-batch (s b h = 16 x 2 x 128); the last stage adds
-  // the fp32 logits and their gradient, 8 s b vocab.
-  const double sbh = 16.0 * 2 * 128;
-  CHECK(m.stages[0].activation_bytes == 2 * 2 * 2 * 34 * sbh);
-  CHECK(m.stages[1].activation_bytes == 1 * 2 * 2 * 34 * sbh + 8 * 16 * 2 * 256);
-  // Checkpointed: each block keeps its input (2 x 2 s b h in fp32), one block is recomputed.
-  CHECK(m.stages[0].activation_bytes_checkpointed == 2 * 2 * 2 * 2 * sbh + 2 * 34 * sbh);
+  // fp32, per token of a block (s b = 16 x 2): LLaMA's count (models/llama/transformer.cpp),
+  // 6 x 128 around the norms, 4 x 128 in attention, 4 x 384 in the feed-forward; a GPU's flash
+  // attention keeps no probabilities. The last stage adds the fp32 logits and their gradient,
+  // 8 s b vocab.
+  const double sb = 16.0 * 2, block = sb * (6 * 128 + 4 * 128 + 4 * 384) * 4;
+  CHECK(m.stages[0].activation_bytes == 2 * 2 * block);
+  CHECK(m.stages[1].activation_bytes == 1 * 2 * block + 8 * 16 * 2 * 256);
+  // Checkpointed: each block keeps its input (s b h in fp32), one block is recomputed.
+  CHECK(m.stages[0].activation_bytes_checkpointed == 2 * 2 * sb * 128 * 4 + block);
 }
 
 TEST_CASE("FLOPs per token: 6 x matmul parameters + attention", "[trainer]") {

@@ -11,6 +11,7 @@
 
 #include "vescale/parallel/pipeline/schedule.h"
 #include "vescale/plan/schedule_kind.h"
+#include "vescale/models/registry.h"
 #include "vescale/planner/device_profile.h"
 #include "vescale/train/config.h"
 
@@ -54,6 +55,7 @@ struct ModelShape {
   std::vector<LayerShape> layers;
   bool moe() const;
   int64_t n_experts = 0;  // of a MoE layer (0: dense)
+  models::BlockActivations block;  // what a block keeps for backward, per token
 };
 
 // The model's shapes from a meta build (no memory). Throws for a family that lists no layers.
@@ -88,7 +90,11 @@ struct StepPrediction {
   // Exposed communication per mesh dim ("tp", "ep", "pp", "dp") and the optimizer step.
   std::map<std::string, double> exposed_s;
   double optimizer_s = 0;
-  double peak_memory_bytes = 0;  // the largest rank's
+  // Bytes held by tensors at the step's peak (what a counting or caching allocator's peak
+  // counter reports; the search adds the allocator's slack when it checks the fit): the
+  // largest pipeline rank's, and each pipeline rank's (its stages, first to last).
+  double peak_memory_bytes = 0;
+  std::vector<double> peak_memory_by_rank;
   int64_t microbatches = 0;      // per step and data rank
   double tokens_per_s_per_device = 0, mfu = 0;
 };

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "vescale/mesh/device_mesh.h"
+#include "vescale/models/registry.h"
 #include "vescale/train/config.h"
 
 namespace vescale::train {
@@ -51,14 +52,20 @@ struct MemoryEstimate {
 };
 MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh);
 
-// One block's activations for one micro-batch, as above: s b h x (34 / tp with sequence
-// parallelism, 10 + 24 / tp without) at 16 bits, doubled in fp32; and under activation
-// checkpointing its input alone, 2 s b h (/ tp with sequence parallelism). Bytes. The planner's
-// cost model uses the same.
-double block_activation_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
-                              bool sequence_parallel, bool fp32);
+// One block's activations for one micro-batch: what the family's block keeps for backward per
+// token (models::BlockActivations: the residual-width tensors split by tp only with sequence
+// parallelism, the tensor-parallel ones by tp, and with `keeps_probabilities` each head's
+// probabilities over the sequence), times s x b, at the training dtype's width. Under
+// activation checkpointing its input alone, s b h (/ tp with sequence parallelism). Bytes. The
+// planner's cost model uses the same.
+double block_activation_bytes(const models::BlockActivations& block, int64_t seq_len,
+                              int64_t micro_batch, int64_t tp, bool sequence_parallel, bool fp32,
+                              bool keeps_probabilities);
 double block_input_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
                          bool sequence_parallel, bool fp32);
+// The family's count for this model (models::ModelSpec::block_activations); throws naming the
+// family when it has none.
+models::BlockActivations block_activations(const ModelConfig& config);
 
 // What --dry-run prints: parameter count, per-rank parameter, gradient, optimizer and
 // activation memory under the config's plan and mesh (a row per pipeline rank, with and

@@ -323,7 +323,7 @@ struct Replay {
   std::vector<double> send_start;
   std::vector<size_t> cursor;
   std::vector<double> clock;
-  std::vector<int> in_flight;
+  std::vector<int> in_flight, awaiting_weight;
   Simulation sim;
 
   Replay(const Schedule& s_, const ActionCosts& c, const Index& i)
@@ -334,9 +334,11 @@ struct Replay {
         send_start(i.rank.size(), 0),
         cursor(s_.ranks, 0),
         clock(s_.ranks, 0),
-        in_flight(s_.ranks, 0) {
+        in_flight(s_.ranks, 0),
+        awaiting_weight(s_.ranks, 0) {
     sim.busy.assign(s.ranks, 0);
     sim.peak_in_flight.assign(s.ranks, 0);
+    sim.peak_awaiting_weight.assign(s.ranks, 0);
     sim.timeline.resize(s.ranks);
   }
 
@@ -387,6 +389,9 @@ struct Replay {
   void count_in_flight(int r, Op op) {
     if (op == Op::Forward) sim.peak_in_flight[r] = std::max(sim.peak_in_flight[r], ++in_flight[r]);
     if (op == Op::Backward || op == Op::BackwardWeight) --in_flight[r];
+    if (op == Op::BackwardInput)
+      sim.peak_awaiting_weight[r] = std::max(sim.peak_awaiting_weight[r], ++awaiting_weight[r]);
+    if (op == Op::BackwardWeight) --awaiting_weight[r];
   }
 
   void run() {

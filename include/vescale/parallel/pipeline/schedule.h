@@ -114,6 +114,8 @@ struct Simulation {
   double bubble_fraction = 0;       // 1 - sum(busy) / (ranks * makespan)
   std::vector<int> peak_in_flight;  // per rank: most micro-batch-stages whose forward ran and
                                     // whose backward (B, or W when split) had not yet
+  std::vector<int> peak_awaiting_weight;  // per rank: most micro-batch-stages whose I ran and
+                                          // whose W had not yet (split schedules)
   std::vector<std::vector<TimedAction>> timeline;  // per rank, compute and transfers
 };
 

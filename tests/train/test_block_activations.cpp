@@ -1,0 +1,78 @@
+// Each family's count of what a block keeps for backward (ModelSpec::block_activations, which
+// the dry run and the planner's memory model use) against the bytes the counting allocator sees
+// held after a forward with autograd: a model of two blocks minus the same model of one.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "vescale/kernels/host_memory.h"
+#include "vescale/models/model.h"
+#include "vescale/train/config.h"
+#include "vescale/train/dry_run.h"
+#include "vescale/train/model_factory.h"
+
+namespace {
+
+constexpr int64_t kBatch = 2, kSeq = 64;
+
+vescale::train::Config config(const std::string& type, int64_t layers,
+                              const std::vector<std::string>& sets) {
+  std::vector<std::string> all = {
+      "model.type=\"" + type + "\"",
+      (type == "gpt" ? "model.n_layer=" : "model.n_layers=") + std::to_string(layers),
+      "train.seq_len=" + std::to_string(kSeq)};
+  all.insert(all.end(), sets.begin(), sets.end());
+  return vescale::train::Config::from_json("{}", "t.json", all);
+}
+
+// Bytes held after the forward (its graph alive) beyond those held before it.
+double held_by_forward(const vescale::train::Config& c) {
+  vescale::kernels::track_memory();
+  auto model = vescale::train::build_model(c.model);
+  model.module->train();
+  const auto tokens = at::randint(0, c.model.vocab_size(), {kBatch, kSeq}, at::kLong);
+  const int64_t before = vescale::kernels::memory_stats().current;
+  at::Tensor logits = model.forward(tokens);
+  const int64_t after = vescale::kernels::memory_stats().current;
+  return static_cast<double>(after - before);
+}
+
+void check_family(const std::string& type, const std::vector<std::string>& sets) {
+  const double measured =
+      held_by_forward(config(type, 2, sets)) - held_by_forward(config(type, 1, sets));
+  const auto c = config(type, 1, sets);
+  const double counted = vescale::train::block_activation_bytes(
+      vescale::train::block_activations(c.model), kSeq, kBatch, /*tp=*/1,
+      /*sequence_parallel=*/false, /*fp32=*/true, /*keeps_probabilities=*/true);
+  std::printf("%s: a block keeps %.0f bytes, counted %.0f (%+.1f%%)\n", type.c_str(), measured,
+              counted, 100 * (counted - measured) / measured);
+  CHECK(counted == Approx(measured).epsilon(0.02));
+}
+
+}  // namespace
+
+TEST_CASE("each family counts what its block keeps for backward", "[models][memory]") {
+  SECTION("llama") {
+    check_family("llama", {"model.dim=128", "model.n_heads=4", "model.n_kv_heads=2",
+                           "model.ffn_dim=384", "model.vocab_size=64", "model.max_seq_len=64"});
+  }
+  SECTION("mixtral") {
+    check_family("mixtral", {"model.dim=128", "model.n_heads=4", "model.n_kv_heads=2",
+                             "model.ffn_dim=192", "model.n_experts=4", "model.top_k=2",
+                             "model.vocab_size=64", "model.max_seq_len=64"});
+  }
+  SECTION("qwen3") {
+    check_family("qwen3",
+                 {"model.dim=128", "model.n_heads=4", "model.n_kv_heads=2", "model.head_dim=32",
+                  "model.ffn_dim=384", "model.vocab_size=64", "model.max_seq_len=64"});
+  }
+  SECTION("gpt") {
+    check_family("gpt", {"model.n_embd=128", "model.n_head=4", "model.vocab_size=64",
+                         "model.n_positions=64"});
+  }
+}
