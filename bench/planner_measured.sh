@@ -74,7 +74,10 @@ for row in sorted(glob.glob(os.path.join(d, "*.row"))):
     pred = [l for l in open(os.path.join(d, name + ".plan")) if l.startswith("= ")][0]
     t = pred.split()
     k = next(i for i in range(1, len(t)) if re.fullmatch(r"[0-9.]+", t[i]))
-    pred_ms, pred_gib = float(t[k]), float(t[k + 3])  # step ms, tok/s/dev, MFU%, peak GiB
+    pred_ms = float(t[k])  # step ms, tok/s/dev, MFU%, peak GiB
+    # Memory: rank 0's (the one whose counting allocator the metrics log), pipeline rank 0's.
+    per_rank = [l for l in open(os.path.join(d, name + ".plan")) if l.startswith("peak GiB per pipeline rank:")][0]
+    pred_gib = float(per_rank.split(":")[1].split()[0])
     failed = os.path.exists(os.path.join(d, name + ".failed"))
     ms = gib = None
     if not failed:
@@ -86,7 +89,7 @@ lines = ["# vescale-plan against runs measured here", "",
          f"{datetime.date.today()}; `bench/planner_measured.sh`; this machine calibrated by `vescale-plan --calibrate` "
          f"under vescale-run at each world; layouts spread over the planner's predicted order (the first is its choice), "
          f"each written by `--write` and run by vescale-train; medians of the steps after {warm} warm-up; memory: rank 0's "
-         f"counting-allocator peak (`tensor_peak_gb`).", ""]
+         f"counting-allocator peak (`tensor_peak_gb`) against the prediction for pipeline rank 0.", ""]
 summary = []
 for (model, world), rs in sorted(groups.items()):
     lines += [f"## {model}, world {world}", "", "| # | layout | predicted ms | measured ms | error | predicted GiB | measured GiB | error |", "|---|---|---|---|---|---|---|---|"]
