@@ -54,6 +54,10 @@ int main(int argc, char** argv) {
   app.add_option("--device", device,
                  "device profile: h100, h200, a100, b200, or a profile JSON file");
   app.add_option("--top", o.top, "how many layouts to print (default 5)");
+  app.add_option("--stack", o.stack,
+                 "the training software predicted: vescale (this trainer, the default) or "
+                 "megatron (Megatron-LM with Transformer Engine: to compare with its published "
+                 "runs; --write still writes vescale's plan)");
   app.add_option("--global-batch-size", o.global_batch,
                  "sequences per step (default: the config's train.global_batch_size)");
   app.add_option("--layout", layout,
@@ -101,8 +105,9 @@ int main(int argc, char** argv) {
       const auto l = vescale::planner::parse_layout(layout);
       VESCALE_CHECK(l.ranks() == o.gpus, "--layout '", layout, "' has ", l.ranks(),
                     " ranks, not --gpus ", o.gpus);
-      rows.push_back({l, vescale::planner::predict(shape, cfg, l, o.global_batch, profile,
-                                                   o.gpus_per_node)});
+      rows.push_back(
+          {l, vescale::planner::predict(shape, cfg, l, o.global_batch, profile, o.gpus_per_node,
+                                        nullptr, vescale::planner::training_stack(o.stack))});
     }
     rows.insert(rows.end(), r.best.begin(), r.best.end());
     const double took =

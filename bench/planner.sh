@@ -3,7 +3,9 @@
 # shipped H100 profile and no per-row tuning, vescale-plan predicts the MFU of Megatron-LM's
 # published GPT runs (README table: H100, bf16, sequence 4096, vocabulary 131072, dp=48 in every
 # row, MFU at 989 TFLOP/s) at their layouts, and says which layout it prefers for the same model,
-# GPUs and global batch, with the predicted gain. Writes bench/results/planner.md.
+# GPUs and global batch, with the predicted gain. Writes bench/results/planner.md. Both with the
+# `megatron` training stack (planner/training_stack.h): Megatron's fused kernels, bf16 gradients
+# and weights on the wire, and the overlaps its README names for these runs.
 # Model shapes: Megatron's table gives sizes, not shapes; each row takes the closest standard
 # shape with 128-wide heads (listed in the results), as our GPT family (LayerNorm, GELU MLP 4h,
 # learned positions, tied embedding).
@@ -34,7 +36,7 @@ for row in "${ROWS[@]}"; do
   "$plan" --config gpt2_124m --set model.n_layer="$layers" --set model.n_embd="$width" \
     --set model.n_head=$((width / 128)) --set model.vocab_size=131072 --set model.n_positions=4096 \
     --set train.seq_len=4096 --set 'train.dtype="bf16"' --device h100 --gpus "$gpus" \
-    --global-batch-size "$gb" --layout "$layout" --top 1 > "$out/$size.txt"
+    --global-batch-size "$gb" --layout "$layout" --top 1 --stack megatron > "$out/$size.txt"
   echo "$row" > "$out/$size.row"
 done
 # The search's own speed: llama3_70b over 1024 GPUs (the bar: under 10 s).
@@ -45,9 +47,12 @@ d, rows = sys.argv[1], sys.argv[2:]
 speed = open(os.path.join(d, "speed.txt")).read().strip()
 lines = ["# vescale-plan against Megatron-LM's published MFU (on paper)", "",
          f"{datetime.date.today()}; `bench/planner.sh`; the shipped `h100` profile (configs/devices/h100.json, its "
-         "GEMM efficiency and latencies assumed, not calibrated), no per-row tuning. The published layouts "
+         "GEMM efficiency and latencies assumed, not calibrated), no per-row tuning, the `megatron` training "
+         "stack (`--stack megatron`: Transformer Engine's fused norm, bias-GELU and bias-dropout-add, bf16 "
+         "gradient reduce-scatter and weight all-gather, `--overlap-grad-reduce --overlap-param-gather "
+         "--tp-comm-overlap` as its README says of these runs; planner/training_stack.cpp). The published layouts "
          "as `pp=PP dp=48 tp=TP sp zero1 mb1 1f1b` (Megatron's distributed optimizer is ZeRO-1; its "
-         "interleaving and selective recompute are not modelled). MFU = 6N + attention FLOPs per token "
+         "interleaving and selective recompute are not modelled). The planner's choice is searched with the same stack. MFU = 6N + attention FLOPs per token "
          "(train::flops_per_token) x tokens / (step x 989.4 TFLOP/s x GPUs).", "",
          "| model | shape (layers x width) | TP/PP | GPUs | global batch | published MFU | predicted MFU | relative error | planner's choice | its predicted MFU | predicted gain |",
          "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -18,13 +18,10 @@ namespace {
 
 namespace pp = parallel::pipeline;
 
-// Elementwise traffic of one block's forward, in elements read and written per token, counted
-// in our LLaMA block (docs/planner.md): per residual-width element the two RMSNorms (7 passes
-// each) and the two residual adds (3 each); per element of the GEMMs' widths (W_active / h:
-// q, k, v, o and the feed-forward) RoPE on q and k, the GQA repeat, the head transposes and
-// the SiLU gate, about 3; per attention probability kept (heads x s/2 per token, causal) 4
-// (scores, softmax, kept for backward). Backward moves twice as much.
-constexpr double kPassesPerResidual = 20, kPassesPerWidth = 3, kPassesPerProbability = 4;
+// Elementwise traffic of a block beyond the stack's passes (training_stack.h): per attention
+// probability kept (heads x s/2 per token, causal) 4 passes (scores, softmax, kept for
+// backward), where the device's attention keeps them. Backward moves twice as much.
+constexpr double kPassesPerProbability = 4;
 // Gradient accumulation: read the accumulated and the new gradient, write the sum.
 constexpr double kAccumulatePasses = 3;
 // AdamW on fp32 master weights reads and writes the weight, both moments and reads the
@@ -185,7 +182,7 @@ const Link& link_of(const Layout& l, MeshDim dim, const DeviceProfile& device,
 
 StepPrediction predict(const ModelShape& model, const train::Config& config, const Layout& l,
                        int64_t global_batch, const DeviceProfile& device, int64_t gpus_per_node,
-                       SimulationCache* cache) {
+                       SimulationCache* cache, const TrainingStack& stack) {
   StepPrediction out;
   const int64_t per_microbatch = l.micro_batch * l.data_ranks();
   VESCALE_CHECK(global_batch % per_microbatch == 0, "global batch ", global_batch,
@@ -216,6 +213,7 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   const double act = tokens * dim * act_bytes;  // one [b, s, h] activation
   for (const auto& ls : model.layers) {
     Cost c;
+    const double gemm_s = 2 * tokens * ls.active_matmul / tp / rate;
     double flops = 2 * tokens * ls.active_matmul / tp;
     if (ls.block) flops += 2 * tokens * seq * dim / tp;  // QK^T and AV, causal: half of them
     c.compute = flops / rate;
@@ -226,13 +224,16 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
           device.attention_keeps_probabilities
               ? kPassesPerProbability * static_cast<double>(model.n_heads) * seq / 2 / tp
               : 0;
-      const double elements = kPassesPerResidual * dim / (sp ? tp : 1.0) +
-                              kPassesPerWidth * ls.active_matmul / dim / tp + probabilities;
+      const double elements = stack.passes_per_residual * dim / (sp ? tp : 1.0) +
+                              stack.passes_per_width * ls.active_matmul / dim / tp + probabilities;
       c.compute += elements * tokens * act_bytes / device.memory_bandwidth;
       // Two boundaries per block (attention, feed-forward): an all-reduce each, or with
       // sequence parallelism an all-gather before and a reduce-scatter after.
       c.tp_comm = sp ? 2 * (all_gather_s(act, l.tp, tp_link) + reduce_scatter_s(act, l.tp, tp_link))
                      : 2 * all_reduce_s(act, l.tp, tp_link);
+      // Pipelined with the GEMMs in tp chunks: the first chunk waits, the rest hide behind them.
+      if (stack.overlaps_tp && l.tp > 1)
+        c.tp_comm = c.tp_comm / tp + std::max(0.0, c.tp_comm * (tp - 1) / tp - gemm_s);
       // Dispatch and combine: each token's top_k copies of its row.
       if (ls.moe_top_k > 0)
         c.ep_comm = 2 * all_to_all_s(act * ls.moe_top_k / (sp ? tp : 1.0), l.ep, ep_link);
@@ -341,11 +342,12 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
       fwd_rank += fwd[s];
       last = last || s == stages - 1;
     }
-    // The gradients on the wire (fp32, or bf16 with parallel.reduce_dtype=bf16); the weights
-    // ZeRO gathers are the fp32 masters.
-    const double wire = l.bf16_reduce ? 2 : 4;
+    // The gradients on the wire (fp32, or bf16 with parallel.reduce_dtype=bf16 or a stack that
+    // reduces in bf16); the weights ZeRO gathers at the stack's width (fp32 masters here).
+    const double wire = l.bf16_reduce || stack.reduces_in_bf16 ? 2 : 4;
     const double grad_bytes = wire * dense, expert_grad = wire * experts;
-    const double weight_bytes = 4 * dense, expert_weights = 4 * experts;
+    const double weight_bytes = stack.gathered_weight_bytes * dense,
+                 expert_weights = stack.gathered_weight_bytes * experts;
     const int64_t D = l.data_ranks();
     // Overlappable: the gradients' reduction (all-reduce, or reduce-scatter under ZeRO) behind
     // the last micro-batch's backward; ZeRO-3's gathers of each block's weights, per
@@ -358,6 +360,8 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     double hidden = back_last, after = 0;
     if (z == 1 || z == 2)
       after = all_gather_s(weight_bytes, D, dp_link) + all_gather_s(expert_weights, l.dp, dp_link);
+    // Gathered bucket by bucket as the next step's first forward reaches them.
+    if (stack.overlaps_param_gather) after = std::max(0.0, after - fwd_rank);
     if (z == 3) {
       hideable += 2 * static_cast<double>(M) * all_gather_s(weight_bytes, D, dp_link);
       hidden = static_cast<double>(M) * (fwd_rank + back_last);

@@ -26,6 +26,7 @@ SearchResult search(const ModelShape& model, const train::Config& config,
                 "train.global_batch_size in the config (or --global-batch-size)");
   SearchResult r;
   SimulationCache simulations;
+  const TrainingStack& stack = training_stack(o.stack);
   const bool bf16_reduce = config.parallel.reduce_dtype == train::DType::Bf16;
   // What a caching allocator holds beyond the live tensors (fragmentation, workspaces): the
   // prediction is the live bytes, the fit allows for this much more.
@@ -73,7 +74,7 @@ SearchResult search(const ModelShape& model, const train::Config& config,
                   // The reduction dtype is the config's: bf16 would change the math.
                   Layout l{pp, dp, ep, tp, sp, zero, ckpt, mb, kind, chunks, bf16_reduce};
                   StepPrediction p = predict(model, config, l, o.global_batch, device,
-                                             o.gpus_per_node, &simulations);
+                                             o.gpus_per_node, &simulations, stack);
                   ++r.weighed;
                   if (p.peak_memory_bytes > budget) {
                     prune("does not fit the device's memory");

@@ -147,6 +147,43 @@ TEST_CASE(
         Approx(2 * (3 * fwd * (per_token - 4 * 8 * 512.0) / per_token + accumulate)).epsilon(1e-9));
 }
 
+TEST_CASE("the megatron stack makes fewer elementwise passes and hides TP chunks behind the GEMMs",
+          "[planner]") {
+  const auto config = llama({});
+  const auto m = model_shape(config);
+  const auto& megatron = training_stack("megatron");
+  {  // GEMMs free: per token and block forward 10 passes over h = 512, 1 over the GEMMs'
+     // widths (8192), no probabilities (flash); bf16; plus the accumulation as above.
+    auto d = toy_device();
+    d.peak_flops = 1e30;
+    d.memory_bandwidth = 1e12;
+    Layout l;
+    l.micro_batch = 2;
+    const double tokens = 2 * 1024.0, fwd = 8 * (10 * 512 + 8192.0) * tokens * 2 / 1e12;
+    double params = 0;
+    for (const auto& ls : m.layers) params += ls.params;
+    CHECK(predict(m, config, l, 4, d, 8, nullptr, megatron).compute_s ==
+          Approx(2 * (3 * fwd + 3 * 4 * params / 1e12)).epsilon(1e-9));
+  }
+  {  // tp = 2: a block's two all-reduces (2 MB each) take far less than its GEMMs, so only the
+     // first of the two chunks is exposed: half of what vescale's trainer exposes.
+    auto d = toy_device();
+    d.memory_bandwidth = 1e30;
+    Layout l;
+    l.tp = 2;
+    l.dp = 1;
+    l.micro_batch = 2;
+    const auto ours = predict(m, config, l, 4, d, 8);
+    const auto theirs = predict(m, config, l, 4, d, 8, nullptr, megatron);
+    const double per_block = 2 * all_reduce_s(2 * 1024.0 * 512 * 2, 2, d.intra_node);
+    CHECK(ours.exposed_s.at("tp") == Approx(2 * 8 * 2 * per_block).epsilon(1e-9));
+    CHECK(theirs.exposed_s.at("tp") == Approx(ours.exposed_s.at("tp") / 2).epsilon(1e-9));
+    CHECK(theirs.compute_s == Approx(ours.compute_s).epsilon(1e-12));
+  }
+  CHECK_THROWS_WITH(training_stack("deepspeed"),
+                    Catch::Contains("use vescale") && Catch::Contains("or megatron"));
+}
+
 TEST_CASE("the search prefers what is plainly best, and prunes what does not fit", "[planner]") {
   // A small model on 8 devices with one node's fast links: the best is pure data parallelism
   // (no bubble, no tensor-parallel traffic on the critical path, no recomputation); ZeRO only

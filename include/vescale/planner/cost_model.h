@@ -13,6 +13,7 @@
 #include "vescale/plan/schedule_kind.h"
 #include "vescale/models/registry.h"
 #include "vescale/planner/device_profile.h"
+#include "vescale/planner/training_stack.h"
 #include "vescale/train/config.h"
 
 namespace vescale::planner {
@@ -109,6 +110,7 @@ struct SimulationCache {
 // `cache` may be null.
 StepPrediction predict(const ModelShape& model, const train::Config& config, const Layout& l,
                        int64_t global_batch, const DeviceProfile& device, int64_t gpus_per_node,
-                       SimulationCache* cache = nullptr);
+                       SimulationCache* cache = nullptr,
+                       const TrainingStack& stack = training_stack());
 
 }  // namespace vescale::planner

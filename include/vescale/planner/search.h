@@ -19,6 +19,7 @@ struct SearchOptions {
   double memory_fraction = 0.9;   // of the device's memory a layout may plan to use
   size_t top = 5;
   bool sequence_parallel = true;  // try SP (the family's plan template has rules for it)
+  std::string stack = "vescale";  // the training stack predicted (training_stack.h)
 };
 
 struct Candidate {
