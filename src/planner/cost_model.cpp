@@ -375,8 +375,9 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     // Memory (docs/planner.md): what stays through the step (fp32 weights, AdamW's two moments
     // and under ZeRO an fp32 slice of the weights; under ZeRO-3 the gathered weights of the
     // block running and the one prefetched), then the larger of two moments. At the turn from a
-    // forward to its backward: the activations in flight and the gradients accumulated so far
-    // (full size: only the last micro-batch's backward reduces). At the reduction: every
+    // forward to its backward: the activations in flight and, when earlier micro-batches'
+    // backwards have run, the gradients accumulated so far (full size: only the last
+    // micro-batch's backward reduces). At the reduction: every
     // gradient and the bucket that takes their place; under ZeRO 2-3 with one micro-batch, the
     // slices kept and the two buckets in flight instead (the gradients go as they come).
     const double d = static_cast<double>(l.data_ranks()), dpd = static_cast<double>(l.dp);
@@ -410,7 +411,10 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
                                         : in_flight * per_stage_blocks * block + logits;
     // The block being backpropagated holds the gradients of its saved tensors beside them: about
     // one more block's activations.
-    const double forward = acts + (nblocks > 0 ? block : 0) + (M > 1 ? full_grads : 0);
+    // The gradients are there only if a micro-batch's backward has finished by then: the peak
+    // of micro-batch-stages in flight recurs after a backward only when there are more of them.
+    const bool recurs = M * l.chunks > sim.peak_in_flight[r];
+    const double forward = acts + (nblocks > 0 ? block : 0) + (recurs ? full_grads : 0);
     const double bucket = d > 1 ? std::min(kBucketBytes, full_grads) : 0;
     const double reduction = z >= 2 && M == 1 ? kept_grads + 2 * bucket : full_grads + bucket;
     const double rank_peak = w_bytes + o_bytes + gathered + std::max(forward, reduction);
