@@ -1,6 +1,7 @@
 #include "vescale/planner/calibrate.h"
 
 #include <ATen/ATen.h>
+#include <torch/nn/module.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,7 +11,10 @@
 
 #include "vescale/common/check.h"
 #include "vescale/dist/world.h"
+#include "vescale/models/model.h"
 #include "vescale/planner/cost_model.h"
+#include "vescale/train/config.h"
+#include "vescale/train/model_factory.h"
 
 namespace vescale::planner {
 namespace {
@@ -164,6 +168,43 @@ Link measure_link(const std::string& device, const at::TensorOptions& opts) {
   return link;
 }
 
+// The elementwise rate our own block achieves, given the profile's GEMM curve and per-operation
+// cost: a LLaMA block (width 512, SwiGLU 1536, 8 heads, 2 x 256 tokens) timed forward and
+// backward as the difference of a two-block and a one-block model, against the cost model's
+// prediction of the same block as A + B / memory_bandwidth (predict's compute, with the
+// bandwidth infinite for A and 1 byte/s for B). What the block spends beyond its GEMMs,
+// attention and operations, over the bytes the model counts for it: the rate at which our
+// eager block's elementwise work actually runs (freshly allocated outputs, transposes and
+// broadcasts included), which a synthetic chain overstates. 0 when the residual is too small
+// to read (then the caller keeps the chain's figure).
+double block_elementwise_rate(const DeviceProfile& profile, const std::string& device) {
+  double measured[2] = {0, 0}, a[2] = {0, 0}, b[2] = {0, 0};
+  for (int layers : {1, 2}) {
+    const auto config = train::Config::from_json(
+        "{}", "calibration block",
+        {"model.type=\"llama\"", "model.dim=512", "model.n_heads=8", "model.n_kv_heads=8",
+         "model.ffn_dim=1536", "model.vocab_size=256", "model.max_seq_len=256",
+         "model.n_layers=" + std::to_string(layers), "train.seq_len=256",
+         "train.global_batch_size=2", "train.micro_batch_size=2"});
+    auto model = train::build_model(config.model);
+    model.module->to(at::Device(device));
+    const auto tokens =
+        at::randint(0, 256, {2, 256}, at::TensorOptions().dtype(at::kLong).device(device));
+    measured[layers - 1] = best_seconds([&] { model.forward(tokens).sum().backward(); }, device);
+    const ModelShape shape = model_shape(config);
+    Layout one;
+    one.micro_batch = 2;
+    DeviceProfile p = profile;
+    p.memory_bandwidth = 1e30;
+    a[layers - 1] = predict(shape, config, one, 2, p, 1).compute_s;
+    p.memory_bandwidth = 1;
+    b[layers - 1] = predict(shape, config, one, 2, p, 1).compute_s - a[layers - 1];
+  }
+  const double block = measured[1] - measured[0], fixed = a[1] - a[0], bytes = b[1] - b[0];
+  if (block - fixed < 0.2 * block) return 0;
+  return bytes / (block - fixed);
+}
+
 }  // namespace
 
 DeviceProfile calibrate(const std::string& name, const std::string& device) {
@@ -225,6 +266,12 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
     p.op_overhead = s / (3.0 * 20);
   }
   p.attention_keeps_probabilities = device == "cpu";  // kernels/attention.h; flash on GPUs
+  const double chain_bandwidth = p.memory_bandwidth;
+  double block_bandwidth = 0;
+  if (device == "cpu") {
+    block_bandwidth = block_elementwise_rate(p, device);
+    if (block_bandwidth > 0) p.memory_bandwidth = block_bandwidth;
+  }
   const int64_t ranks = dist::is_initialized() ? dist::world_size() : 1;
   const std::string how = "measured by vescale-plan --calibrate on " + today();
   if (device == "cpu") {
@@ -245,9 +292,16 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
       how + (device == "cpu" ? ": the fitted fp32 large-GEMM rate (bf16 not measured: the same)"
                              : ": an fp32 at::mm of 1536^3 on the bf16 curve");
   p.sources["memory_bandwidth"] =
-      how +
-      ": an RMSNorm, SiLU-gate and residual-add chain on [1024, 768] fp32 with autograd, "
-      "forward and backward (14 passes forward, twice that backward)";
+      block_bandwidth > 0
+          ? how +
+                ": the elementwise rate of a LLaMA block (width 512, 2 x 256 tokens) timed "
+                "forward and backward beyond what the cost model gives its GEMMs, attention "
+                "and operations, over the bytes it counts (an RMSNorm, SiLU-gate and "
+                "residual-add chain gave " +
+                std::to_string(chain_bandwidth / 1e9) + " GB/s)"
+          : how +
+                ": an RMSNorm, SiLU-gate and residual-add chain on [1024, 768] fp32 with "
+                "autograd, forward and backward (14 passes forward, twice that backward)";
   p.sources["op_overhead"] =
       how + ": 20 multiplies of 64 elements with autograd, forward and backward, over 3 x 20";
   p.sources["attention_keeps_probabilities"] =

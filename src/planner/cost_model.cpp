@@ -31,9 +31,11 @@ constexpr double kOptimizerBytesPerParam = 28;
 constexpr double kBucketBytes = 25.0 * 1024 * 1024;
 // Framework operations per block forward (two norms, seven projections, RoPE, attention, the
 // activation, two residual adds and the reshapes between: counted in our LLaMA block), per
-// MoE layer's routing beyond that (router, top-k, sort, gather, scatter, per-expert GEMM
-// calls), and per embedding or head. Backward runs about twice as many.
-constexpr double kOpsPerBlock = 40, kOpsPerMoE = 40, kOpsPerEnd = 5;
+// MoE layer's routing beyond that (router, softmax, top-k and its normalisation, the sort by
+// expert and its counts, the gather, the combine's zeros, copy, gate multiply and sum: about
+// 20) and per expert a rank holds (three GEMM calls), and per embedding or head. Backward runs
+// about twice as many.
+constexpr double kOpsPerBlock = 40, kOpsPerMoE = 20, kOpsPerExpert = 3, kOpsPerEnd = 5;
 
 // The ranks a dim's group spans, strides included: the product of its size and the dims inside
 // it (pp, dp, ep, tp outermost first).
@@ -217,15 +219,20 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     double flops = 2 * tokens * ls.active_matmul / tp;
     if (ls.block) flops += 2 * tokens * seq * dim / tp;  // QK^T and AV, causal: half of them
     c.compute = flops / rate;
-    c.compute += device.op_overhead *
-                 (ls.block ? kOpsPerBlock + (ls.moe_top_k > 0 ? kOpsPerMoE : 0) : kOpsPerEnd);
+    const double routing_ops =
+        ls.moe_top_k > 0 ? kOpsPerMoE + kOpsPerExpert * static_cast<double>(model.n_experts) / ep
+                         : 0;
+    c.compute += device.op_overhead * (ls.block ? kOpsPerBlock + routing_ops : kOpsPerEnd);
     if (ls.block) {
       const double probabilities =
           device.attention_keeps_probabilities
               ? kPassesPerProbability * static_cast<double>(model.n_heads) * seq / 2 / tp
               : 0;
+      // A routed layer moves each token's row once per expert choice (gather, combine).
+      const double routing = stack.passes_per_assignment * ls.moe_top_k * dim / (sp ? tp : 1.0);
       const double elements = stack.passes_per_residual * dim / (sp ? tp : 1.0) +
-                              stack.passes_per_width * ls.active_matmul / dim / tp + probabilities;
+                              stack.passes_per_width * ls.active_matmul / dim / tp + probabilities +
+                              routing;
       c.compute += elements * tokens * act_bytes / device.memory_bandwidth;
       // Two boundaries per block (attention, feed-forward): an all-reduce each, or with
       // sequence parallelism an all-gather before and a reduce-scatter after.

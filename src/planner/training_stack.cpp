@@ -7,26 +7,32 @@ namespace {
 
 // Our eager LLaMA block, counted (docs/planner.md): per residual-width element the two RMSNorms
 // (7 passes each) and residual adds (3 each); per GEMM output element RoPE, the GQA repeat, the
-// head transposes and the SiLU gate, about 3. Gradients reduced as the layout says; ZeRO gathers
-// the fp32 masters after the optimizer, unoverlapped; TP collectives exposed.
+// head transposes and the SiLU gate, about 3; per expert choice of a token (models/shared/moe.cpp,
+// kernels/expert_routing.cpp) the gather (read, write), the combine's zeros (write), row copy
+// (read, write), gate multiply (read, write) and sum (read): 8. Gradients reduced as the layout
+// says; ZeRO gathers the fp32 masters after the optimizer, unoverlapped; TP collectives exposed.
 const TrainingStack kVescale{
     .name = "vescale",
     .passes_per_residual = 20,
     .passes_per_width = 3,
+    .passes_per_assignment = 8,
     .source = "vescale's trainer (src/train, src/parallel): eager libtorch ops, counted"};
 
 // Megatron-LM with Transformer Engine, as in its README's GPT runs: LayerNorm fused into the
 // following GEMM's input (read, write: 2 passes each), fused bias-dropout-add (read two, write
 // one: 3 each), so 10 per residual element; bias and GELU fused on fc1's output (2 passes over 4h
 // of the 9h of GEMM outputs) and flash attention reading q, k, v in place: about 1 per GEMM
-// output element. Distributed optimizer with bf16 model weights: bf16 gradient reduce-scatter
-// (grad_reduce_in_fp32 off) and bf16 parameter all-gather; --overlap-grad-reduce,
+// output element; for MoE layers its fused permute and unpermute (read, write each: 4 per
+// expert choice; its GPT rows have none). Distributed optimizer with bf16 model weights: bf16
+// gradient reduce-scatter (grad_reduce_in_fp32 off) and bf16 parameter all-gather;
+// --overlap-grad-reduce,
 // --overlap-param-gather and --tp-comm-overlap (userbuffers: each collective split in tp
 // chunks pipelined with its GEMM).
 const TrainingStack kMegatron{
     .name = "megatron",
     .passes_per_residual = 10,
     .passes_per_width = 1,
+    .passes_per_assignment = 4,
     .reduces_in_bf16 = true,
     .gathered_weight_bytes = 2,
     .overlaps_param_gather = true,

@@ -13,6 +13,9 @@ struct TrainingStack {
   // Elementwise traffic of a block's forward, per token: passes over the residual width, and
   // over each GEMM's output width (backward moves twice as much).
   double passes_per_residual = 0, passes_per_width = 0;
+  // A routed (MoE) layer's passes over the residual width per expert choice of a token: the
+  // gather to the experts and the weighted combine back.
+  double passes_per_assignment = 0;
   bool reduces_in_bf16 = false;      // gradients on the wire in bf16 whatever the layout says
   double gathered_weight_bytes = 4;  // per weight in ZeRO's all-gathers (fp32 masters: 4)
   bool overlaps_param_gather =
