@@ -1,6 +1,6 @@
-// Ring attention (parallel/context/ring_attention.h) over the world as the cp group, real
-// processes on Gloo: every rank holds its chunk of the sequence (plain, or zigzag), and its rows
-// of the output and of dq, dk, dv equal full attention's on one device (double precision, each
+// Ring and all-gather attention (parallel/context/ring_attention.h) over the world as the cp group,
+// real processes on Gloo: every rank holds its chunk of the sequence (plain, or zigzag), and its
+// rows of the output and of dq, dk, dv equal full attention's on one device (double precision, each
 // rank computing the reference on the whole sequence from the same seed) within 1e-5.
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
@@ -24,8 +24,11 @@ at::Tensor full_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   return at::matmul(at::softmax(s, -1), vr);
 }
 
-void check_ring(int64_t seq_len, bool zigzag, bool causal, int64_t kv_heads) {
-  CAPTURE(seq_len, zigzag, causal, kv_heads);
+enum class Kind { Ring, AllGather };
+
+void check_ring(int64_t seq_len, bool zigzag, bool causal, int64_t kv_heads,
+                Kind kind = Kind::Ring) {
+  CAPTURE(seq_len, zigzag, causal, kv_heads, kind == Kind::Ring);
   auto& group = dist::world();
   const int64_t cp = group.size(), B = 2, H = 4, D = 8;
   at::manual_seed(11);  // the same whole tensors on every rank
@@ -43,7 +46,9 @@ void check_ring(int64_t seq_len, bool zigzag, bool causal, int64_t kv_heads) {
   };
   auto lq = mine(q).requires_grad_(true), lk = mine(k).requires_grad_(true),
        lv = mine(v).requires_grad_(true);
-  const auto out = parallel::context::ring_attention(lq, lk, lv, split, group, causal);
+  const auto out = kind == Kind::Ring
+                       ? parallel::context::ring_attention(lq, lk, lv, split, group, causal)
+                       : parallel::context::allgather_attention(lq, lk, lv, split, group, causal);
   out.backward(mine(dout));
   CHECK(at::allclose(out, mine(ref), 1e-5, 1e-5));
   CHECK(at::allclose(lq.grad(), mine(q.grad()), 1e-5, 1e-5));
@@ -58,6 +63,13 @@ TEST_CASE("ring attention over the world equals full attention, outputs and grad
   for (bool zigzag : {true, false})
     for (bool causal : {true, false})
       for (int64_t kv_heads : {4, 2}) check_ring(16, zigzag, causal, kv_heads);
+}
+
+TEST_CASE("all-gather attention over the world equals full attention, outputs and grads",
+          "[world2][world4]") {
+  for (bool zigzag : {true, false})
+    for (bool causal : {true, false})
+      for (int64_t kv_heads : {4, 2}) check_ring(16, zigzag, causal, kv_heads, Kind::AllGather);
 }
 
 TEST_CASE("ring attention refuses a sequence that does not divide into its chunks",

@@ -129,6 +129,89 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
   }
 };
 
+// Every rank's positions, in group-rank order: the keys' order after the all-gather.
+at::Tensor all_positions(const SequenceSplit& split) {
+  std::vector<at::Tensor> all;
+  for (int64_t r = 0; r < split.cp; ++r) all.push_back(split.positions(r));
+  return at::cat(all);
+}
+
+// [2, B, Hkv, Tl, D] from every rank -> [2, B, Hkv, cp x Tl, D] in group-rank order.
+at::Tensor gather_kv(const at::Tensor& kv, dist::ProcessGroup& group) {
+  static const uint32_t kGather = timeline::intern("all-gather attention");
+  timeline::CommContext context(kGather);
+  const int64_t cp = group.size();
+  at::Tensor out =
+      at::empty({cp * kv.size(0), kv.size(1), kv.size(2), kv.size(3), kv.size(4)}, kv.options());
+  group.all_gather(out, kv).wait();  // rank r's [2, ...] at rows 2r, 2r + 1
+  return out.view({cp, 2, kv.size(1), kv.size(2), kv.size(3), kv.size(4)})
+      .permute({1, 2, 3, 0, 4, 5})
+      .reshape({2, kv.size(1), kv.size(2), cp * kv.size(3), kv.size(4)});
+}
+
+struct AllGatherAttention : torch::autograd::Function<AllGatherAttention> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
+                            const at::Tensor& key, const at::Tensor& value,
+                            const SequenceSplit& split, dist::ProcessGroup* group, bool causal) {
+    const auto mine = runs_of(split, group->rank());
+    const at::Tensor kv = gather_kv(at::stack({key, value}).contiguous(), *group);
+    const at::Tensor pos = all_positions(split);
+    std::vector<at::Tensor> outs, lses;
+    for (const Run& qr : mine) {
+      const auto b = k::block_attention(rows(q, qr), kv[0], kv[1], qr.pos, pos, causal);
+      outs.push_back(b.out), lses.push_back(b.lse);
+    }
+    at::Tensor out = at::cat(outs, 2), lse = at::cat(lses, 2);
+    ctx->save_for_backward({q, kv, out, lse});
+    ctx->saved_data["cp"] = split.cp;
+    ctx->saved_data["seq_len"] = split.seq_len;
+    ctx->saved_data["zigzag"] = split.zigzag;
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &kv = saved[1], &out = saved[2], &lse = saved[3];
+    const SequenceSplit split{ctx->saved_data["cp"].toInt(), ctx->saved_data["seq_len"].toInt(),
+                              ctx->saved_data["zigzag"].toBool()};
+    const bool causal = ctx->saved_data["causal"].toBool();
+    auto* group = reinterpret_cast<dist::ProcessGroup*>(ctx->saved_data["group"].toInt());
+    const at::Tensor dout = grads[0].contiguous(), pos = all_positions(split);
+    std::vector<at::Tensor> dqs;
+    at::Tensor dkv = at::zeros_like(kv, kv.options().dtype(at::kFloat));
+    for (const Run& qr : runs_of(split, group->rank())) {
+      const auto g =
+          k::block_attention_backward(rows(q, qr), kv[0], kv[1], qr.pos, pos, causal, rows(out, qr),
+                                      lse.narrow(2, qr.row, qr.len), rows(dout, qr));
+      dqs.push_back(g.dq);
+      dkv[0].add_(g.dk);
+      dkv[1].add_(g.dv);
+    }
+    // Each rank's keys' gradients, summed over the ranks whose queries saw them: [2, B, Hkv,
+    // cp x Tl, D] back to rank-major pieces, reduce-scattered.
+    const int64_t cp = split.cp, tl = kv.size(3) / cp;
+    const at::Tensor pieces = dkv.view({2, kv.size(1), kv.size(2), cp, tl, kv.size(4)})
+                                  .permute({3, 0, 1, 2, 4, 5})
+                                  .reshape({cp * 2, kv.size(1), kv.size(2), tl, kv.size(4)})
+                                  .contiguous();
+    at::Tensor mine = at::empty({2, kv.size(1), kv.size(2), tl, kv.size(4)}, pieces.options());
+    {
+      static const uint32_t kScatter = timeline::intern("all-gather attention");
+      timeline::CommContext context(kScatter);
+      group->reduce_scatter(mine, pieces).wait();
+    }
+    return {at::cat(dqs, 2).to(q.scalar_type()),
+            mine[0].to(kv.scalar_type()),
+            mine[1].to(kv.scalar_type()),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
+  }
+};
+
 }  // namespace
 
 void SequenceSplit::validate() const {
@@ -160,6 +243,17 @@ at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
                 "ring_attention: q must be [B, H, seq_len / cp, D] = [.., .., ",
                 split.seq_len / split.cp, ", ..], got ", q.sizes());
   return RingAttention::apply(q, k, v, split, &group, causal);
+}
+
+at::Tensor allgather_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const SequenceSplit& split, dist::ProcessGroup& group, bool causal) {
+  VESCALE_CHECK(group.size() == split.cp, "allgather_attention: the group has ", group.size(),
+                " ranks but the split is over cp = ", split.cp);
+  split.validate();
+  VESCALE_CHECK(q.dim() == 4 && q.size(2) == split.seq_len / split.cp,
+                "allgather_attention: q must be [B, H, seq_len / cp, D] = [.., .., ",
+                split.seq_len / split.cp, ", ..], got ", q.sizes());
+  return AllGatherAttention::apply(q, k, v, split, &group, causal);
 }
 
 }  // namespace vescale::parallel::context

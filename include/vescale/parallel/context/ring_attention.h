@@ -3,7 +3,9 @@
 // sequence. `ring`: K and V travel around the ring by P2P while each rank attends to the block it
 // holds (kernels/block_attention.h), the partial results merged by the online-softmax rule;
 // backward sends the dK/dV accumulators around the ring with them. Each transfer is posted before
-// the block it overlaps is computed.
+// the block it overlaps is computed. `allgather`: K and V gathered from every rank at once (cheap
+// when KV heads are few: grouped-query attention), one block per run of local queries;
+// backward reduce-scatters dK and dV.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -35,5 +37,12 @@ struct SequenceSplit {
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           const SequenceSplit& split, dist::ProcessGroup& group,
                           bool causal = true);
+
+// The same value and gradients as ring_attention, by an all-gather of K and V over `group` and a
+// reduce-scatter of their gradients. Collective, differentiable; the group must outlive the
+// backward.
+at::Tensor allgather_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const SequenceSplit& split, dist::ProcessGroup& group,
+                               bool causal = true);
 
 }  // namespace vescale::parallel::context
