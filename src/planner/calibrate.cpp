@@ -281,6 +281,15 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
                      static_cast<double>(ranks);
     p.sources["memory_bytes"] = how + ": the host's physical memory over its " +
                                 std::to_string(ranks) + " rank(s)";
+    // Ranks on this host over its cores (every rank here calibrates at once, so the rates
+    // above are each rank's share).
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int64_t local = dist::is_initialized() ? dist::launch_env().local_world_size : 1;
+    if (cores > 0 && local > cores) {
+      p.ranks_per_core = static_cast<double>(local) / static_cast<double>(cores);
+      p.sources["ranks_per_core"] =
+          how + ": " + std::to_string(local) + " ranks on " + std::to_string(cores) + " cores";
+    }
   } else {
     p.memory_bytes = 80e9;
     p.sources["memory_bytes"] = "assumed 80 GB: set the device's memory by hand";

@@ -309,7 +309,16 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     found = &computed;
   }
   const pp::Simulation& sim = *found;
-  const double makespan = sim.makespan * unit;
+  double makespan = sim.makespan * unit;
+  // Ranks sharing cores (DeviceProfile::ranks_per_core): the costs are each rank's share with
+  // every rank running; a rank waiting in the bubble lends its share, so the pipeline takes the
+  // larger of its critical path on whole cores and its work spread over all of them (the
+  // average busy time per pipeline rank: every pipeline of the world is the same).
+  if (device.ranks_per_core > 1 && l.pp > 1) {
+    double busy = 0;
+    for (double b : sim.busy) busy += b;
+    makespan = std::max(makespan / device.ranks_per_core, busy * unit / static_cast<double>(l.pp));
+  }
   const int64_t busiest_rank =
       std::max_element(sim.busy.begin(), sim.busy.end()) - sim.busy.begin();
   double compute = 0, tp_total = 0, ep_total = 0;
@@ -324,7 +333,7 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   out.compute_s = compute;
   out.exposed_s["tp"] = tp_total;
   out.exposed_s["ep"] = ep_total;
-  out.bubble_s = makespan - sim.busy[busiest_rank] * unit;
+  out.bubble_s = std::max(0.0, makespan - sim.busy[busiest_rank] * unit);
   out.exposed_s["pp"] = 0;  // inside the bubble: the simulator's receives wait for it
 
   // Gradients after backward, on every rank the same: the stage's replicated weights over the

@@ -66,6 +66,7 @@ void visit(V& v, DeviceProfile& p) {
   number(v, "gemm_half_work", p.gemm_half_work, Rule::Positive);
   number(v, "op_overhead", p.op_overhead, Rule::AtLeastZeroIfGiven);
   v.field("attention_keeps_probabilities", p.attention_keeps_probabilities);
+  number(v, "ranks_per_core", p.ranks_per_core, Rule::PositiveIfGiven);
   auto link_class = [&](const char* key, Link& link) {
     if constexpr (std::is_same_v<V, Reader>)
       if (!v.raw(key))

@@ -184,6 +184,31 @@ TEST_CASE("the megatron stack makes fewer elementwise passes and hides TP chunks
                     Catch::Contains("use vescale") && Catch::Contains("or megatron"));
 }
 
+TEST_CASE("ranks sharing cores lend their bubble to each other, and nothing else changes",
+          "[planner]") {
+  const auto config = llama({});
+  const auto m = model_shape(config);
+  auto d = toy_device();
+  auto shared = d;
+  shared.ranks_per_core = 2;
+  Layout flat;
+  flat.dp = 2;
+  flat.micro_batch = 2;
+  const auto a = predict(m, config, flat, 8, d, 8), b = predict(m, config, flat, 8, shared, 8);
+  CHECK(b.step_s == a.step_s);  // no pipeline: every rank busy all the time
+  Layout pipe;
+  pipe.pp = 2;
+  pipe.micro_batch = 1;
+  const auto p = predict(m, config, pipe, 4, d, 8), q = predict(m, config, pipe, 4, shared, 8);
+  const double own = p.step_s - p.optimizer_s, lent = q.step_s - q.optimizer_s;
+  // The critical path on whole cores at best (half), the pipeline ranks' average work at least
+  // (the busiest rank's over the two ranks, as a floor), never slower than without lending.
+  CHECK(lent < own);
+  CHECK(lent >= own / 2 - 1e-12);
+  CHECK(lent >= p.compute_s / 2);
+  CHECK(q.compute_s == p.compute_s);
+}
+
 TEST_CASE("the search prefers what is plainly best, and prunes what does not fit", "[planner]") {
   // A small model on 8 devices with one node's fast links: the best is pure data parallelism
   // (no bubble, no tensor-parallel traffic on the critical path, no recomputation); ZeRO only

@@ -55,6 +55,10 @@ struct DeviceProfile {
   // Seconds each framework operation costs beyond its work (dispatch, kernel launch): what a
   // step of many small operations is bound by. Optional in a profile (0).
   double op_overhead = 0;
+  // Ranks per core where ranks share cores (a CPU test bed launched with more ranks than
+  // cores: the rates above were measured with every rank running at once, so a rank idle in a
+  // pipeline's bubble lends its share to the others). Optional; 0 or 1: a device per rank.
+  double ranks_per_core = 0;
   Link intra_node, inter_node;
   int64_t gpus_per_node = 8;
   // Where each figure comes from: field -> source.
