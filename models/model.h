@@ -58,6 +58,14 @@ struct Model {
   std::shared_ptr<torch::nn::Module> module;
   // tokens [B, T] (int64) -> logits [B, T, vocab]
   std::function<at::Tensor(const at::Tensor&)> forward;
+  // tokens [B, T] at global positions [T] (int64, increasing) -> logits: position embeddings by
+  // them; attention among these tokens, or over the whole sequence when a context-parallel
+  // boundary sits on the attention cores (below). Empty when the family has none.
+  std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> forward_at;
+  // The modules that attend over the sequence, as an FQN pattern ("layers.*.attention.core"):
+  // each forward(q [B, H, T, D], k, v [B, Hkv, T, D]) -> [B, H, T, D], causal. Empty when the
+  // family has none (context parallelism then refuses it).
+  std::string attention_cores;
   // Generation: tokens [B, T] at positions [cache.length(), + T) -> logits [B, T, vocab]; their
   // keys and values join the cache (KVCache(n_layers, max_seq_len)), which advances by T. The
   // same weights and math as forward; training never calls it.

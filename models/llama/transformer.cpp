@@ -85,6 +85,19 @@ AttentionImpl::AttentionImpl(const TrunkOptions& t)
     q_norm = register_module("q_norm", RMSNorm(head_dim, o.norm_eps));
     k_norm = register_module("k_norm", RMSNorm(head_dim, o.norm_eps));
   }
+  core = register_module("core", CausalAttention());
+}
+
+torch::Tensor CausalAttentionImpl::forward(const torch::Tensor& q, const torch::Tensor& k,
+                                           const torch::Tensor& v) {
+  // Grouped-query attention: query head h reads kv head h / (H / Hkv).
+  const int64_t rep = q.size(1) / k.size(1);
+  auto repeat_kv = [&](const torch::Tensor& t) {
+    if (rep == 1) return t;
+    const int64_t B = t.size(0), kv = t.size(1), S = t.size(2), D = t.size(3);
+    return t.unsqueeze(2).expand({B, kv, rep, S, D}).reshape({B, kv * rep, S, D});
+  };
+  return vescale::kernels::causal_attention(q, repeat_kv(k), repeat_kv(v));
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
@@ -101,7 +114,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   k = apply_rope(k, cos, sin);
   auto v = heads(call(wv, x));
   const int64_t offset = cache ? cache->length() : 0;
-  if (cache) std::tie(k, v) = cache->append(layer, k, v);  // kv heads are cached, not repeats
+  if (!cache) return call(wo, call(core, q, k, v).transpose(1, 2).reshape({B, T, -1}));
+  std::tie(k, v) = cache->append(layer, k, v);  // kv heads are cached, not repeats
   // Grouped-query attention: query head h reads kv head h / (n_heads / n_kv_heads).
   const int64_t rep = n_heads / n_kv_heads;
   if (rep > 1) {
@@ -112,7 +126,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     k = repeat_kv(k);
     v = repeat_kv(v);
   }
-  auto y = cache ? cached_attention(q, k, v, offset) : vescale::kernels::causal_attention(q, k, v);
+  auto y = cached_attention(q, k, v, offset);
   return call(wo, y.transpose(1, 2).reshape({B, T, -1}));
 }
 
@@ -230,6 +244,18 @@ torch::Tensor TransformerImpl::head(const torch::Tensor& x) {
   return output ? call(output, h) : at::linear(h, tok_embeddings->weight);
 }
 
+torch::Tensor TransformerImpl::forward_at(const torch::Tensor& tokens,
+                                          const torch::Tensor& positions) {
+  TORCH_CHECK(positions.dim() == 1 && positions.size(0) == tokens.size(1), family,
+              ": forward_at takes one position per token, got ", positions.sizes(), " for ",
+              tokens.sizes());
+  const auto at = positions.to(rope_cos.device());
+  auto cos = rope_cos.index_select(0, at), sin = rope_sin.index_select(0, at);
+  auto x = embed(tokens);
+  for (size_t i = 0; i < layers->size(); ++i) x = block(i, x, cos, sin, nullptr);
+  return head(x);
+}
+
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, KVCache* cache) {
   const int64_t T = tokens.size(1), offset = cache ? cache->length() : 0;
   TORCH_CHECK(offset + T <= trunk.llama.max_seq_len, family, ": sequence length ", offset + T,
@@ -264,6 +290,10 @@ Model trunk_model(std::shared_ptr<TransformerImpl> model, std::function<void()> 
   Model m;
   m.module = model;
   m.forward = [model](const at::Tensor& tokens) { return model->forward(tokens); };
+  m.forward_at = [model](const at::Tensor& tokens, const at::Tensor& positions) {
+    return model->forward_at(tokens, positions);
+  };
+  m.attention_cores = "layers.*.attention.core";
   m.forward_cached = [model](const at::Tensor& tokens, KVCache& cache) {
     return model->forward(tokens, &cache);
   };

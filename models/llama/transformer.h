@@ -65,6 +65,14 @@ torch::Tensor rope_inv_freq(const TrunkOptions& o, const torch::TensorOptions& d
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos,
                          const torch::Tensor& sin);
 
+// The attention over the sequence, q [B, H, T, D] against k, v [B, Hkv, T, D] (grouped-query
+// heads repeated here), causal: a module of its own so that a framework can put a boundary in
+// its place (context parallelism runs it over a split sequence). No parameters.
+struct CausalAttentionImpl : torch::nn::Module {
+  torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+};
+TORCH_MODULE(CausalAttention);
+
 struct AttentionImpl : torch::nn::Module {
   explicit AttentionImpl(const TrunkOptions& o);
   // x [B, T, dim], cos/sin [T, head_dim] -> [B, T, dim]; causal. With a cache, x holds the
@@ -73,6 +81,7 @@ struct AttentionImpl : torch::nn::Module {
                         KVCache* cache = nullptr, int64_t layer = 0);
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // null without qk_norm
+  CausalAttention core{nullptr};
   int64_t n_heads, n_kv_heads, head_dim;
 };
 TORCH_MODULE(Attention);
@@ -122,6 +131,10 @@ struct TransformerImpl : torch::nn::Module {
   // tokens [B, T] (int64, T <= max_seq_len) -> logits [B, T, vocab_size]. With a cache
   // (generation), the tokens sit at positions [cache->length(), + T) and the cache advances.
   torch::Tensor forward(const torch::Tensor& tokens, KVCache* cache = nullptr);
+  // tokens [B, T] at global positions [T] (int64, increasing): RoPE by them; attention among
+  // these tokens (or, with a context-parallel boundary on the attention cores, the whole
+  // sequence). forward(tokens) is forward_at(tokens, 0..T-1).
+  torch::Tensor forward_at(const torch::Tensor& tokens, const torch::Tensor& positions);
   // The three pieces forward runs, for the pipeline layers.
   torch::Tensor embed(const torch::Tensor& tokens);
   torch::Tensor block(size_t i, const torch::Tensor& x, const torch::Tensor& cos,

@@ -14,7 +14,7 @@
 namespace vescale::nn {
 namespace {
 
-constexpr size_t kSlots = static_cast<size_t>(HookSlot::Experts) + 1;
+constexpr size_t kSlots = static_cast<size_t>(HookSlot::Context) + 1;
 
 // A module's chain. It remembers its module weakly: a module freed with links still in place
 // must not pass them on to a new module that happens to get the same address.
@@ -101,6 +101,8 @@ const char* to_string(HookSlot slot) {
       return "activation checkpointing";
     case HookSlot::Experts:
       return "experts boundary";
+    case HookSlot::Context:
+      return "context-parallel attention";
   }
   return "?";
 }

@@ -47,6 +47,7 @@ enum class HookSlot : int {
   Timeline,    // the timeline window: a block's forward and backward spans
   Checkpoint,  // activation checkpointing: the block rerun in backward
   Experts,     // the mixture-of-experts boundary: dispatch, the local experts, combine
+  Context,     // context parallelism: attention over a sequence split over ranks
 };
 const char* to_string(HookSlot slot);
 std::ostream& operator<<(std::ostream& os, HookSlot slot);

@@ -115,10 +115,12 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
           rows(dkv[0], kr).add_(g.dk);
           rows(dkv[1], kr).add_(g.dv);
         }
-      Pass grad_pass;
-      grad_pass.start(dkv, *group, kBackwardGrads, s);
       if (s + 1 < cp) kv = kv_pass.finish();
-      dkv = grad_pass.finish();
+      if (cp > 1) {  // on one rank the accumulator is already home
+        Pass grad_pass;
+        grad_pass.start(dkv, *group, kBackwardGrads, s);
+        dkv = grad_pass.finish();
+      }
     }
     return {dq.to(q.scalar_type()),
             dkv[0].to(saved[1].scalar_type()),
