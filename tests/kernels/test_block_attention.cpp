@@ -6,26 +6,19 @@
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
+#include "common/attention_reference.h"
+
 #include <cmath>
 #include <vector>
 
 #include "vescale/kernels/block_attention.h"
 
 using namespace vescale::kernels;
+using vescale::testing::full_attention;
 
 namespace {
 
 constexpr int64_t B = 2, H = 4, T = 16, D = 8;
-
-// Full attention, q [B, H, T, D], k and v [B, Hkv, T, D], in double: the reference.
-at::Tensor full_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          bool causal) {
-  const int64_t rep = q.size(1) / k.size(1);
-  auto kr = k.repeat_interleave(rep, 1), vr = v.repeat_interleave(rep, 1);
-  auto s = at::matmul(q, kr.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
-  if (causal) s = s.masked_fill(at::ones({T, T}, at::kBool).triu(1), -INFINITY);
-  return at::matmul(at::softmax(s, -1), vr);
-}
 
 // Each rank's global positions: cp equal chunks, or 2cp chunks zigzagged.
 std::vector<at::Tensor> chunk_positions(int64_t cp, bool zigzag) {

@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
+#include "common/attention_reference.h"
+
 #include <cmath>
 
 #include "common/train_util.h"
@@ -17,17 +19,9 @@
 
 using namespace vescale;
 using vescale::parallel::context::SequenceSplit;
+using vescale::testing::full_attention;
 
 namespace {
-
-at::Tensor full_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          bool causal) {
-  const int64_t rep = q.size(1) / k.size(1), T = q.size(2);
-  auto kr = k.repeat_interleave(rep, 1), vr = v.repeat_interleave(rep, 1);
-  auto s = at::matmul(q, kr.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(3)));
-  if (causal) s = s.masked_fill(at::ones({T, T}, at::kBool).triu(1), -INFINITY);
-  return at::matmul(at::softmax(s, -1), vr);
-}
 
 enum class Kind { Ring, AllGather };
 

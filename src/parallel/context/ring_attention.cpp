@@ -53,6 +53,28 @@ struct Pass {
   }
 };
 
+// What a forward keeps for its backward besides tensors: the split, the group (the caller keeps
+// it alive), the mask.
+struct Call {
+  SequenceSplit split;
+  dist::ProcessGroup* group;
+  bool causal;
+};
+void save_call(torch::autograd::AutogradContext* ctx, const SequenceSplit& split,
+               dist::ProcessGroup* group, bool causal) {
+  ctx->saved_data["cp"] = split.cp;
+  ctx->saved_data["seq_len"] = split.seq_len;
+  ctx->saved_data["zigzag"] = split.zigzag;
+  ctx->saved_data["causal"] = causal;
+  ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+}
+Call saved_call(torch::autograd::AutogradContext* ctx) {
+  return {SequenceSplit{ctx->saved_data["cp"].toInt(), ctx->saved_data["seq_len"].toInt(),
+                        ctx->saved_data["zigzag"].toBool()},
+          reinterpret_cast<dist::ProcessGroup*>(ctx->saved_data["group"].toInt()),
+          ctx->saved_data["causal"].toBool()};
+}
+
 struct RingAttention : torch::autograd::Function<RingAttention> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
                             const at::Tensor& key, const at::Tensor& value,
@@ -77,11 +99,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     for (auto& a : acc) outs.push_back(a.out), lses.push_back(a.lse);
     at::Tensor out = at::cat(outs, 2), lse = at::cat(lses, 2);
     ctx->save_for_backward({q, key, value, out, lse});
-    ctx->saved_data["cp"] = split.cp;
-    ctx->saved_data["seq_len"] = split.seq_len;
-    ctx->saved_data["zigzag"] = split.zigzag;
-    ctx->saved_data["causal"] = causal;
-    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    save_call(ctx, split, group, causal);
     return out;
   }
 
@@ -89,10 +107,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &out = saved[3], &lse = saved[4];
-    const SequenceSplit split{ctx->saved_data["cp"].toInt(), ctx->saved_data["seq_len"].toInt(),
-                              ctx->saved_data["zigzag"].toBool()};
-    const bool causal = ctx->saved_data["causal"].toBool();
-    auto* group = reinterpret_cast<dist::ProcessGroup*>(ctx->saved_data["group"].toInt());
+    const auto [split, group, causal] = saved_call(ctx);
     const int64_t cp = group->size(), r = group->rank();
     const at::Tensor dout = grads[0].contiguous();
     const auto mine = runs_of(split, r);
@@ -165,11 +180,7 @@ struct AllGatherAttention : torch::autograd::Function<AllGatherAttention> {
     }
     at::Tensor out = at::cat(outs, 2), lse = at::cat(lses, 2);
     ctx->save_for_backward({q, kv, out, lse});
-    ctx->saved_data["cp"] = split.cp;
-    ctx->saved_data["seq_len"] = split.seq_len;
-    ctx->saved_data["zigzag"] = split.zigzag;
-    ctx->saved_data["causal"] = causal;
-    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    save_call(ctx, split, group, causal);
     return out;
   }
 
@@ -177,10 +188,7 @@ struct AllGatherAttention : torch::autograd::Function<AllGatherAttention> {
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &kv = saved[1], &out = saved[2], &lse = saved[3];
-    const SequenceSplit split{ctx->saved_data["cp"].toInt(), ctx->saved_data["seq_len"].toInt(),
-                              ctx->saved_data["zigzag"].toBool()};
-    const bool causal = ctx->saved_data["causal"].toBool();
-    auto* group = reinterpret_cast<dist::ProcessGroup*>(ctx->saved_data["group"].toInt());
+    const auto [split, group, causal] = saved_call(ctx);
     const at::Tensor dout = grads[0].contiguous(), pos = all_positions(split);
     std::vector<at::Tensor> dqs;
     at::Tensor dkv = at::zeros_like(kv, kv.options().dtype(at::kFloat));
