@@ -244,25 +244,28 @@ at::Tensor SequenceSplit::positions(int64_t rank) const {
                   at::arange((2 * cp - 1 - rank) * c, (2 * cp - rank) * c, at::kLong)});
 }
 
-at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const SequenceSplit& split, dist::ProcessGroup& group, bool causal) {
-  VESCALE_CHECK(group.size() == split.cp, "ring_attention: the group has ", group.size(),
+namespace {
+// The checks both entries make before any transfer: a mismatch found later would hang a rank.
+void check_call(const char* who, const at::Tensor& q, const SequenceSplit& split,
+                const dist::ProcessGroup& group) {
+  VESCALE_CHECK(group.size() == split.cp, who, ": the group has ", group.size(),
                 " ranks but the split is over cp = ", split.cp);
   split.validate();
-  VESCALE_CHECK(q.dim() == 4 && q.size(2) == split.seq_len / split.cp,
-                "ring_attention: q must be [B, H, seq_len / cp, D] = [.., .., ",
-                split.seq_len / split.cp, ", ..], got ", q.sizes());
+  VESCALE_CHECK(q.dim() == 4 && q.size(2) == split.seq_len / split.cp, who,
+                ": q must be [B, H, seq_len / cp, D] = [.., .., ", split.seq_len / split.cp,
+                ", ..], got ", q.sizes());
+}
+}  // namespace
+
+at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const SequenceSplit& split, dist::ProcessGroup& group, bool causal) {
+  check_call("ring_attention", q, split, group);
   return RingAttention::apply(q, k, v, split, &group, causal);
 }
 
 at::Tensor allgather_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const SequenceSplit& split, dist::ProcessGroup& group, bool causal) {
-  VESCALE_CHECK(group.size() == split.cp, "allgather_attention: the group has ", group.size(),
-                " ranks but the split is over cp = ", split.cp);
-  split.validate();
-  VESCALE_CHECK(q.dim() == 4 && q.size(2) == split.seq_len / split.cp,
-                "allgather_attention: q must be [B, H, seq_len / cp, D] = [.., .., ",
-                split.seq_len / split.cp, ", ..], got ", q.sizes());
+  check_call("allgather_attention", q, split, group);
   return AllGatherAttention::apply(q, k, v, split, &group, causal);
 }
 
