@@ -41,7 +41,7 @@ AutoPlan auto_plan(const train::Config& config, int64_t gpus_per_node) {
       char line[512];
       std::snprintf(line, sizeof line,
                     "plan auto: %s, the best of %lld layouts of %lld ranks on %s; predicted %.0f "
-                    "ms/step, peak memory %.2f GiB",
+                    "ms/step, peak memory %.3f GiB",
                     chosen.c_str(), static_cast<long long>(r.weighed),
                     static_cast<long long>(world), device.name.c_str(),
                     out.prediction.step_s * 1e3,
@@ -76,7 +76,7 @@ std::string plan_check_line(const StepPrediction& p, double measured_step_s,
   const double gib = 1024.0 * 1024 * 1024;
   std::snprintf(line, sizeof line,
                 "plan check: predicted %.0f ms/step, measured %.0f ms/step (%+.1f%%), peak memory "
-                "predicted %.2f GiB, measured %.2f GiB",
+                "predicted %.3f GiB, measured %.3f GiB",
                 p.step_s * 1e3, measured_step_s * 1e3,
                 100.0 * (measured_step_s - p.step_s) / p.step_s, p.peak_memory_bytes / gib,
                 measured_peak_bytes / gib);
