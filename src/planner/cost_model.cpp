@@ -215,10 +215,9 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   const double act = tokens * dim * act_bytes;  // one [b, s, h] activation
   for (const auto& ls : model.layers) {
     Cost c;
-    const double gemm_s = 2 * tokens * ls.active_matmul / tp / rate;
-    double flops = 2 * tokens * ls.active_matmul / tp;
-    if (ls.block) flops += 2 * tokens * seq * dim / tp;  // QK^T and AV, causal: half of them
-    c.compute = flops / rate;
+    const double gemm_flops = 2 * tokens * ls.active_matmul / tp, gemm_s = gemm_flops / rate;
+    // QK^T and AV, causal: half of them.
+    c.compute = (gemm_flops + (ls.block ? 2 * tokens * seq * dim / tp : 0)) / rate;
     const double routing_ops =
         ls.moe_top_k > 0 ? kOpsPerMoE + kOpsPerExpert * static_cast<double>(model.n_experts) / ep
                          : 0;
@@ -385,24 +384,22 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     const double last_bucket = all_reduce_s(std::min(kBucketBytes, grad_bytes + expert_grad),
                                             D, dp_link);
     dp_comm = std::max(dp_comm, std::max(0.0, hideable - hidden) + last_bucket + after);
-    const double shard = z >= 1 ? static_cast<double>(l.data_ranks()) : 1.0;
-    opt = std::max(opt, kOptimizerBytesPerParam * (dense / shard + experts / (z >= 1 ? l.dp : 1)) /
-                            device.memory_bandwidth);
+    const double d = static_cast<double>(l.data_ranks()), dpd = static_cast<double>(l.dp);
+    // The elements this rank holds whole, and its ZeRO slice of them (experts sliced over dp).
+    const double w = dense + experts, slice = dense / d + experts / dpd;
+    opt = std::max(opt, kOptimizerBytesPerParam * (z >= 1 ? slice : w) / device.memory_bandwidth);
     // Memory (docs/planner.md): what stays through the step (fp32 weights, AdamW's two moments
     // and under ZeRO an fp32 slice of the weights; under ZeRO-3 the gathered weights of the
     // block running and the one prefetched), then the larger of two moments. At the turn from a
     // forward to its backward: the activations in flight and, when earlier micro-batches'
     // backwards have run, the gradients accumulated so far (full size: only the last
-    // micro-batch's backward reduces). At the reduction: every
-    // gradient and the bucket that takes their place; under ZeRO 2-3 with one micro-batch, the
-    // slices kept and the two buckets in flight instead (the gradients go as they come).
-    const double d = static_cast<double>(l.data_ranks()), dpd = static_cast<double>(l.dp);
-    const double w = dense + experts;
-    const double w_bytes = 4 * (z >= 3 ? dense / d + experts / dpd : w);
-    // AdamW's moments; ZeRO-1/2 also keep an fp32 master slice (ZeRO-3's slice is the weight).
-    const double o_bytes = (z == 1 || z == 2 ? 12 : 8) * (z >= 1 ? dense / d + experts / dpd : w);
+    // micro-batch's backward reduces). At the reduction: every gradient and the bucket that
+    // takes their place; under ZeRO 2-3 with one micro-batch, the slices kept and the two
+    // buckets in flight instead (the gradients go as they come).
+    const double w_bytes = 4 * (z >= 3 ? slice : w);
+    const double o_bytes = train::optimizer_bytes_per_element(z) * (z >= 1 ? slice : w);
     const double gathered = z >= 3 ? 2 * 4 * largest_block : 0;
-    const double full_grads = 4 * w, kept_grads = 4 * (z >= 2 ? dense / d + experts / dpd : w);
+    const double full_grads = 4 * w, kept_grads = 4 * (z >= 2 ? slice : w);
     const double per_stage_blocks = nblocks / static_cast<double>(l.chunks);
     const double block =
         train::block_activation_bytes(model.block, model.seq_len, l.micro_batch, l.tp, sp, fp32,
@@ -425,10 +422,10 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
                                               awaiting_weight * per_stage_blocks * for_weight +
                                               (nblocks > 0 ? block : 0) + logits
                                         : in_flight * per_stage_blocks * block + logits;
-    // The block being backpropagated holds the gradients of its saved tensors beside them: about
-    // one more block's activations.
-    // The gradients are there only if a micro-batch's backward has finished by then: the peak
-    // of micro-batch-stages in flight recurs after a backward only when there are more of them.
+    // The block being backpropagated holds the gradients of its saved tensors beside them (about
+    // one more block's activations). The accumulated gradients are there only if a micro-batch's
+    // backward has finished by then: the peak of micro-batch-stages in flight recurs after a
+    // backward only when there are more of them.
     const bool recurs = M * l.chunks > sim.peak_in_flight[r];
     const double forward = acts + (nblocks > 0 ? block : 0) + (recurs ? full_grads : 0);
     const double bucket = d > 1 ? std::min(kBucketBytes, full_grads) : 0;

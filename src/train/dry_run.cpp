@@ -48,6 +48,8 @@ double block_activation_bytes(const models::BlockActivations& block, int64_t seq
   return sb * per_token * (fp32 ? 4.0 : 2.0);
 }
 
+double optimizer_bytes_per_element(int64_t zero) { return zero == 1 || zero == 2 ? 12 : 8; }
+
 models::BlockActivations block_activations(const ModelConfig& config) {
   const auto& spec = models::spec(config.type);
   VESCALE_CHECK(static_cast<bool>(spec.block_activations), "model.type '", config.type,
@@ -102,10 +104,8 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
     double n = 1;
     for (int64_t d : local) n *= static_cast<double>(d);
     const double zdiv = replicated_on_dp ? dp : 1.0;
-    // ZeRO-1/2 keep an fp32 copy of their parameter slice beside the moments; ZeRO-3's slice
-    // is the parameter itself (docs/parallel.md).
     return std::array<double, 3>{4 * n / (zero >= 3 ? zdiv : 1.0), 4 * n / (zero >= 2 ? zdiv : 1.0),
-                                 (zero == 1 || zero == 2 ? 12 : 8) * n / (zero >= 1 ? zdiv : 1.0)};
+                                 optimizer_bytes_per_element(zero) * n / (zero >= 1 ? zdiv : 1.0)};
   };
 
   MemoryEstimate m;

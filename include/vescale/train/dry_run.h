@@ -63,6 +63,10 @@ double block_activation_bytes(const models::BlockActivations& block, int64_t seq
                               bool keeps_probabilities);
 double block_input_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
                          bool sequence_parallel, bool fp32);
+// AdamW's bytes per parameter element a rank holds the state of under ZeRO stage `zero`: the two
+// fp32 moments, and under ZeRO-1/2 an fp32 copy of the parameter slice (ZeRO-3's slice is the
+// parameter itself). The planner's cost model uses the same.
+double optimizer_bytes_per_element(int64_t zero);
 // The family's count for this model (models::ModelSpec::block_activations); throws naming the
 // family when it has none.
 models::BlockActivations block_activations(const ModelConfig& config);
