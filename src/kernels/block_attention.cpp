@@ -34,7 +34,8 @@ at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& q_
                   const at::Tensor& k_pos, bool causal) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   at::Tensor s = at::matmul(q.to(at::kFloat), k.to(at::kFloat).transpose(-2, -1)) * scale;
-  if (causal) s.masked_fill_(k_pos.unsqueeze(0) > q_pos.unsqueeze(1), -kInf);
+  // Positions may live on the host (ring attention keeps them there): the mask goes to s.
+  if (causal) s.masked_fill_((k_pos.unsqueeze(0) > q_pos.unsqueeze(1)).to(s.device()), -kInf);
   return s;
 }
 
