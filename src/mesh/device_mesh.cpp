@@ -209,6 +209,49 @@ DeviceMesh DeviceMesh::submesh(const std::vector<std::string>& dims) const {
   return m;
 }
 
+DeviceMesh DeviceMesh::join(const std::vector<std::string>& dims, const std::string& name) const {
+  const MeshShape& s = shape();
+  VESCALE_CHECK(!dims.empty(), "mesh: join() needs at least one dim name");
+  const int64_t first = s.index(dims[0]);
+  for (size_t k = 1; k < dims.size(); ++k)
+    VESCALE_CHECK(s.index(dims[k]) == first + static_cast<int64_t>(k),
+                  "mesh: join() takes adjacent dims in ", to_string(), "'s order; '", dims[k],
+                  "' does not follow '", dims[k - 1], "'");
+  const int64_t last = first + static_cast<int64_t>(dims.size()) - 1;
+  // Each new dim's bitmask over this mesh's dims, its size and this rank's coordinate.
+  MeshDims joined;
+  std::vector<uint32_t> parent_bits;
+  std::vector<int64_t> coord;
+  for (int64_t i = 0; i < s.ndim(); ++i) {
+    if (i > first && i <= last) {
+      joined.back().second *= s.sizes()[i];
+      parent_bits.back() |= 1u << i;
+      coord.back() = coord.back() * s.sizes()[i] + impl_->coord[i];
+      continue;
+    }
+    joined.emplace_back(i == first ? name : s.names()[i], s.sizes()[i]);
+    parent_bits.push_back(1u << i);
+    coord.push_back(impl_->coord[i]);
+  }
+  auto impl = std::shared_ptr<Impl>(new Impl{MeshShape(joined, s.numel()),
+                                             impl_->rank,
+                                             coord,
+                                             impl_->device_type,
+                                             {},
+                                             impl_->world_ranks});
+  const uint32_t all = (1u << joined.size()) - 1;
+  impl->groups.resize(all + 1);
+  for (uint32_t m = 1; m <= all; ++m) {
+    uint32_t parent = 0;
+    for (size_t k = 0; k < joined.size(); ++k)
+      if (m & (1u << k)) parent |= parent_bits[k];
+    impl->groups[m] = impl_->groups[parent];
+  }
+  DeviceMesh m;
+  m.impl_ = std::move(impl);
+  return m;
+}
+
 int DeviceMesh::world_rank(int64_t mesh_rank) const {
   VESCALE_CHECK(mesh_rank >= 0 && mesh_rank < size(), "mesh: rank ", mesh_rank,
                 " is outside ", to_string());

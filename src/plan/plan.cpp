@@ -258,6 +258,22 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
     if (p.split != "even") g.fail("split", "must be \"even\" (or list the cuts in \"stages\")");
     plan.pipeline_ = std::move(p);
   });
+  r.object("context", [&](json_schema::Reader& g) {
+    ContextSpec c;
+    g.field("dim", c.dim);
+    std::string attention = to_string(c.attention), balance = c.zigzag ? "zigzag" : "none";
+    g.field("attention", attention);
+    const auto kind = context_attention_named(attention);
+    if (!kind) g.fail("attention", "must be \"ring\" or \"allgather\", not \"" + attention + "\"");
+    c.attention = *kind;
+    g.field("balance", balance);
+    if (balance != "zigzag" && balance != "none")
+      g.fail("balance", "must be \"zigzag\" (2cp chunks, equal causal work) or \"none\", not \"" +
+                            balance + "\"");
+    c.zigzag = balance == "zigzag";
+    if (c.dim.empty()) g.fail("dim", "must name the mesh dim that splits sequences (\"cp\")");
+    plan.context_ = std::move(c);
+  });
   r.finish();
   // A pipeline plan's mesh lists the stage's dims: none at all for a pure pipeline.
   const bool pure_pipeline = plan.pipeline_ && mesh && mesh->is_array() && mesh->empty();
@@ -274,6 +290,12 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
                   where(source, "mesh"), " lists '", plan.pipeline_->dim,
                   "', the pipeline dim: list only the stage's dims (the pipeline cuts layers, it "
                   "shards no parameter)");
+  if (plan.context_)
+    VESCALE_CHECK(std::find(plan.mesh_dims_.begin(), plan.mesh_dims_.end(), plan.context_->dim) ==
+                      plan.mesh_dims_.end(),
+                  where(source, "mesh"), " lists '", plan.context_->dim,
+                  "', the context dim: list the model's dims, with the context dim joined to dp "
+                  "(it splits sequences and shards no parameter; docs/context_parallel.md)");
   VESCALE_CHECK((pure_pipeline && !params) || (params && params->is_object()), where(source, "params"),
                 " must be an object mapping FQN patterns to placements");
   static const json no_params = json::object();
@@ -378,6 +400,11 @@ Plan Plan::from_json_file(const std::string& path) {
 
 Plan& Plan::pipeline(PipelineSpec spec) {
   pipeline_ = std::move(spec);
+  return *this;
+}
+
+Plan& Plan::context(ContextSpec spec) {
+  context_ = std::move(spec);
   return *this;
 }
 

@@ -78,8 +78,11 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
   const int64_t zero = zero_stage(config.parallel, plan ? &*plan : nullptr);
   const std::optional<plan::PipelineSpec> pipe = plan ? plan->pipeline() : std::nullopt;
   // The dims parameters are placed on: all of them, or a pipeline stage's (the others).
-  const plan::ParallelDims roles(plan::ParallelDims(mesh, plan ? &*plan : nullptr).stage_dims(),
-                                 nullptr);
+  // Under context parallelism (the context dim joined to dp), each rank holds seq_len / cp
+  // tokens of every sequence.
+  const plan::ParallelDims all(mesh, plan ? &*plan : nullptr);
+  const plan::ParallelDims roles(all.stage_dims(), nullptr);
+  const int64_t local_seq = config.train.seq_len / all.cp();
   std::vector<std::string> names;
   std::vector<int64_t> sizes;
   for (const auto& [name, size] : roles.dims) names.push_back(name), sizes.push_back(size);
@@ -118,11 +121,11 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
   const bool fp32 = t.dtype != DType::Bf16;
   const int64_t dim = config.model.options->dim(), tp_size = roles.tp();
   // For a GPU: flash attention keeps no probabilities.
-  const double block = block_activation_bytes(block_activations(config.model), t.seq_len,
+  const double block = block_activation_bytes(block_activations(config.model), local_seq,
                                               t.batch_size, tp_size, m.sequence_parallel, fp32,
                                               /*keeps_probabilities=*/false);
   const double block_input =
-      block_input_bytes(t.seq_len, t.batch_size, dim, tp_size, m.sequence_parallel, fp32);
+      block_input_bytes(local_seq, t.batch_size, dim, tp_size, m.sequence_parallel, fp32);
 
   // The model's layers: which parameters each pipeline rank holds.
   const auto& layers = model.layers;
@@ -141,7 +144,7 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
     if (auto it = placements.find(n); it != placements.end())
       for (size_t i = 0; i < it->second.size(); ++i)
         if (it->second[i].is_shard() && names[i] == plan::kTensorDim) head_shard = tp;
-  const double logits = 8.0 * static_cast<double>(t.seq_len) * static_cast<double>(t.batch_size) *
+  const double logits = 8.0 * static_cast<double>(local_seq) * static_cast<double>(t.batch_size) *
                         static_cast<double>(config.model.options->vocab_size()) / head_shard;
 
   auto add_params = [&](StageMemory& s, const std::set<std::string>& held) {
@@ -216,7 +219,9 @@ std::optional<std::string> zero_without_data_ranks(const Config& config,
   const RunPlan planned = run_plan(config, mesh);
   const int64_t zero = zero_stage(config.parallel, planned.plan ? &*planned.plan : nullptr);
   if (zero == 0) return std::nullopt;
-  const plan::ParallelDims dims(mesh, planned.plan ? &*planned.plan : nullptr);
+  // Sliced over the model's dp (with cp joined to it under context parallelism).
+  const plan::ParallelDims dims(
+      plan::ParallelDims(mesh, planned.plan ? &*planned.plan : nullptr).model_dims(), nullptr);
   if (dims.dp() > 1) return std::nullopt;
   // What it costs, when the config (not the plan, which parallel.zero=0 defers to) asks for it.
   double extra = 0;
@@ -247,6 +252,17 @@ std::string mesh_on_nodes(const mesh::MeshShape& mesh, int64_t gpus_per_node) {
          " within a node, " + (across.empty() ? "no dim" : across) + " across nodes";
 }
 
+std::string context_summary(const Config& config, const mesh::MeshShape& mesh) {
+  const std::optional<plan::Plan> plan = run_plan(config, mesh).plan;
+  const plan::ParallelDims dims(mesh, plan ? &*plan : nullptr);
+  if (dims.cp() == 1) return "";
+  const auto c = plan && plan->context() ? *plan->context() : plan::ContextSpec{};
+  const int64_t T = config.train.seq_len;
+  return "context " + dims.context + "=" + std::to_string(dims.cp()) + " (" +
+         plan::to_string(c.attention) + (c.zigzag ? ", zigzag" : "") +
+         "): " + std::to_string(T / dims.cp()) + " of " + std::to_string(T) + " tokens per rank";
+}
+
 std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh,
                            int64_t gpus_per_node) {
   const MemoryEstimate m = memory_per_rank(config, mesh);
@@ -270,6 +286,10 @@ std::string dry_run_report(const Config& config, const mesh::MeshShape& mesh,
          (config.parallel.plan.empty() ? std::string("none (every parameter replicated)")
                                        : config.parallel.plan) +
          "; zero " + std::to_string(m.zero) + (m.sequence_parallel ? "; sequence parallel" : "") +
+         [&] {
+           const std::string c = context_summary(config, mesh);
+           return c.empty() ? c : "; " + c;
+         }() +
          "\n";
   const auto& t = config.train;
   out +=

@@ -21,6 +21,7 @@
 #include "vescale/common/logging.h"
 #include "vescale/nn/block_pattern.h"
 #include "vescale/parallel/activation_checkpoint.h"
+#include "vescale/parallel/context/context_parallel.h"
 #include "vescale/parallel/grad_reducer.h"
 #include "vescale/parallel/sharded_adamw.h"
 #include "vescale/dist/object_collectives.h"
@@ -63,6 +64,18 @@ plan::Plan plan_or_replicated(std::optional<plan::Plan> plan, const mesh::Device
   plan::Plan all(mesh.dim_names());
   all.shard("*", dtensor::Placements(mesh.ndim(), dtensor::Replicate()));
   return all;
+}
+
+// Under context parallelism the model is laid out on the mesh with the context dim joined to dp
+// (ParallelDims::model_dims); none otherwise.
+std::optional<mesh::DeviceMesh> model_mesh(const mesh::DeviceMesh& mesh,
+                                           const plan::ParallelDims& dims) {
+  if (dims.context.empty()) return std::nullopt;
+  const auto& names = mesh.dim_names();
+  const bool has_dp = std::find(names.begin(), names.end(), plan::kDataDim) != names.end();
+  (void)dims.model_dims();  // throws unless the context dim follows dp
+  return has_dp ? mesh.join({plan::kDataDim, dims.context}, plan::kDataDim)
+                : mesh.join({dims.context}, plan::kDataDim);
 }
 
 // One process trains the whole model: no plan, one data rank.
@@ -150,12 +163,27 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   RunPlan planned = on ? run_plan(config_, on->shape())
                        : run_plan(without_plan(config_), mesh::MeshShape({{plan::kDataDim, 1}}, 1));
   std::optional<plan::Plan> plan;
-  if (on) plan = plan_or_replicated(std::move(planned.plan), *on);
-  auto laid = lay_out_model(config_, plan ? &*plan : nullptr, on, place_.device);
+  std::optional<plan::ParallelDims> dims;
+  const mesh::DeviceMesh* model_on = on;
+  if (on) {
+    dims.emplace(on->shape(), planned.plan ? &*planned.plan : nullptr);
+    place_.model_mesh = model_mesh(*on, *dims);
+    if (place_.model_mesh) model_on = &*place_.model_mesh;
+    plan = plan_or_replicated(std::move(planned.plan), *model_on);
+  }
+  auto laid = lay_out_model(config_, plan ? &*plan : nullptr, model_on, place_.device);
   model_ = std::move(laid.model);
+  at::Tensor positions;
+  if (dims && dims->cp() > 1) {
+    const auto context = plan->context().value_or(plan::ContextSpec{});
+    const parallel::context::SequenceSplit split{dims->cp(), t.seq_len, context.zigzag};
+    hooks_.context = parallel::context::attend_over_split_sequence(
+        *model_.module, model_.attention_cores, split, on->group(dims->context), context.attention);
+    positions = split.positions(on->coordinate(dims->context)).to(at::Device(place_.device));
+  }
   int64_t zero = 0;
   if (on) {
-    const auto shard = data_shard(*laid.replica_mesh);  // dp, and ep (docs/moe.md)
+    const auto shard = data_shard(*on);  // dp, and ep (docs/moe.md); not cp
     place_.dp_rank = shard.rank, place_.dp_size = shard.size;
     zero = zero_stage(config_.parallel, &*plan);
     // One device has no gradient to reduce (and its parameters are plain tensors).
@@ -171,7 +199,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   if (config_.log.timeline.on())
     hooks_.timeline =
         std::make_unique<TimelineWindow>(config_, on, *model_.module, model_.block_pattern);
-  build_step(std::move(laid.stages), zero, planned.batch.microbatches);
+  build_step(std::move(laid.stages), zero, planned.batch.microbatches, std::move(positions));
   build_loaders();
   guard_ = std::make_unique<StepGuard>(
       DivergenceGuardOptions{t.max_loss_spike, t.warmup_steps, config_.model.vocab_size(), t.lr,
@@ -193,8 +221,8 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
                                   place_.device, model_.moe.layers});
 }
 
-void Trainer::build_step(std::unique_ptr<parallel::pipeline::PipelineStages> stages,
-                         int64_t zero, int64_t microbatches) {
+void Trainer::build_step(std::unique_ptr<parallel::pipeline::PipelineStages> stages, int64_t zero,
+                         int64_t microbatches, at::Tensor positions) {
   const auto& t = config_.train;
   optim::NamedParams named;
   for (const auto& item : model_.module->named_parameters())
@@ -212,8 +240,14 @@ void Trainer::build_step(std::unique_ptr<parallel::pipeline::PipelineStages> sta
         std::make_unique<optim::AdamW>(optim::decay_groups(named, t.weight_decay), adamw, params);
   }
   const mesh::DeviceMesh* on = place_.mesh_or_null();
-  ForwardBackwardOptions fb{on,           place_.device, t.dtype == DType::Bf16,
-                            microbatches, reducer,       [this](const char* p) { run_.doing = p; }};
+  const mesh::DeviceMesh* model_on = place_.model_mesh ? &*place_.model_mesh : on;
+  ForwardBackwardOptions fb{model_on,
+                            place_.device,
+                            t.dtype == DType::Bf16,
+                            microbatches,
+                            reducer,
+                            std::move(positions),
+                            [this](const char* p) { run_.doing = p; }};
   forward_backward_ = make_forward_backward(model_, std::move(stages), place_.rank, std::move(fb));
 }
 
@@ -378,6 +412,9 @@ std::vector<StepMetrics> Trainer::run() {
               std::to_string(t.steps) + " steps, dtype " +
               to_string(t.dtype) +
               (t.activation_checkpointing ? ", activation checkpointing" : ""));
+    if (place_.mesh)
+      if (const std::string c = context_summary(config_, place_.mesh->shape()); !c.empty())
+        log::info(c);
   }
   std::vector<StepMetrics> all;
   const auto start = std::chrono::steady_clock::now();

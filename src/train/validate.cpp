@@ -7,6 +7,7 @@
 #include "train/trainer_internal.h"
 #include "vescale/common/check.h"
 #include "vescale/mesh/device_mesh.h"
+#include "vescale/parallel/context/ring_attention.h"
 #include "vescale/parallel/pipeline/schedule.h"
 #include "vescale/parallel/pipeline/stages.h"
 #include "vescale/plan/parallel_dims.h"
@@ -15,6 +16,27 @@
 #include "vescale/train/run_plan.h"
 
 namespace vescale::train {
+
+namespace {
+
+// Context parallelism (docs/context_parallel.md): what it needs of the layout and the model.
+void check_context(const Config& config, const plan::ParallelDims& dims, const plan::Plan* plan,
+                   const Model& model) {
+  const std::string cp =
+      "parallel.mesh's '" + dims.context + "' (" + std::to_string(dims.cp()) + ")";
+  (void)dims.model_dims();  // throws unless cp follows dp
+  VESCALE_CHECK(!plan || !plan->pipeline(), "plan '", plan ? plan->source() : "",
+                "': context parallelism inside pipeline stages is not supported yet; drop ", cp,
+                " or the plan's \"pipeline\" section");
+  VESCALE_CHECK(!model.attention_cores.empty(), "model.type '", config.model.type,
+                "' has no attention that context parallelism knows (its builder names no "
+                "attention cores: Model::attention_cores); ",
+                cp, " needs a llama, mixtral or qwen3 model: drop the dim or change model.type");
+  const auto context = plan && plan->context() ? *plan->context() : plan::ContextSpec{};
+  parallel::context::SequenceSplit{dims.cp(), config.train.seq_len, context.zigzag}.validate();
+}
+
+}  // namespace
 
 void validate(const Config& config, int64_t world_size) {
   const mesh::MeshShape shape(config.parallel.mesh, world_size);
@@ -27,8 +49,13 @@ void validate(const Config& config, int64_t world_size) {
   VESCALE_CHECK(zero == 0 || config.parallel.grad_reduce != GradReduce::PerParam, "ZeRO stage ",
                 zero, " (from ", config.parallel.zero > 0 ? "parallel.zero" : plan->source(),
                 ") needs the bucketed reducer: set parallel.grad_reduce to overlap or bucketed");
-  if (!plan) return;  // no plan: every parameter replicated on any mesh
-  const plan::ParallelDims dims(shape, &*plan);
+  const plan::ParallelDims dims(shape, plan ? &*plan : nullptr);
+  if (plan && plan->context())
+    VESCALE_CHECK(!dims.context.empty(), "plan '", plan->source(), "': context.dim '",
+                  plan->context()->dim,
+                  "' is not a dim of parallel.mesh; add it (e.g. {\"dp\": 2, \"",
+                  plan->context()->dim, "\": 2}) or drop the plan's \"context\" section");
+  if (!plan && dims.cp() == 1) return;  // no plan: every parameter replicated on any mesh
 
   // The model's parameters and layers, without memory.
   Model model;
@@ -36,6 +63,9 @@ void validate(const Config& config, int64_t world_size) {
     models::MetaDeviceScope meta;
     model = build_model(config.model);
   }
+  if (dims.cp() > 1) check_context(config, dims, plan ? &*plan : nullptr, model);
+  if (!plan) return;
+  // The plan lists the model's mesh: without the pipeline dim, the context dim joined to dp.
   std::vector<std::string> names;
   for (const auto& [name, size] : dims.stage_dims()) names.push_back(name);
   if (!plan->mesh_dims().empty()) plan->resolve(names, parameter_shapes(*model.module));

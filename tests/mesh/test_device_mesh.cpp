@@ -70,3 +70,23 @@ TEST_CASE("a mesh that doesn't fit the world is rejected", "[any]") {
       DeviceMesh::init({{"dp", dist::world_size() + 1}}),
       Catch::Matchers::Contains("make the product of the dim sizes equal WORLD_SIZE"));
 }
+
+TEST_CASE("joining adjacent dims keeps the ranks and groups their product", "[world4]") {
+  auto mesh = DeviceMesh::init({{"dp", 1}, {"cp", 2}, {"tp", 2}});
+  const int r = dist::rank();
+  const int cp = r / 2, tp = r % 2;
+  auto joined = mesh.join({"dp", "cp"}, "dp");
+  CHECK(joined.dim_names() == std::vector<std::string>{"dp", "tp"});
+  CHECK(joined.size("dp") == 2);
+  CHECK(joined.coordinate() == std::vector<int64_t>{cp, tp});
+  CHECK(joined.group("dp").global_ranks() == std::vector<int>{tp, tp + 2});
+  CHECK(joined.group("tp").global_ranks() == std::vector<int>{2 * cp, 2 * cp + 1});
+  auto t = at::full({1}, float(r));
+  joined.group("dp").all_reduce(t).wait();  // the same communicator as cp's
+  CHECK(t.item<float>() == 2 * tp + 2);
+  // One dim alone is a rename.
+  auto renamed = mesh.join({"cp"}, "dp2");
+  CHECK(renamed.dim_names() == std::vector<std::string>{"dp", "dp2", "tp"});
+  CHECK(renamed.coordinate("dp2") == cp);
+  CHECK_THROWS_WITH(mesh.join({"dp", "tp"}, "x"), Catch::Matchers::Contains("adjacent dims"));
+}

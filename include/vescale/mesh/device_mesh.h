@@ -55,6 +55,11 @@ class DeviceMesh {
   // collective, no new communicators. No dims: this process alone, as a 1-rank mesh with one
   // dim "stage" (a group of one).
   DeviceMesh submesh(const std::vector<std::string>& dims) const;
+  // The same ranks with the adjacent dims `dims` (in this mesh's order) joined into one dim
+  // `name` of their sizes' product, coordinates row-major over them, e.g. {dp, cp, tp} with
+  // dp and cp joined as dp: the mesh a context-parallel model is laid out on. It reuses this
+  // mesh's groups: not collective, no new communicators.
+  DeviceMesh join(const std::vector<std::string>& dims, const std::string& name) const;
   // The world rank of the rank at `mesh_rank` of this mesh (itself for a mesh over the world).
   int world_rank(int64_t mesh_rank) const;
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "vescale/dtensor/placement.h"
+#include "vescale/plan/context_spec.h"
 #include "vescale/plan/schedule_kind.h"
 
 namespace vescale::plan {
@@ -90,6 +91,11 @@ class Plan {
   // The moe entry of a module, if any pattern matches.
   const MoESpec* moe_for(const std::string& module_fqn) const;
   Plan& pipeline(PipelineSpec spec);
+  // The "context" section: the dim that splits sequences (docs/context_parallel.md). Like the
+  // pipeline dim, the plan's "mesh" does not list it: parameters are replicated over it, and
+  // the model's mesh has it joined to dp.
+  const std::optional<ContextSpec>& context() const { return context_; }
+  Plan& context(ContextSpec spec);
 
   // The placements of one parameter: the first matching pattern wins; none is an error.
   const dtensor::Placements& placements_for(const std::string& fqn) const;
@@ -120,6 +126,7 @@ class Plan {
   GradReduce grad_reduce_;
   int zero_ = 0;
   std::optional<PipelineSpec> pipeline_;
+  std::optional<ContextSpec> context_;
   std::vector<std::pair<std::string, MoESpec>> moes_;
 };
 

@@ -71,6 +71,10 @@ double optimizer_bytes_per_element(int64_t zero);
 // family when it has none.
 models::BlockActivations block_activations(const ModelConfig& config);
 
+// Under context parallelism, "context cp=4 (ring, zigzag): 8192 of 32768 tokens per rank";
+// otherwise "".
+std::string context_summary(const Config& config, const mesh::MeshShape& mesh);
+
 // What --dry-run prints: parameter count, per-rank parameter, gradient, optimizer and
 // activation memory under the config's plan and mesh (a row per pipeline rank, with and
 // without activation checkpointing), and the peak against an 80 GB device (nothing is

@@ -54,6 +54,10 @@ struct ForwardBackwardOptions {
   bool bf16 = false;
   int64_t grad_accum = 1;
   parallel::GradReducer* reducer = nullptr;  // set_sync per micro-batch; may be null
+  // Context parallelism: the global positions of this rank's tokens of each sequence, by which
+  // the batch's tokens and targets are cut and the model runs (Model::forward_at); undefined:
+  // whole sequences.
+  at::Tensor positions;
   ForwardBackward::PhaseSink phase;
 };
 

@@ -113,6 +113,9 @@ class Trainer {
   // (dp, and ep: plan::ParallelDims::data; a pipeline stage's own data dims), its device.
   struct Place {
     std::optional<mesh::DeviceMesh> mesh;
+    // The mesh the model is laid out on when the mesh has a context dim: it joined to dp
+    // (plan::ParallelDims::model_dims); else none, and the model is on `mesh`.
+    std::optional<mesh::DeviceMesh> model_mesh;
     int rank = 0;
     int64_t world_size = 1, dp_rank = 0, dp_size = 1;
     std::string device = "cpu";
@@ -125,6 +128,7 @@ class Trainer {
   // the timeline's window (log.timeline).
   struct Hooks {
     std::vector<nn::HookHandle> checkpointed;
+    std::vector<nn::HookHandle> context;  // attention over the split sequence (cp)
     std::unique_ptr<TimelineWindow> timeline;
   };
   // What the run reports: the progress line, JSONL and TensorBoard (rank 0), and rank 0's
@@ -144,9 +148,10 @@ class Trainer {
   };
 
   // Builds the optimizer over the model's parameters (ShardedAdamW under ZeRO), then the
-  // forward-backward over `stages` (a pipeline) or the whole model, `microbatches` per step.
+  // forward-backward over `stages` (a pipeline) or the whole model, `microbatches` per step,
+  // on this rank's tokens of each sequence under context parallelism (`positions`).
   void build_step(std::unique_ptr<parallel::pipeline::PipelineStages> stages, int64_t zero,
-                  int64_t microbatches);
+                  int64_t microbatches, at::Tensor positions);
   void build_loaders();
   // Refuses a model whose dry-run estimate exceeds this rank's memory (train.allow_oversubscribe).
   void check_memory_fits() const;
