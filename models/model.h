@@ -27,7 +27,9 @@ using StateDict = std::map<std::string, at::Tensor>;
 struct Layer {
   std::string name;                  // "tok_embeddings", "layers.3", "output"
   std::vector<std::string> modules;  // "tok_embeddings"; "layers.3"; "norm", "output"
-  std::function<at::Tensor(const at::Tensor&)> forward;
+  // (input, positions): the tokens' global positions [T] (context parallelism), or undefined
+  // for 0..T-1. Layers that use no position ignore them.
+  std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> forward;
 };
 
 // A loss term over all layers that is not a sum of per-layer terms (Mixtral's load balancing

@@ -121,13 +121,19 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, KVCache* cache) {
 std::vector<Layer> GPTImpl::layer_chain() {
   GPTImpl* self = this;  // the model outlives its layers' functions (Model holds both)
   std::vector<Layer> out;
-  out.push_back({"embeddings", {"wte", "wpe", "drop"},
-                 [self](const at::Tensor& tokens) { return self->embed(tokens); }});
+  out.push_back(
+      {"embeddings", {"wte", "wpe", "drop"}, [self](const at::Tensor& tokens, const at::Tensor&) {
+         return self->embed(tokens);
+       }});
   for (size_t i = 0; i < h->size(); ++i) {
     const std::string name = "h." + std::to_string(i);
-    out.push_back({name, {name}, [self, i](const at::Tensor& x) { return self->block(i, x); }});
+    out.push_back({name, {name}, [self, i](const at::Tensor& x, const at::Tensor&) {
+                     return self->block(i, x);
+                   }});
   }
-  out.push_back({"head", {"ln_f", "wte"}, [self](const at::Tensor& x) { return self->head(x); }});
+  out.push_back({"head", {"ln_f", "wte"}, [self](const at::Tensor& x, const at::Tensor&) {
+                   return self->head(x);
+                 }});
   return out;
 }
 

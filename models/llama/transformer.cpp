@@ -271,18 +271,26 @@ std::vector<Layer> TransformerImpl::layer_chain() {
   std::vector<Layer> out;
   // A raw pointer: the model outlives its layers' functions (Model holds both).
   TransformerImpl* self = this;
-  out.push_back({"tok_embeddings", {"tok_embeddings"},
-                 [self](const at::Tensor& tokens) { return self->embed(tokens); }});
+  out.push_back(
+      {"tok_embeddings", {"tok_embeddings"}, [self](const at::Tensor& tokens, const at::Tensor&) {
+         return self->embed(tokens);
+       }});
   for (size_t i = 0; i < layers->size(); ++i) {
     const std::string name = "layers." + std::to_string(i);
-    out.push_back({name, {name}, [self, i](const at::Tensor& x) {
+    out.push_back({name, {name}, [self, i](const at::Tensor& x, const at::Tensor& positions) {
+                     if (positions.defined()) {
+                       const auto at = positions.to(self->rope_cos.device());
+                       return self->block(i, x, self->rope_cos.index_select(0, at),
+                                          self->rope_sin.index_select(0, at));
+                     }
                      const int64_t T = x.size(1);
                      return self->block(i, x, self->rope_cos.narrow(0, 0, T),
                                         self->rope_sin.narrow(0, 0, T));
                    }});
   }
-  out.push_back({"output", {"norm", output ? "output" : "tok_embeddings"},
-                 [self](const at::Tensor& x) { return self->head(x); }});
+  out.push_back({"output",
+                 {"norm", output ? "output" : "tok_embeddings"},
+                 [self](const at::Tensor& x, const at::Tensor&) { return self->head(x); }});
   return out;
 }
 

@@ -36,7 +36,7 @@ class PipelineForwardBackward : public ForwardBackward {
              // As the local forward around the whole model (the loss stays fp32).
              Bf16Autocast autocast(o_.bf16, at::Device(o_.device).type());
              at::Tensor y = in.at(0);
-             for (int64_t l = begin; l < end; ++l) y = model_.layers[l].forward(y);
+             for (int64_t l = begin; l < end; ++l) y = model_.layers[l].forward(y, o_.positions);
              // The aux loss's running statistics: what came in plus this stage's.
              at::Tensor stats = in.size() > 1 ? in[1] : at::Tensor();
              if (model_.aux_over_layers.stats && any_block) {
@@ -87,9 +87,13 @@ class PipelineForwardBackward : public ForwardBackward {
     if (o_.phase) o_.phase("running the pipeline schedule");
     const at::Device dev(o_.device);
     const mesh::DeviceMesh* m = &stages_->stage_mesh();
-    auto input = [&](int mb) { return to_model_input(batches.at(mb).inputs.to(dev), m); };
+    // Under context parallelism, this rank's tokens of each sequence (local_forward_backward.cpp).
+    auto mine = [&](const at::Tensor& t) {
+      return to_model_input(o_.positions.defined() ? t.index_select(1, o_.positions) : t, m);
+    };
+    auto input = [&](int mb) { return mine(batches.at(mb).inputs.to(dev)); };
     auto loss = [&](const std::vector<at::Tensor>& outputs, int mb) {
-      at::Tensor l = lm_loss(outputs.at(0), to_model_input(batches.at(mb).targets.to(dev), m));
+      at::Tensor l = lm_loss(outputs.at(0), mine(batches.at(mb).targets.to(dev)));
       if (model_.aux_over_layers.loss && outputs.size() > 1)
         l = l + model_.aux_over_layers.loss(outputs[1]);
       return l;

@@ -25,9 +25,6 @@ void check_context(const Config& config, const plan::ParallelDims& dims, const p
   const std::string cp =
       "parallel.mesh's '" + dims.context + "' (" + std::to_string(dims.cp()) + ")";
   (void)dims.model_dims();  // throws unless cp follows dp
-  VESCALE_CHECK(!plan || !plan->pipeline(), "plan '", plan ? plan->source() : "",
-                "': context parallelism inside pipeline stages is not supported yet; drop ", cp,
-                " or the plan's \"pipeline\" section");
   VESCALE_CHECK(!model.attention_cores.empty(), "model.type '", config.model.type,
                 "' has no attention that context parallelism knows (its builder names no "
                 "attention cores: Model::attention_cores); ",

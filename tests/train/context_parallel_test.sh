@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Context parallelism trains like one device (issue 35): one config, unchanged but for the mesh
 # and the plan, trained 10 steps at 1 rank and at cp=2 (ring, zigzag), cp=4 (all-gather, plain
-# chunks), cp x tp, cp x dp with ZeRO-1 and ZeRO-3, and a Mixtral at cp x ep: every step's loss,
-# and every parameter at the end (the Hugging Face export of the last checkpoint, each tensor's
-# difference in norm), within 1e-5 relative of the 1-rank run. Then the errors, before any rank starts: a sequence that does not
-# divide into 2cp chunks, a model without attention cores (GPT), cp inside a pipeline, cp not
-# next to dp, a plan's context dim the mesh lacks.
+# chunks), cp x tp (with and without sequence parallelism), pp x cp, cp x dp with ZeRO-1 and
+# ZeRO-3, and a Mixtral at cp x ep: every step's loss, and every parameter at the end (the
+# Hugging Face export of the last checkpoint, each tensor's difference in norm), within 1e-5
+# relative of the 1-rank run. Then the errors, before any rank starts: a sequence that does not
+# divide into 2cp chunks, a model without attention cores (GPT), cp not next to dp, a plan's
+# context dim the mesh lacks.
 # Usage: context_parallel_test.sh path/to/vescale-train path/to/vescale-convert python
 set -uo pipefail
 train=$1 convert=$2 python=$3
@@ -78,9 +79,13 @@ run cp4_allgather 4 llama_tiny --set 'parallel.mesh={"cp":4}' \
   --set parallel.plan=\""$plans/llama_cp_allgather.json"\"
 run cp2_tp2 4 llama_tiny --set 'parallel.mesh={"cp":2,"tp":2}' \
   --set parallel.plan=\""$plans/llama_dp_tp.json"\"
+run cp2_tp2_sp 4 llama_tiny --set 'parallel.mesh={"cp":2,"tp":2}' \
+  --set parallel.plan=\""$plans/llama_dp_tp_sp.json"\"
+run pp2_cp2 4 llama_tiny --set 'parallel.mesh={"pp":2,"cp":2}' \
+  --set parallel.plan=\""$plans/llama_pp_dp.json"\"
 run dp2_cp2_zero1 4 llama_tiny --set 'parallel.mesh={"dp":2,"cp":2}' --set parallel.zero=1
 run dp2_cp2_zero3 4 llama_tiny --set 'parallel.mesh={"dp":2,"cp":2}' --set parallel.zero=3
-same one cp2 cp4_allgather cp2_tp2 dp2_cp2_zero1 dp2_cp2_zero3
+same one cp2 cp4_allgather cp2_tp2 cp2_tp2_sp pp2_cp2 dp2_cp2_zero1 dp2_cp2_zero3
 # Experts, with their load-balancing loss: it is over the tokens forwarded together, so both
 # runs forward the step's 4 sequences at once (one micro-batch of 4; 2 per ep rank).
 run moe_one 1 mixtral_tiny --set train.micro_batch_size=4
@@ -101,8 +106,6 @@ fails indivisible llama_tiny "the sequence length (36) must divide into 8 chunks
   --nproc-per-node 4 --set 'parallel.mesh={"cp":4}' --set train.seq_len=36
 fails gpt nanogpt_tiny "has no attention that context parallelism knows" \
   --nproc-per-node 2 --set 'parallel.mesh={"cp":2}'
-fails pipeline llama_tiny "context parallelism inside pipeline stages is not supported yet" \
-  --nproc-per-node 4 --set 'parallel.mesh={"pp":2,"cp":2}' --set parallel.plan=\""$plans/llama_pp.json"\"
 fails order llama_tiny "put the context dim 'cp' right after 'dp'" \
   --nproc-per-node 4 --set 'parallel.mesh={"cp":2,"dp":2}'
 fails missing llama_tiny "context.dim 'cp' is not a dim of parallel.mesh" \
