@@ -4,7 +4,8 @@
 # chunks), cp x tp (with and without sequence parallelism), pp x cp, cp x dp with ZeRO-1 and
 # ZeRO-3, and a Mixtral at cp x ep: every step's loss, and every parameter at the end (the
 # Hugging Face export of the last checkpoint, each tensor's difference in norm), within 1e-5
-# relative of the 1-rank run. Then the errors, before any rank starts: a sequence that does not
+# relative of the 1-rank run. A checkpoint saved at cp=2 loads at cp=1 and tp=2 bitwise. Then
+# the errors, before any rank starts: a sequence that does not
 # divide into 2cp chunks, a model without attention cores (GPT), cp not next to dp, a plan's
 # context dim the mesh lacks.
 # Usage: context_parallel_test.sh path/to/vescale-train path/to/vescale-convert python
@@ -92,6 +93,29 @@ run moe_one 1 mixtral_tiny --set train.micro_batch_size=4
 run moe_cp2_ep2 4 mixtral_tiny --set 'parallel.mesh={"cp":2,"ep":2}' \
   --set parallel.plan=\""$plans/mixtral_ep_dp.json"\"
 same moe_one moe_cp2_ep2
+
+# A checkpoint saved at cp=2 (ZeRO-1: AdamW's moments sliced over dp x cp) loads at cp=1 and at
+# tp=2 bitwise: one more step at lr 1e-30 without weight decay (it moves no fp32 weight) saves
+# the weights as loaded, and their export equals the cp=2 checkpoint's byte for byte.
+reload() {  # reload NAME RANKS [--set ...]
+  local name=$1 ranks=$2
+  shift 2
+  local launch=()
+  [ "$ranks" -gt 1 ] && launch=(--nproc-per-node "$ranks")
+  cp -r "$dir/dp2_cp2_zero1.ckpt" "$dir/$name.ckpt"
+  timeout 300 "$train" --config "$root/configs/llama_tiny.json" "${launch[@]}" "${fixed[@]}" \
+    --set train.steps=11 --set train.lr=1e-30 --set train.min_lr=0 --set train.weight_decay=0 \
+    --set checkpoint.dir=\""$dir/$name.ckpt"\" "$@" > "$dir/$name.log" 2>&1 \
+    || { tail -n 30 "$dir/$name.log"; echo "context parallel: reloading at $name failed" >&2; exit 1; }
+  grep -q "resumed from .*step-00000010" "$dir/$name.log" || { echo "context parallel: $name did not resume" >&2; exit 1; }
+  "$convert" --checkpoint "$dir/$name.ckpt" --to-hf "$dir/$name.hf" > "$dir/$name.convert" 2>&1 \
+    || { cat "$dir/$name.convert"; exit 1; }
+  cmp "$dir/dp2_cp2_zero1.hf/model.safetensors" "$dir/$name.hf/model.safetensors" \
+    || { echo "context parallel: the cp=2 checkpoint loaded at $name differs" >&2; exit 1; }
+  echo "$name: the cp=2 checkpoint's weights, bitwise"
+}
+reload at_cp1 1
+reload at_tp2 2 --set 'parallel.mesh={"tp":2}' --set parallel.plan=\""$plans/llama_tp.json"\"
 
 # Errors, before any rank starts.
 fails() {  # fails NAME CONFIG EXPECTED-TEXT ARGS...
