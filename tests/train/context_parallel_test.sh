@@ -4,8 +4,8 @@
 # chunks), cp x tp (with and without sequence parallelism), pp x cp, cp x dp with ZeRO-1 and
 # ZeRO-3, and a Mixtral at cp x ep: every step's loss, and every parameter at the end (the
 # Hugging Face export of the last checkpoint, each tensor's difference in norm), within 1e-5
-# relative of the 1-rank run. A checkpoint saved at cp=2 loads at cp=1 and tp=2 bitwise. Then
-# the errors, before any rank starts: a sequence that does not
+# relative of the 1-rank run. A checkpoint saved at cp=2 loads at cp=1 and tp=2 bitwise. Each
+# rank's activations at 2048 tokens fall to about 1/cp of one device's. Then the errors, before any rank starts: a sequence that does not
 # divide into 2cp chunks, a model without attention cores (GPT), cp not next to dp, a plan's
 # context dim the mesh lacks.
 # Usage: context_parallel_test.sh path/to/vescale-train path/to/vescale-convert python
@@ -116,6 +116,38 @@ reload() {  # reload NAME RANKS [--set ...]
 }
 reload at_cp1 1
 reload at_tp2 2 --set 'parallel.mesh={"tp":2}' --set parallel.plan=\""$plans/llama_tp.json"\"
+
+# Memory: at 2048 tokens, each rank's activations (the counting allocator's peak less a 16-token
+# run's, which is the weights, gradients and optimizer) fall to at most about 1/cp of one
+# device's, and halve again from cp=2 to cp=4. (Below 1/cp in fact: one device keeps each
+# layer's attention probabilities, T^2 per head, which the ring's blocks recompute from the
+# log-sum-exp.)
+long=(--set train.global_batch_size=1 --set train.micro_batch_size=1 --set train.steps=2
+      --set model.max_seq_len=2048 --set train.eval_every=0 --set train.sample_every=0)
+peak() {  # peak NAME RANKS SEQ MESH
+  local launch=()
+  [ "$2" -gt 1 ] && launch=(--nproc-per-node "$2")
+  timeout 300 "$train" --config "$root/configs/llama_tiny.json" "${launch[@]}" "${long[@]}" \
+    --set train.seq_len="$3" --set "parallel.mesh=$4" --set log.metrics_jsonl=\""$dir/$1.jsonl"\" \
+    > "$dir/$1.log" 2>&1 || { tail -n 20 "$dir/$1.log"; echo "context parallel: $1 failed" >&2; exit 1; }
+}
+peak base 1 16 '{"dp":1}'
+peak long1 1 2048 '{"dp":1}'
+peak long_cp2 2 2048 '{"cp":2}'
+peak long_cp4 4 2048 '{"cp":4}'
+"$python" - "$dir" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+peak = lambda n: max(json.loads(l)["tensor_peak_gb"] for l in open(f"{d}/{n}.jsonl") if "tensor_peak_gb" in l)
+base = peak("base")
+act = {cp: peak(n) - base for cp, n in ((1, "long1"), (2, "long_cp2"), (4, "long_cp4"))}
+print("activations per rank at 2048 tokens: " + ", ".join(f"cp={cp} {a * 1024:.1f} MiB ({a / act[1]:.3f} of one device)" for cp, a in act.items()))
+for cp in (2, 4):
+    if act[cp] > 1.1 * act[1] / cp:
+        sys.exit(f"context parallel: cp={cp} keeps {act[cp] / act[1]:.3f} of one device's activations, more than 1/{cp}")
+if act[4] > 0.55 * act[2]:
+    sys.exit(f"context parallel: cp=4 keeps {act[4] / act[2]:.3f} of cp=2's activations, not about half")
+PY
 
 # Errors, before any rank starts.
 fails() {  # fails NAME CONFIG EXPECTED-TEXT ARGS...
