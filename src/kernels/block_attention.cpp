@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "vescale/common/check.h"
 
@@ -58,12 +59,56 @@ void check_block(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                 "block_attention: one position per query and per key");
 }
 
+// Flash attention's kernels (CUDA in bf16/fp16, the CPU's in any float type) cover two masks:
+// none, and the diagonal block's (queries and keys at the same positions, each query seeing the
+// keys up to its own: flash's top-left is_causal). Every block ring and all-gather attention
+// compute is one of them (a run against itself, or against a run wholly before it); they keep
+// no scores, where the ATen path below holds a block's [Tq, Tk] scores several times over.
+enum class FlashMask { Unsupported, Visible, Diagonal };
+
+FlashMask flash_mask(const at::Tensor& q, const at::Tensor& k_or_v, const at::Tensor& q_pos,
+                     const at::Tensor& k_pos, bool causal) {
+  const auto dt = q.scalar_type();
+  if (k_or_v.scalar_type() != dt || q.size(2) == 0 || k_or_v.size(2) == 0)
+    return FlashMask::Unsupported;
+  if (q.is_cuda()) {
+    if ((dt != at::kBFloat16 && dt != at::kHalf) || q.size(-1) % 8 != 0 || q.size(-1) > 256)
+      return FlashMask::Unsupported;
+  } else if (!q.is_cpu() || !at::isFloatingType(dt)) {
+    return FlashMask::Unsupported;
+  }
+  if (!causal || k_pos.max().item<int64_t>() <= q_pos.min().item<int64_t>())
+    return FlashMask::Visible;
+  // The same increasing positions: causal by position is causal by local index.
+  if (q_pos.sizes() == k_pos.sizes() && at::equal(q_pos.cpu(), k_pos.cpu()) &&
+      (q_pos.numel() < 2 || at::all(q_pos.diff() > 0).item<bool>()))
+    return FlashMask::Diagonal;
+  return FlashMask::Unsupported;
+}
+
+// The log-sum-exp a CPU flash backward reads: its accumulation type (double for double inputs).
+at::Tensor lse_for(const at::Tensor& q, const at::Tensor& lse) {
+  return lse.to(q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat).contiguous();
+}
+
 }  // namespace
 
 AttentionBlock block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const at::Tensor& q_pos, const at::Tensor& k_pos, bool causal) {
   check_block(q, k, v, q_pos, k_pos);
   const int64_t heads = q.size(1);
+  if (const FlashMask mask = flash_mask(q, k, q_pos, k_pos, causal);
+      mask != FlashMask::Unsupported) {
+    const at::Tensor qc = q.contiguous(), kc = repeat_heads(k, heads).contiguous(),
+                     vc = repeat_heads(v, heads).contiguous();
+    const bool diagonal = mask == FlashMask::Diagonal;
+    if (q.is_cuda()) {
+      auto r = at::_scaled_dot_product_flash_attention(qc, kc, vc, 0.0, diagonal);
+      return {std::get<0>(r), std::get<1>(r)};
+    }
+    auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(qc, kc, vc, 0.0, diagonal);
+    return {out, lse.to(at::kFloat)};
+  }
   const at::Tensor s = scores(q, repeat_heads(k, heads), q_pos, k_pos, causal);
   AttentionBlock out;
   out.lse = at::logsumexp(s, -1);
@@ -98,6 +143,26 @@ AttentionBlockGrads block_attention_backward(const at::Tensor& q, const at::Tens
                                              const at::Tensor& dout) {
   check_block(q, k, v, q_pos, k_pos);
   const int64_t heads = q.size(1), kv = k.size(1);
+  if (const FlashMask mask = flash_mask(q, k, q_pos, k_pos, causal);
+      mask != FlashMask::Unsupported) {
+    // Flash's backward, like the ATen one below, takes the merged output and log-sum-exp.
+    const at::Tensor qc = q.contiguous(), kc = repeat_heads(k, heads).contiguous(),
+                     vc = repeat_heads(v, heads).contiguous(),
+                     oc = out.to(q.scalar_type()).contiguous(),
+                     dc = dout.to(q.scalar_type()).contiguous();
+    const bool diagonal = mask == FlashMask::Diagonal;
+    at::Tensor dq, dk, dv;
+    if (q.is_cuda()) {
+      const at::Tensor none;
+      std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
+          dc, qc, kc, vc, oc, lse.contiguous(), none, none, q.size(2), k.size(2), 0.0, diagonal,
+          at::empty({}, at::kLong), at::empty({}, at::kLong));
+    } else {
+      std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          dc, qc, kc, vc, oc, lse_for(q, lse), 0.0, diagonal);
+    }
+    return {dq, sum_heads(dk, kv), sum_heads(dv, kv)};
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   const at::Tensor kr = repeat_heads(k, heads).to(at::kFloat),
                    vr = repeat_heads(v, heads).to(at::kFloat);

@@ -125,6 +125,23 @@ TEST_CASE("vescale-train --dry-run reports LLaMA-3 70B without memory", "[train_
   CHECK_THAT(r.out, Contains("params 4.47 GiB"));
 }
 
+TEST_CASE("the 128K recipe splits each sequence over cp and fits 80 GB with headroom",
+          "[train_app]") {
+  // 128 ranks: 16 x 8192 tokens of each 131072-token sequence; ZeRO-1 slices over dp x cp (no
+  // dp=1 warning); the README's 9.60 GiB row, and 11.72 GiB at cp=8.
+  auto r = run(TRAIN + " --dry-run --config " + CONFIGS + "llama3_8b_128k.json");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Contains("mesh: dp=1, cp=16, tp=8 (128 ranks)"));
+  CHECK_THAT(r.out, Contains("batch: 8 sequences of 131072 tokens per step"));
+  CHECK_THAT(r.out, Contains("context cp=16 (ring, zigzag): 8192 of 131072 tokens per rank"));
+  CHECK_THAT(r.out, Contains("peak per rank: 9.60 GiB"));
+  CHECK_THAT(r.out, !Contains("warning: ZeRO"));
+  r = run(TRAIN + " --dry-run --config " + CONFIGS +
+          "llama3_8b_128k.json --set 'parallel.mesh={\"dp\":-1,\"cp\":8,\"tp\":8}'");
+  CHECK_THAT(r.out, Contains("peak per rank: 11.72 GiB"));
+}
+
 TEST_CASE("vescale-train --dry-run --world-size shows the mesh those ranks form", "[train_app]") {
   // 64 ranks, dp the rest: pp=2 x dp=4 x tp=8, tp inside the 8-GPU nodes; 128 sequences a step
   // (train.batch_size 1 x 32 pipeline micro-batches x 4 data ranks), the README's 6.43 GiB row.

@@ -3,7 +3,10 @@
 // attention (context parallelism, parallel/context/) compose. Partial results over different key
 // blocks merge by the online-softmax rule; the backward of a block takes the merged output and
 // log-sum-exp (as flash attention's does), so no probabilities are kept between blocks.
-// Plain tensors, below autograd; fp32 or the inputs' dtype on any device (ATen ops).
+// Plain tensors, below autograd. Blocks whose mask is none or the diagonal's (every block ring
+// and all-gather attention compute) run flash attention's kernels, which keep no scores: the
+// CPU's in any float type, CUDA's in bf16 or fp16. Other blocks (any positions) run ATen ops in
+// fp32 on any device. The contract is the same either way.
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -146,11 +146,16 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
   }
 };
 
-// Every rank's positions, in group-rank order: the keys' order after the all-gather.
-at::Tensor all_positions(const SequenceSplit& split) {
-  std::vector<at::Tensor> all;
-  for (int64_t r = 0; r < split.cp; ++r) all.push_back(split.positions(r));
-  return at::cat(all);
+// Every rank's runs in the gathered keys (group-rank order, each rank's Tl rows in its order).
+std::vector<Run> gathered_runs(const SequenceSplit& split) {
+  std::vector<Run> all;
+  const int64_t tl = split.seq_len / split.cp;
+  for (int64_t r = 0; r < split.cp; ++r)
+    for (Run run : runs_of(split, r)) {
+      run.row += r * tl;
+      all.push_back(run);
+    }
+  return all;
 }
 
 // [2, B, Hkv, Tl, D] from every rank -> [2, B, Hkv, cp x Tl, D] in group-rank order.
@@ -172,11 +177,16 @@ struct AllGatherAttention : torch::autograd::Function<AllGatherAttention> {
                             const SequenceSplit& split, dist::ProcessGroup* group, bool causal) {
     const auto mine = runs_of(split, group->rank());
     const at::Tensor kv = gather_kv(at::stack({key, value}).contiguous(), *group);
-    const at::Tensor pos = all_positions(split);
     std::vector<at::Tensor> outs, lses;
     for (const Run& qr : mine) {
-      const auto b = k::block_attention(rows(q, qr), kv[0], kv[1], qr.pos, pos, causal);
-      outs.push_back(b.out), lses.push_back(b.lse);
+      // Run by run, as the ring goes: each block is then unmasked, the diagonal, or skipped
+      // (flash attention's kernels: no scores kept).
+      k::AttentionBlock acc;
+      for (const Run& kr : gathered_runs(split))
+        if (!k::block_fully_masked(qr.pos, kr.pos, causal))
+          k::merge_blocks(acc, k::block_attention(rows(q, qr), rows(kv[0], kr), rows(kv[1], kr),
+                                                  qr.pos, kr.pos, causal));
+      outs.push_back(acc.out), lses.push_back(acc.lse);
     }
     at::Tensor out = at::cat(outs, 2), lse = at::cat(lses, 2);
     ctx->save_for_backward({q, kv, out, lse});
@@ -189,16 +199,21 @@ struct AllGatherAttention : torch::autograd::Function<AllGatherAttention> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &kv = saved[1], &out = saved[2], &lse = saved[3];
     const auto [split, group, causal] = saved_call(ctx);
-    const at::Tensor dout = grads[0].contiguous(), pos = all_positions(split);
+    const at::Tensor dout = grads[0].contiguous();
     std::vector<at::Tensor> dqs;
     at::Tensor dkv = at::zeros_like(kv, kv.options().dtype(at::kFloat));
     for (const Run& qr : runs_of(split, group->rank())) {
-      const auto g =
-          k::block_attention_backward(rows(q, qr), kv[0], kv[1], qr.pos, pos, causal, rows(out, qr),
-                                      lse.narrow(2, qr.row, qr.len), rows(dout, qr));
-      dqs.push_back(g.dq);
-      dkv[0].add_(g.dk);
-      dkv[1].add_(g.dv);
+      at::Tensor dq = at::zeros_like(rows(q, qr), q.options().dtype(at::kFloat));
+      for (const Run& kr : gathered_runs(split)) {
+        if (k::block_fully_masked(qr.pos, kr.pos, causal)) continue;
+        const auto g = k::block_attention_backward(rows(q, qr), rows(kv[0], kr), rows(kv[1], kr),
+                                                   qr.pos, kr.pos, causal, rows(out, qr),
+                                                   lse.narrow(2, qr.row, qr.len), rows(dout, qr));
+        dq.add_(g.dq);
+        rows(dkv[0], kr).add_(g.dk);
+        rows(dkv[1], kr).add_(g.dv);
+      }
+      dqs.push_back(dq);
     }
     // Each rank's keys' gradients, summed over the ranks whose queries saw them: [2, B, Hkv,
     // cp x Tl, D] back to rank-major pieces, reduce-scattered.
