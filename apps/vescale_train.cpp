@@ -40,6 +40,15 @@ double peak_memory_bytes() {
   return static_cast<double>(
       vescale::kernels::memory_stats(vescale::dist::device_type() == "cuda").peak);
 }
+
+// A file of ours that must not outlive the run (parallel.plan=auto's plan), error or not.
+struct RemovedAtExit {
+  std::string path;
+  ~RemovedAtExit() {
+    std::error_code ignored;
+    if (!path.empty()) std::filesystem::remove(path, ignored);
+  }
+};
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,10 +130,12 @@ int main(int argc, char** argv) {
     vescale::log::init(rank, !log_level.empty() ? log_level : rank == 0 ? cfg.log.level : "");
     // parallel.plan=auto: the planner chooses the layout for this world (collective).
     auto run_cfg = cfg;
+    RemovedAtExit auto_plan_file;
     std::optional<vescale::planner::StepPrediction> predicted;
     if (cfg.parallel.auto_plan() && !dry_run) {
       auto chosen = vescale::planner::auto_plan(cfg, env.local_world_size);
       run_cfg = chosen.config;
+      auto_plan_file.path = run_cfg.parallel.plan;  // the trainer reads it; gone when we end
       if (rank == 0) predicted = chosen.prediction;
       vescale::train::validate(run_cfg, env.world_size);
       dims = vescale::mesh::MeshDims(run_cfg.parallel.mesh.begin(), run_cfg.parallel.mesh.end());

@@ -57,9 +57,12 @@ written moe_ep2 moe mixtral_tiny "ep=2 zero0 mb2" "${moe[@]}"
 # parallel.plan=auto: the planner chooses for the 2 launched ranks (this machine measured at
 # start), logs its choice and, after a few steps, measured against predicted; the math is the
 # one-device run's.
-timeout 240 "$train" --config llama_tiny "${small[@]}" --set parallel.plan=auto \
+mkdir -p "$dir/tmp"
+TMPDIR="$dir/tmp" timeout 240 "$train" --config llama_tiny "${small[@]}" --set parallel.plan=auto \
   --nproc-per-node 2 --set log.metrics_jsonl=\""$dir/auto.jsonl"\" > "$dir/auto.log" 2>&1 \
   || { tail -20 "$dir/auto.log"; echo "write: parallel.plan=auto failed" >&2; exit 1; }
+# The plan it wrote for the run is gone with the run.
+[ -z "$(ls -A "$dir/tmp")" ] || { ls "$dir/tmp"; echo "write: parallel.plan=auto left files in TMPDIR" >&2; exit 1; }
 grep -q "plan auto: .*, the best of [0-9]* layouts of 2 ranks on this machine; predicted" "$dir/auto.log" \
   && grep -q "plan check: predicted [0-9]* ms/step, measured [0-9]* ms/step" "$dir/auto.log" \
   || { grep -i plan "$dir/auto.log"; echo "write: no plan auto / plan check lines" >&2; exit 1; }
