@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <vector>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -144,6 +145,50 @@ double mean_collective_seconds(Collective kind, int64_t elems, const std::string
     total += std::chrono::duration<double>(Clock::now() - start).count();
   }
   return total / samples;
+}
+
+// What overlapped communication costs the compute beside it: a run of GEMMs timed alone and
+// while all-reduces of 4 MiB, posted ahead, keep the communication busy for longer than the
+// GEMMs take, every rank at once. The GEMMs' extra time over their time beside the traffic (all
+// of it overlapped), the median of 7 rounds, the ranks' mean: every rank's profile says the same.
+double measure_overlap_cost(const std::string& device, const at::TensorOptions& opts) {
+  auto& w = dist::world();
+  const auto a = at::randn({384, 384}, opts), b = at::randn({384, 384}, opts);
+  auto compute = [&] {
+    const auto start = Clock::now();
+    for (int i = 0; i < 40; ++i) (void)at::mm(a, b);
+    sync(device);
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  auto buffer = at::zeros({int64_t{1} << 20}, opts.dtype(at::kFloat));
+  compute();  // warm
+  w.all_reduce(buffer).wait();
+  // Enough all-reduces to outlast the GEMMs (their own time, measured once).
+  const auto start = Clock::now();
+  for (int i = 0; i < 4; ++i) w.all_reduce(buffer).wait();
+  const double one = std::chrono::duration<double>(Clock::now() - start).count() / 4;
+  const double gemms = compute();
+  // The same count on every rank (collectives must pair up): the largest any rank asks for.
+  auto want = at::full({1}, std::clamp(3 * gemms / std::max(one, 1e-6), 4.0, 256.0),
+                       at::TensorOptions().dtype(at::kDouble).device(opts.device()));
+  w.all_reduce(want, dist::ReduceOp::Max).wait();
+  const int posted = static_cast<int>(want.item<double>());
+  std::vector<double> costs;
+  for (int round = 0; round < 7; ++round) {
+    w.barrier().wait();
+    const double alone = compute();
+    w.barrier().wait();
+    std::vector<dist::Work> works;
+    for (int i = 0; i < posted; ++i) works.push_back(w.all_reduce(buffer));
+    const double beside = compute();
+    for (auto& work : works) work.wait();
+    costs.push_back(std::clamp((beside - alone) / beside, 0.0, 1.0));
+  }
+  std::sort(costs.begin(), costs.end());
+  auto mean = at::full({1}, costs[costs.size() / 2],
+                       at::TensorOptions().dtype(at::kDouble).device(opts.device()));
+  w.all_reduce(mean).wait();
+  return mean.item<double>() / static_cast<double>(dist::world_size());
 }
 
 // Every collective over the world at sizes 4 B..16 MiB, each fitted to its formula
@@ -318,6 +363,12 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
                       : "flash attention recomputes them";
   p.gpus_per_node = ranks;
   if (ranks > 1) {
+    p.overlap_cost = measure_overlap_cost(device, opts);
+    p.sources["overlap_cost"] =
+        how +
+        ": 40 fp32 384^3 GEMMs timed alone and beside all-reduces of 4 MiB that outlast "
+        "them, every rank at once; their extra time over their time beside, the median of "
+        "7 rounds, the ranks' mean";
     p.intra_node = measure_link(device, opts);
     p.sources["intra_node"] =
         how +

@@ -372,18 +372,24 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
                                    reduce_scatter_s(expert_grad, l.dp, dp_link)
                              : all_reduce_s(grad_bytes, D, dp_link) +
                                    all_reduce_s(expert_grad, l.dp, dp_link);
-    double hidden = back_last, after = 0;
+    double hidden = back_last, after = 0, gather_hidden = 0;
     if (z == 1 || z == 2)
       after = all_gather_s(weight_bytes, D, dp_link) + all_gather_s(expert_weights, l.dp, dp_link);
     // Gathered bucket by bucket as the next step's first forward reaches them.
-    if (stack.overlaps_param_gather) after = std::max(0.0, after - fwd_rank);
+    if (stack.overlaps_param_gather) {
+      gather_hidden = std::min(after, fwd_rank);
+      after -= gather_hidden;
+    }
     if (z == 3) {
       hideable += 2 * static_cast<double>(M) * all_gather_s(weight_bytes, D, dp_link);
       hidden = static_cast<double>(M) * (fwd_rank + back_last);
     }
     const double last_bucket = all_reduce_s(std::min(kBucketBytes, grad_bytes + expert_grad),
                                             D, dp_link);
-    dp_comm = std::max(dp_comm, std::max(0.0, hideable - hidden) + last_bucket + after);
+    // What is hidden still costs the compute beside it DeviceProfile::overlap_cost of its time.
+    const double overlapped = std::min(hideable, hidden) + gather_hidden;
+    dp_comm = std::max(dp_comm, std::max(0.0, hideable - hidden) + last_bucket + after +
+                                    device.overlap_cost * overlapped);
     const double d = static_cast<double>(l.data_ranks()), dpd = static_cast<double>(l.dp);
     // The elements this rank holds whole, and its ZeRO slice of them (experts sliced over dp).
     const double w = dense + experts, slice = dense / d + experts / dpd;

@@ -67,6 +67,7 @@ void visit(V& v, DeviceProfile& p) {
   number(v, "op_overhead", p.op_overhead, Rule::AtLeastZeroIfGiven);
   v.field("attention_keeps_probabilities", p.attention_keeps_probabilities);
   number(v, "ranks_per_core", p.ranks_per_core, Rule::PositiveIfGiven);
+  number(v, "overlap_cost", p.overlap_cost, Rule::AtLeastZeroIfGiven);
   auto link_class = [&](const char* key, Link& link) {
     if constexpr (std::is_same_v<V, Reader>)
       if (!v.raw(key))
@@ -111,6 +112,8 @@ DeviceProfile device_profile_from_json(const std::string& text, const std::strin
   Reader r(j, "", source, "device profile");
   visit(r, p);
   if (!(p.gemm_efficiency <= 1)) r.fail("gemm_efficiency", "a fraction of the peak, at most 1");
+  if (!(p.overlap_cost <= 1))
+    r.fail("overlap_cost", "a fraction of the overlapped time, at most 1");
   if (p.gpus_per_node < 1) r.fail("gpus_per_node", "must be a positive integer (devices per node)");
   // Where each figure comes from: free text, kept as it is.
   if (const auto* sources = r.raw("sources"); sources && sources->is_object())

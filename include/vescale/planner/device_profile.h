@@ -59,6 +59,10 @@ struct DeviceProfile {
   // cores: the rates above were measured with every rank running at once, so a rank idle in a
   // pipeline's bubble lends its share to the others). Optional; 0 or 1: a device per rank.
   double ranks_per_core = 0;
+  // The share of communication overlapped with compute that the compute still pays for: on a
+  // CPU the collective's copies and reductions run on the cores the compute needs (measured by
+  // --calibrate); on a GPU NCCL's kernels take a few SMs (not modelled: 0). Optional (0).
+  double overlap_cost = 0;
   Link intra_node, inter_node;
   int64_t gpus_per_node = 8;
   // Where each figure comes from: field -> source.
