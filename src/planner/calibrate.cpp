@@ -26,13 +26,15 @@ void sync(const std::string& device) {
   if (device != "cpu") at::empty({1}, at::TensorOptions().device(device)).cpu();  // drains the stream
 }
 
-// The best of a few timings of `f`, each long enough (at least 50 ms in repeats) to time.
+// The median of a few timings of `f`, each long enough (at least 50 ms in repeats) to time: the
+// steps it predicts are read as medians too, and on a shared machine the best of a few runs is
+// a moment the training rarely sees.
 template <class F>
-double best_seconds(F&& f, const std::string& device) {
+double median_seconds(F&& f, const std::string& device) {
   f();  // warm-up
   sync(device);
-  double best = 1e30;
-  for (int round = 0; round < 3; ++round) {
+  std::vector<double> rounds;
+  for (int round = 0; round < 5; ++round) {
     int reps = 0;
     const auto start = Clock::now();
     double took = 0;
@@ -42,9 +44,10 @@ double best_seconds(F&& f, const std::string& device) {
       sync(device);
       took = std::chrono::duration<double>(Clock::now() - start).count();
     } while (took < 0.05);
-    best = std::min(best, took / reps);
+    rounds.push_back(took / reps);
   }
-  return best;
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[rounds.size() / 2];
 }
 
 std::string today() {
@@ -235,7 +238,7 @@ double block_elementwise_rate(const DeviceProfile& profile, const std::string& d
     model.module->to(at::Device(device));
     const auto tokens =
         at::randint(0, 256, {2, 256}, at::TensorOptions().dtype(at::kLong).device(device));
-    measured[layers - 1] = best_seconds([&] { model.forward(tokens).sum().backward(); }, device);
+    measured[layers - 1] = median_seconds([&] { model.forward(tokens).sum().backward(); }, device);
     const ModelShape shape = model_shape(config);
     Layout one;
     one.micro_batch = 2;
@@ -262,7 +265,7 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
   for (int64_t n : {64, 128, 256, 384, 512, 768, 1024, 1536}) {
     const auto a = at::randn({n, n}, opts), b = at::randn({n, n}, opts);
     at::Tensor c;
-    const double s = best_seconds([&] { c = at::mm(a, b); }, device);
+    const double s = median_seconds([&] { c = at::mm(a, b); }, device);
     const double w = static_cast<double>(n) * n * n;
     gemms.push_back({w, 2 * w / s});
   }
@@ -279,7 +282,7 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
                b = at::randn({n, n}, opts.dtype(at::kFloat));
     at::Tensor c;
     const double w = static_cast<double>(n) * n * n;
-    p.fp32_peak_flops = 2 * w / best_seconds([&] { c = at::mm(a, b); }, device) * (w + half) / w;
+    p.fp32_peak_flops = 2 * w / median_seconds([&] { c = at::mm(a, b); }, device) * (w + half) / w;
   }
   {
     // Elementwise ops as a block runs them: a chain on an activation-sized [1024, 768] tensor
@@ -288,7 +291,7 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
     // cost model counts them (backward twice the forward). Smaller tensors run from cache and
     // faster; larger ones than a block's are rare at the shapes a CPU trains.
     auto x = at::randn({1024, 768}, opts.dtype(at::kFloat)).set_requires_grad(true);
-    const double s = best_seconds(
+    const double s = median_seconds(
         [&] {
           auto n = x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + 1e-5);
           (at::silu(n) * n + x).sum().backward();
@@ -301,7 +304,7 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
     // elements, forward and backward, per forward operation and its share of the backward
     // (the cost model charges each counted operation three times: forward and backward).
     auto x = at::ones({64}, opts.dtype(at::kFloat)).set_requires_grad(true);
-    const double s = best_seconds(
+    const double s = median_seconds(
         [&] {
           auto y = x;
           for (int i = 0; i < 20; ++i) y = y * 1.0001;

@@ -209,6 +209,44 @@ TEST_CASE("ranks sharing cores lend their bubble to each other, and nothing else
   CHECK(q.compute_s == p.compute_s);
 }
 
+TEST_CASE(
+    "overlapped gradient traffic costs the compute overlap_cost of its time, hidden part only",
+    "[planner]") {
+  const auto config = llama({});
+  const auto m = model_shape(config);
+  double params = 0;
+  for (const auto& ls : m.layers) params += ls.params;
+  Layout l;
+  l.dp = 2;
+  l.micro_batch = 1;
+  for (double bandwidth : {400e9, 1e9}) {
+    CAPTURE(bandwidth);
+    auto d = toy_device();
+    d.intra_node = {bandwidth, 0};
+    auto costly = d;
+    costly.overlap_cost = 0.5;
+    const auto free = predict(m, config, l, 8, d, 8), paid = predict(m, config, l, 8, costly, 8);
+    CHECK(paid.compute_s == free.compute_s);
+    const double extra = paid.exposed_s.at("dp") - free.exposed_s.at("dp");
+    // The fp32 gradients' all-reduce behind the last micro-batch's backward: on the fast link
+    // all of it is hidden (and half of it charged); on the slow one only the backward's length.
+    const double reduction = all_reduce_s(4 * params, 2, d.intra_node);
+    if (bandwidth > 1e11) {
+      CHECK(extra == Approx(0.5 * reduction).epsilon(1e-9));
+    } else {
+      CHECK(extra > 0);
+      CHECK(extra < 0.5 * reduction);
+      CHECK(extra <= 0.5 * free.compute_s / static_cast<double>(free.microbatches));
+    }
+  }
+  // One rank has nothing to overlap: the same step either way.
+  Layout one;
+  one.micro_batch = 1;
+  auto d = toy_device(), costly = toy_device();
+  costly.overlap_cost = 0.5;
+  CHECK(predict(m, config, one, 8, costly, 8).step_s == predict(m, config, one, 8, d, 8).step_s);
+}
+
 TEST_CASE("the search prefers what is plainly best, and prunes what does not fit", "[planner]") {
   // A small model on 8 devices with one node's fast links: the best is pure data parallelism
   // (no bubble, no tensor-parallel traffic on the critical path, no recomputation); ZeRO only
