@@ -284,18 +284,20 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
                   " must hold dim names (strings)");
     plan.mesh_dims_.push_back(d.get<std::string>());
   }
+  // The pipeline and context dims shard no parameter: the plan's mesh does not list them.
+  auto unlisted = [&](const std::string& dim, const char* why) {
+    VESCALE_CHECK(
+        std::find(plan.mesh_dims_.begin(), plan.mesh_dims_.end(), dim) == plan.mesh_dims_.end(),
+        where(source, "mesh"), " lists '", dim, "', ", why);
+  };
   if (plan.pipeline_)
-    VESCALE_CHECK(std::find(plan.mesh_dims_.begin(), plan.mesh_dims_.end(), plan.pipeline_->dim) ==
-                      plan.mesh_dims_.end(),
-                  where(source, "mesh"), " lists '", plan.pipeline_->dim,
-                  "', the pipeline dim: list only the stage's dims (the pipeline cuts layers, it "
-                  "shards no parameter)");
+    unlisted(plan.pipeline_->dim,
+             "the pipeline dim: list only the stage's dims (the pipeline cuts layers, it shards "
+             "no parameter)");
   if (plan.context_)
-    VESCALE_CHECK(std::find(plan.mesh_dims_.begin(), plan.mesh_dims_.end(), plan.context_->dim) ==
-                      plan.mesh_dims_.end(),
-                  where(source, "mesh"), " lists '", plan.context_->dim,
-                  "', the context dim: list the model's dims, with the context dim joined to dp "
-                  "(it splits sequences and shards no parameter; docs/context_parallel.md)");
+    unlisted(plan.context_->dim,
+             "the context dim: list the model's dims, with the context dim joined to dp (it "
+             "splits sequences and shards no parameter; docs/context_parallel.md)");
   VESCALE_CHECK((pure_pipeline && !params) || (params && params->is_object()), where(source, "params"),
                 " must be an object mapping FQN patterns to placements");
   static const json no_params = json::object();

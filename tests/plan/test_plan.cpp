@@ -303,3 +303,45 @@ TEST_CASE("a pipeline's schedule kind is read once, when the plan is, with the f
       Contains("plan 'pp.json': pipeline.schedule: unknown schedule kind '1fb1' (did you mean "
                "'1f1b'?); set pipeline.schedule to gpipe, 1f1b, interleaved_1f1b or zb_h1"));
 }
+
+TEST_CASE("a context section: parsed with its defaults, bad values and a listed dim named",
+          "[plan][context]") {
+  const auto c = Plan::from_json(
+      R"({"mesh": ["dp"], "context": {"attention": "allgather"}, "params": {"*": ["Replicate"]}})",
+      "cp.json");
+  REQUIRE(c.context());
+  CHECK(c.context()->dim == "cp");
+  CHECK(c.context()->attention == ContextAttention::AllGather);
+  CHECK(c.context()->zigzag);  // the default balance
+  CHECK_THROWS_WITH(
+      Plan::from_json(R"({"mesh": ["dp"], "context": {"attention": "rings"}, "params": {}})",
+                      "cp.json"),
+      Contains("context.attention: must be \"ring\" or \"allgather\", not \"rings\""));
+  CHECK_THROWS_WITH(
+      Plan::from_json(R"({"mesh": ["dp"], "context": {"balance": "zig"}, "params": {}})",
+                      "cp.json"),
+      Contains("context.balance: must be \"zigzag\""));
+  CHECK_THROWS_WITH(
+      Plan::from_json(R"({"mesh": ["dp", "cp"], "context": {}, "params": {}})", "cp.json"),
+      Contains("plan 'cp.json': mesh lists 'cp', the context dim: list the model's dims"));
+}
+
+TEST_CASE("the context dim joins dp in the model's mesh, which the plan lists", "[plan][context]") {
+  const ParallelDims joined({{"pp", 2}, {"dp", 2}, {"cp", 4}, {"tp", 2}}, nullptr);
+  CHECK(joined.context == "cp");
+  CHECK(joined.cp() == 4);
+  CHECK(joined.data == std::vector<std::string>{"dp"});  // cp ranks read the same sequences
+  CHECK(joined.data_size() == 2);
+  using Dims = std::vector<std::pair<std::string, int64_t>>;
+  CHECK(joined.model_dims() == Dims{{"pp", 2}, {"dp", 8}, {"tp", 2}});
+  // Without dp, cp becomes it; with dp elsewhere than right before cp, an error naming the fix.
+  CHECK(ParallelDims({{"cp", 2}, {"ep", 2}}, nullptr).model_dims() == Dims{{"dp", 2}, {"ep", 2}});
+  CHECK_THROWS_WITH(ParallelDims({{"cp", 2}, {"dp", 2}}, nullptr).model_dims(),
+                    Contains("put the context dim 'cp' right after 'dp'"));
+  // A plan's context section may name another dim.
+  const auto plan = Plan::from_json(
+      R"({"mesh": ["dp"], "context": {"dim": "seq"}, "params": {"*": ["Replicate"]}})", "s.json");
+  const ParallelDims named({{"dp", 2}, {"seq", 2}}, &plan);
+  CHECK(named.context == "seq");
+  CHECK(named.model_dims() == Dims{{"dp", 4}});
+}
