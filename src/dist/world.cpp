@@ -1,5 +1,7 @@
 #include "vescale/dist/world.h"
 
+#include <optional>
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -19,16 +21,20 @@ namespace {
 
 WorldState* g_world = nullptr;
 
+// Seconds from the environment variable `name`, or nullopt when it is unset.
+std::optional<std::chrono::milliseconds> seconds_from_env(const char* name) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return std::nullopt;
+  char* end = nullptr;
+  double secs = std::strtod(s, &end);
+  VESCALE_CHECK(end && *end == '\0' && secs > 0, name, "='", s,
+                "' is not a positive number of seconds");
+  return std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
+}
+
 std::chrono::milliseconds resolve_timeout(std::chrono::milliseconds requested) {
   if (requested.count() > 0) return requested;
-  if (const char* s = std::getenv("VESCALE_COLLECTIVE_TIMEOUT_S"); s && *s) {
-    char* end = nullptr;
-    double secs = std::strtod(s, &end);
-    VESCALE_CHECK(end && *end == '\0' && secs > 0, "VESCALE_COLLECTIVE_TIMEOUT_S='", s,
-                  "' is not a positive number of seconds");
-    return std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
-  }
-  return std::chrono::minutes(10);
+  return seconds_from_env("VESCALE_COLLECTIVE_TIMEOUT_S").value_or(std::chrono::minutes(10));
 }
 
 std::string resolve_device(const std::string& requested) {
@@ -103,7 +109,10 @@ void init(const InitOptions& options) {
       (!omp || !*omp) && state->env.local_world_size > 1)
     at::set_num_threads(threads_per_rank(state->env.local_world_size));
 
-  state->store = make_store(state->env, state->timeout);
+  // Joining is waiting for every process to start (a loaded machine, a slow file system), not
+  // for a peer's collective: its own limit when VESCALE_RENDEZVOUS_TIMEOUT_S says so.
+  state->store = make_store(
+      state->env, seconds_from_env("VESCALE_RENDEZVOUS_TIMEOUT_S").value_or(state->timeout));
   GroupSpec spec;
   spec.name = "world";
   spec.global_ranks.resize(state->env.world_size);

@@ -72,8 +72,10 @@ std::vector<std::tuple<int64_t, double, double>> metrics(const std::string& path
 // stdout says "exit <code>", `log` holds the run's output.
 CommandResult run_and_freeze_last_rank(const std::string& args, const std::string& log) {
   return run_command(
-      "VESCALE_COLLECTIVE_TIMEOUT_S=5 " + TRAIN + " --nproc-per-node 2" + CONFIG + TINY + args +
-          " --set train.steps=1000000 > " + log +
+      // A short collective timeout; the rendezvous keeps a long one (a loaded machine may take
+      // longer than 5 s to start both ranks: CI saw it).
+      "VESCALE_COLLECTIVE_TIMEOUT_S=5 VESCALE_RENDEZVOUS_TIMEOUT_S=120 " + TRAIN +
+          " --nproc-per-node 2" + CONFIG + TINY + args + " --set train.steps=1000000 > " + log +
           " 2>&1 & pid=$!; for i in $(seq 600); do grep -qE \"step +2/\" " + log +
           " && break; sleep 0.1; done; " +
           // The launcher's newest child is the last rank; on a loaded machine one pgrep can come
@@ -501,6 +503,30 @@ TEST_CASE(
   CHECK(saved < evaluated);
   CHECK_THAT(r.err.substr(evaluated), Contains("val loss"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("the rendezvous waits for missing ranks its own timeout, and says so", "[reliability]") {
+  // Rank 0 of 2 alone: with the collective timeout at its default (10 minutes), the
+  // rendezvous's own limit of 2 s ends the wait, named in the message.
+  const std::string p = std::to_string(vescale::dist::find_free_port());
+  auto r = run_command(
+      "VESCALE_RENDEZVOUS_TIMEOUT_S=2 WORLD_SIZE=2 RANK=0 MASTER_ADDR=127.0.0.1 "
+      "MASTER_PORT=" +
+          p + " " + TRAIN + CONFIG + TINY,
+      60);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK(r.seconds < 30);
+  CHECK_THAT(r.err, Contains("rendezvous: not all 2 ranks joined rank 0's store at 127.0.0.1:" + p +
+                             " within 2000 ms"));
+  r = run_command(
+      "VESCALE_RENDEZVOUS_TIMEOUT_S=soon WORLD_SIZE=2 RANK=0 MASTER_ADDR=127.0.0.1 "
+      "MASTER_PORT=" +
+          p + " " + TRAIN + CONFIG + TINY,
+      60);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err,
+             Contains("VESCALE_RENDEZVOUS_TIMEOUT_S='soon' is not a positive number of seconds"));
 }
 
 TEST_CASE(
