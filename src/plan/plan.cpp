@@ -405,6 +405,10 @@ Plan& Plan::pipeline(PipelineSpec spec) {
   return *this;
 }
 
+ContextSpec context_of(const Plan* plan) {
+  return plan && plan->context() ? *plan->context() : ContextSpec{};
+}
+
 Plan& Plan::context(ContextSpec spec) {
   context_ = std::move(spec);
   return *this;

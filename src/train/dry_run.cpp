@@ -256,7 +256,7 @@ std::string context_summary(const Config& config, const mesh::MeshShape& mesh) {
   const std::optional<plan::Plan> plan = run_plan(config, mesh).plan;
   const plan::ParallelDims dims(mesh, plan ? &*plan : nullptr);
   if (dims.cp() == 1) return "";
-  const auto c = plan && plan->context() ? *plan->context() : plan::ContextSpec{};
+  const plan::ContextSpec c = plan::context_of(plan ? &*plan : nullptr);
   const int64_t T = config.train.seq_len;
   return "context " + dims.context + "=" + std::to_string(dims.cp()) + " (" +
          plan::to_string(c.attention) + (c.zigzag ? ", zigzag" : "") +

@@ -67,16 +67,14 @@ class LocalForwardBackward : public ForwardBackward {
   // the mean over every token of the batch.
   at::Tensor loss_of(const DataLoader::Batch& batch) {
     const at::Device dev(o_.device);
-    const bool split = o_.positions.defined();
-    auto mine = [&](const at::Tensor& t) {
-      return to_model_input(split ? t.index_select(1, o_.positions) : t, o_.mesh);
-    };
-    at::Tensor inputs = mine(batch.inputs.to(dev)), targets = mine(batch.targets.to(dev));
+    at::Tensor inputs = to_model_input(batch.inputs.to(dev), o_.mesh, o_.positions);
+    at::Tensor targets = to_model_input(batch.targets.to(dev), o_.mesh, o_.positions);
     at::Tensor logits;
     {
       timeline::Scope span(timeline::Kind::Forward, spans().forward);
       Bf16Autocast autocast(o_.bf16, dev.type());
-      logits = split ? model_.forward_at(inputs, o_.positions) : model_.forward(inputs);
+      logits =
+          o_.positions.defined() ? model_.forward_at(inputs, o_.positions) : model_.forward(inputs);
     }
     timeline::Scope span(timeline::Kind::Loss, spans().loss);
     at::Tensor loss = lm_loss(logits, targets);

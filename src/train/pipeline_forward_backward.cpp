@@ -87,13 +87,13 @@ class PipelineForwardBackward : public ForwardBackward {
     if (o_.phase) o_.phase("running the pipeline schedule");
     const at::Device dev(o_.device);
     const mesh::DeviceMesh* m = &stages_->stage_mesh();
-    // Under context parallelism, this rank's tokens of each sequence (local_forward_backward.cpp).
-    auto mine = [&](const at::Tensor& t) {
-      return to_model_input(o_.positions.defined() ? t.index_select(1, o_.positions) : t, m);
+    // Under context parallelism, this rank's tokens of each sequence.
+    auto input = [&](int mb) {
+      return to_model_input(batches.at(mb).inputs.to(dev), m, o_.positions);
     };
-    auto input = [&](int mb) { return mine(batches.at(mb).inputs.to(dev)); };
     auto loss = [&](const std::vector<at::Tensor>& outputs, int mb) {
-      at::Tensor l = lm_loss(outputs.at(0), mine(batches.at(mb).targets.to(dev)));
+      at::Tensor l =
+          lm_loss(outputs.at(0), to_model_input(batches.at(mb).targets.to(dev), m, o_.positions));
       if (model_.aux_over_layers.loss && outputs.size() > 1)
         l = l + model_.aux_over_layers.loss(outputs[1]);
       return l;

@@ -67,13 +67,13 @@ plan::Plan plan_or_replicated(std::optional<plan::Plan> plan, const mesh::Device
 }
 
 // Under context parallelism the model is laid out on the mesh with the context dim joined to dp
-// (ParallelDims::model_dims); none otherwise.
+// (ParallelDims::model_dims: validate() has refused a context dim that does not follow dp);
+// none otherwise.
 std::optional<mesh::DeviceMesh> model_mesh(const mesh::DeviceMesh& mesh,
                                            const plan::ParallelDims& dims) {
   if (dims.context.empty()) return std::nullopt;
   const auto& names = mesh.dim_names();
   const bool has_dp = std::find(names.begin(), names.end(), plan::kDataDim) != names.end();
-  (void)dims.model_dims();  // throws unless the context dim follows dp
   return has_dp ? mesh.join({plan::kDataDim, dims.context}, plan::kDataDim)
                 : mesh.join({dims.context}, plan::kDataDim);
 }
@@ -175,7 +175,7 @@ Trainer::Trainer(Config config, std::optional<mesh::DeviceMesh> mesh)
   model_ = std::move(laid.model);
   at::Tensor positions;
   if (dims && dims->cp() > 1) {
-    const auto context = plan->context().value_or(plan::ContextSpec{});
+    const plan::ContextSpec context = plan::context_of(&*plan);
     const parallel::context::SequenceSplit split{dims->cp(), t.seq_len, context.zigzag};
     hooks_.context = parallel::context::attend_over_split_sequence(
         *model_.module, model_.attention_cores, split, on->group(dims->context), context.attention);

@@ -103,7 +103,9 @@ DataShard data_shard(const mesh::DeviceMesh& mesh) {
   return s;
 }
 
-at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh) {
+at::Tensor to_model_input(const at::Tensor& tokens, const mesh::DeviceMesh* mesh,
+                          const at::Tensor& positions) {
+  const at::Tensor local_tokens = positions.defined() ? tokens.index_select(1, positions) : tokens;
   if (mesh == nullptr || mesh->size() == 1) return local_tokens;
   dtensor::Placements placements(mesh->ndim(), dtensor::Replicate());
   auto global = local_tokens.sizes().vec();

@@ -49,8 +49,10 @@ DataShard data_shard(const mesh::DeviceMesh& mesh);
 
 // This rank's [batch, seq_len] token block as the model's input on `mesh` (null: none): rows
 // split over its data dims (the loader gave each data rank its own rows), replicated over the
-// rest.
-at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh);
+// rest. With `positions` (context parallelism: this rank's tokens of each sequence), only those
+// columns, which the model's mesh (cp joined to dp) takes as rows of their own.
+at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh,
+                          const at::Tensor& positions = {});
 
 // bf16 autocast on `device` for the scope when `on` (the trainer's train.dtype=bf16): the
 // whole model's forward, or a pipeline stage's; disabled and its cache cleared on exit, also

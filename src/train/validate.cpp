@@ -29,8 +29,8 @@ void check_context(const Config& config, const plan::ParallelDims& dims, const p
                 "' has no attention that context parallelism knows (its builder names no "
                 "attention cores: Model::attention_cores); ",
                 cp, " needs a llama, mixtral or qwen3 model: drop the dim or change model.type");
-  const auto context = plan && plan->context() ? *plan->context() : plan::ContextSpec{};
-  parallel::context::SequenceSplit{dims.cp(), config.train.seq_len, context.zigzag}.validate();
+  parallel::context::SequenceSplit{dims.cp(), config.train.seq_len, plan::context_of(plan).zigzag}
+      .validate();
 }
 
 }  // namespace

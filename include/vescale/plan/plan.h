@@ -61,6 +61,11 @@ struct MoESpec {
   std::string ep;
 };
 
+class Plan;
+// A plan's context section, or its defaults (a mesh's cp dim without a plan, or a plan without
+// the section).
+ContextSpec context_of(const Plan* plan);
+
 class Plan {
  public:
   Plan() = default;

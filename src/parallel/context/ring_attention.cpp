@@ -177,12 +177,13 @@ struct AllGatherAttention : torch::autograd::Function<AllGatherAttention> {
                             const SequenceSplit& split, dist::ProcessGroup* group, bool causal) {
     const auto mine = runs_of(split, group->rank());
     const at::Tensor kv = gather_kv(at::stack({key, value}).contiguous(), *group);
+    const std::vector<Run> theirs = gathered_runs(split);
     std::vector<at::Tensor> outs, lses;
     for (const Run& qr : mine) {
       // Run by run, as the ring goes: each block is then unmasked, the diagonal, or skipped
       // (flash attention's kernels: no scores kept).
       k::AttentionBlock acc;
-      for (const Run& kr : gathered_runs(split))
+      for (const Run& kr : theirs)
         if (!k::block_fully_masked(qr.pos, kr.pos, causal))
           k::merge_blocks(acc, k::block_attention(rows(q, qr), rows(kv[0], kr), rows(kv[1], kr),
                                                   qr.pos, kr.pos, causal));
@@ -202,9 +203,10 @@ struct AllGatherAttention : torch::autograd::Function<AllGatherAttention> {
     const at::Tensor dout = grads[0].contiguous();
     std::vector<at::Tensor> dqs;
     at::Tensor dkv = at::zeros_like(kv, kv.options().dtype(at::kFloat));
+    const std::vector<Run> theirs = gathered_runs(split);
     for (const Run& qr : runs_of(split, group->rank())) {
       at::Tensor dq = at::zeros_like(rows(q, qr), q.options().dtype(at::kFloat));
-      for (const Run& kr : gathered_runs(split)) {
+      for (const Run& kr : theirs) {
         if (k::block_fully_masked(qr.pos, kr.pos, causal)) continue;
         const auto g = k::block_attention_backward(rows(q, qr), rows(kv[0], kr), rows(kv[1], kr),
                                                    qr.pos, kr.pos, causal, rows(out, qr),
