@@ -6,7 +6,8 @@
 
 namespace vescale::apps {
 
-// Adds --nproc-per-node, --nnodes, --node-rank, --master-addr, --master-port.
+// Adds --nproc-per-node, --nnodes (N or MIN:MAX), --node-rank, --master-addr, --master-port,
+// --grace-seconds, --max-restarts, --rdzv-last-call, --rdzv-timeout.
 void add_launch_flags(CLI::App& app, dist::LauncherOptions& options);
 
 }  // namespace vescale::apps

@@ -20,6 +20,7 @@
 
 #include "launch_flags.h"
 #include "vescale/common/check.h"
+#include "vescale/common/input_error.h"
 #include "vescale/common/error_text.h"
 #include "vescale/common/logging.h"
 #include "vescale/kernels/host_memory.h"
@@ -80,13 +81,21 @@ int main(int argc, char** argv) {
                  "Chrome trace JSON, and print where the step time went");
   app.add_option("--log-level", log_level,
                  "trace|debug|info|warn|error|off (default: info on rank 0)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // --help: 0
+    return code == 0 ? 0 : vescale::dist::kExitInputError;
+  }
   const bool debug = log_level == "debug" || log_level == "trace";
-
+  // Until the world forms, every error is the input's (flags, config, plan): exit 2, which a
+  // launcher that restarts failed ranks does not restart; so is an InputError after it.
+  bool input_checked = false;
   try {
     // Not yet a rank: start the ranks, each running this same command line. The binary by its
     // real path (so ps shows vescale-train, not exe) and each rank named "vescale-train[rank k]".
-    if (!std::getenv("VESCALE_LAUNCHED") && (launch.nproc_per_node > 1 || launch.nnodes > 1)) {
+    if (!std::getenv("VESCALE_LAUNCHED") &&
+        (launch.nproc_per_node > 1 || launch.nnodes > 1 || launch.agent())) {
       std::vector<std::string> cmd{std::filesystem::read_symlink("/proc/self/exe").string()};
       for (int i = 1; i < argc; ++i) cmd.emplace_back(argv[i]);
       launch.rank_name = "vescale-train";
@@ -125,6 +134,7 @@ int main(int argc, char** argv) {
     }
     // Before any rendezvous: a config or plan error reads the same at 1 rank or N.
     vescale::train::validate(cfg, env.world_size);
+    input_checked = true;
     vescale::dist::init();
     const int rank = vescale::dist::rank();
     vescale::log::init(rank, !log_level.empty() ? log_level : rank == 0 ? cfg.log.level : "");
@@ -182,6 +192,7 @@ int main(int argc, char** argv) {
     // Source locations and libtorch's stack only when asked for: they name no field of the
     // user's.
     std::fprintf(stderr, "vescale-train: %s\n", vescale::error_text(e, debug).c_str());
-    return 1;
+    const bool input = !input_checked || dynamic_cast<const vescale::InputError*>(&e);
+    return input ? vescale::dist::kExitInputError : 1;
   }
 }

@@ -125,6 +125,13 @@ LaunchEnv from_torchrun(const Env& env) {
   e.restart_count = get_int(env, "TORCHELASTIC_RESTART_COUNT").value_or(0);
   e.max_restarts = get_int(env, "TORCHELASTIC_MAX_RESTARTS").value_or(0);
   if (auto* v = find(env, "TORCHELASTIC_RUN_ID")) e.run_id = *v;
+  e.round = e.restart_count;
+  if (find(env, "VESCALE_AGENT_STORE")) {  // vescale-run's agent
+    e.agent_store = true;
+    e.round = get_int(env, "VESCALE_ROUND").value_or(0);
+    e.restart_count = get_int(env, "VESCALE_RESTART").value_or(0);
+    e.max_restarts = get_int(env, "VESCALE_MAX_RESTARTS").value_or(0);
+  }
   return e;
 }
 
@@ -199,6 +206,8 @@ std::string describe(const LaunchEnv& e) {
   if (e.max_restarts > 0 || e.restart_count > 0)
     extra += (extra.empty() ? "" : ", ") + std::string("restart ") +
              std::to_string(e.restart_count) + " of " + std::to_string(e.max_restarts);
+  if (e.round != e.restart_count)
+    extra += (extra.empty() ? "" : ", ") + std::string("round ") + std::to_string(e.round);
   if (e.agent_store) extra += (extra.empty() ? "" : ", ") + std::string("the agent's store");
   return extra.empty() ? e.source : e.source + " (" + extra + ")";
 }

@@ -147,8 +147,8 @@ void check_port_free(const LaunchEnv& env) {
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env,
                                            std::chrono::milliseconds timeout) {
   if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
-  // Under torchrun's agent the store already runs on MASTER_PORT (the agent's): every rank is a
-  // client, as PyTorch's own workers are. Otherwise rank 0 serves it.
+  // Under an agent (torchrun's, or vescale-run's with restarts) the store already runs on
+  // MASTER_PORT: every rank is a client, as PyTorch's own workers are. Otherwise rank 0 serves it.
   const bool serve = env.rank == 0 && !env.agent_store;
   if (serve)
     check_port_free(env);
@@ -165,7 +165,8 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env,
     auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
     // The agent's store outlives a restart of the ranks: each attempt keeps its own keys.
     if (env.agent_store)
-      return prefixed("vescale/attempt_" + std::to_string(env.restart_count) + "/", store);
+      return prefixed("vescale/attempt_" + std::to_string(env.round),
+                      store);  // PrefixStore adds "/"
     return store;
   } catch (const std::exception& e) {
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);

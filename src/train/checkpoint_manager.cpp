@@ -17,6 +17,7 @@
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
 #include "vescale/dist/object_collectives.h"
+#include "vescale/dist/progress.h"
 #include "vescale/optim/optimizer.h"
 #include "vescale/parallel/sharded_parameters.h"
 #include "vescale/random/random.h"
@@ -134,6 +135,7 @@ void CheckpointManager::stage(int64_t steps_done) {
     state["rng/torch"] = gen.get_state();
   }
   saver_.begin(config_.dir, name, state, meta.dump(), pieces);
+  staged_step_ = steps_done;
   if (rank_ == 0) {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -150,6 +152,7 @@ void CheckpointManager::commit() {
   if (!saver_.pending()) return;
   const std::string folder = saver_.commit(config_.keep, run_id_);
   if (rank_ == 0) log::info("checkpoint " + folder + ": saved");
+  dist::report_checkpoint(staged_step_);
 }
 
 void CheckpointManager::abort() { saver_.abort(); }
@@ -265,6 +268,7 @@ void CheckpointManager::resume_from(const std::string& folder) {
   resumed_step_ = meta["step"].get<int64_t>();
   run_id_ = info.run_id;
   resumed_ = true;
+  dist::report_checkpoint(resumed_step_);
   if (rank_ == 0)
     log::info("resumed from " + folder + " after step " + std::to_string(resumed_step_));
 }

@@ -10,6 +10,7 @@
 
 #include "train/trainer_internal.h"
 #include "vescale/common/check.h"
+#include "vescale/common/input_error.h"
 #include "vescale/common/logging.h"
 #include "vescale/dist/cuda_device.h"
 #include "vescale/train/dry_run.h"
@@ -88,12 +89,12 @@ void check_fits(const Config& config, const mesh::MeshShape& mesh, double availa
   if (!t.activation_checkpointing)
     fixes += ", activation checkpointing (train.activation_checkpointing=true)";
   fixes += ", a smaller train.batch_size or train.seq_len";
-  VESCALE_FAIL("model.", config.model.type, " does not fit: each rank needs about ", gib(need),
-               " (params ", gib(m.param_bytes), ", grads ", gib(m.grad_bytes), ", optimizer ",
-               gib(m.optimizer_bytes), ", activations ", gib(m.activation_bytes),
-               "; the --dry-run estimate) but has ", gib(available_bytes), ", ", where,
-               ". Make it fit with ", fixes,
-               "; or set train.allow_oversubscribe=true to start anyway");
+  throw InputError(detail::cat(
+      "model.", config.model.type, " does not fit: each rank needs about ", gib(need), " (params ",
+      gib(m.param_bytes), ", grads ", gib(m.grad_bytes), ", optimizer ", gib(m.optimizer_bytes),
+      ", activations ", gib(m.activation_bytes), "; the --dry-run estimate) but has ",
+      gib(available_bytes), ", ", where, ". Make it fit with ", fixes,
+      "; or set train.allow_oversubscribe=true to start anyway"));
 }
 
 }  // namespace vescale::train

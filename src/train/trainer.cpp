@@ -41,6 +41,7 @@
 #include "vescale/train/hf_weights.h"
 #include "vescale/train/peak_flops.h"
 #include "vescale/train/forward_backward.h"
+#include "vescale/dist/progress.h"
 #include "vescale/train/metrics_logger.h"
 #include "vescale/train/model_layout.h"
 #include "vescale/train/run_plan.h"
@@ -473,6 +474,7 @@ std::vector<StepMetrics> Trainer::run() {
       });
     }
     report_.metrics->step(m, last);
+    dist::report_step(m.step);
     all.push_back(m);
     if (t.sample_every > 0 && (m.step % t.sample_every == 0 || last))
       guarded(s, [&] {

@@ -21,6 +21,7 @@
 #include <mutex>
 
 #include "vescale/common/check.h"
+#include "vescale/common/input_error.h"
 #include "vescale/train/model_factory.h"
 #include "vescale/common/error_text.h"
 #include "vescale/common/logging.h"
@@ -55,17 +56,23 @@ std::string message_of(const std::exception& e) {
 }
 
 void on_all_ranks(const std::function<void()>& f) {
+  // Each rank's message behind one letter: I for an InputError (kept as one on every rank: a
+  // launcher must not restart it), E for any other.
   std::string mine;
   try {
     f();
   } catch (const std::exception& e) {
-    mine = message_of(e);
-    if (mine.empty()) mine = "failed";
+    const std::string text = message_of(e);
+    mine = (dynamic_cast<const InputError*>(&e) ? "I" : "E") + (text.empty() ? "failed" : text);
   }
   const auto all = dist::all_gather_text(mine);
-  if (!mine.empty()) throw Error(mine);
+  auto raise = [](const std::string& tagged, const std::string& lead) {
+    if (tagged[0] == 'I') throw InputError(lead + tagged.substr(1));
+    throw Error(lead + tagged.substr(1));
+  };
+  if (!mine.empty()) raise(mine, "");
   for (size_t r = 0; r < all.size(); ++r)
-    if (!all[r].empty()) throw Error("rank " + std::to_string(r) + " failed: " + all[r]);
+    if (!all[r].empty()) raise(all[r], "rank " + std::to_string(r) + " failed: ");
 }
 
 // The ZeRO stage: the config's, else the plan's; both set must agree.

@@ -115,6 +115,46 @@ TEST_CASE("bad launcher flags are named", "[launcher]") {
   CHECK_THAT(r.err, Contains("cannot run '/nonexistent/prog'"));
 }
 
+TEST_CASE("--max-restarts starts every rank again after one fails, up to its count", "[launcher]") {
+  // Rank 1 fails in the first round only: one restart, then every rank succeeds.
+  const auto flaky =
+      write_temp("flaky.sh",
+                 "echo round $VESCALE_ROUND restart $VESCALE_RESTART of $VESCALE_MAX_RESTARTS\n"
+                 "[ $RANK = 1 ] && [ $VESCALE_RESTART = 0 ] && exit 3\nexit 0\n");
+  auto r = run(RUN + " --nproc-per-node 2 --max-restarts 1 -- sh " + flaky);
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Contains("vescale-run: restart 1/1 after rank 1 (pid "));
+  CHECK_THAT(r.err, Contains(") failed with exit code 3; no checkpoint yet: starting over"));
+  CHECK_THAT(r.out, Contains("[rank 1] round 0 restart 0 of 1"));
+  CHECK_THAT(r.out, Contains("[rank 1] round 1 restart 1 of 1"));
+
+  // Always failing: 1 + 2 rounds, then the failing rank's code.
+  const auto failing = write_temp("failing.sh", "[ $RANK = 0 ] && exit 5\nsleep 5\n");
+  r = run(RUN + " --nproc-per-node 2 --max-restarts 2 -- sh " + failing);
+  INFO(r.out << r.err);
+  CHECK(r.code == 5);
+  CHECK_THAT(r.err, Contains("restart 2/2 after rank 0"));
+  CHECK_THAT(r.err, !Contains("restart 3/"));
+  CHECK_THAT(r.err, Contains("failed with exit code 5; no restart left (--max-restarts 2)"));
+
+  // Exit 2 says the input is wrong: never restarted.
+  const auto wrong = write_temp("wrong.sh", "exit 2\n");
+  r = run(RUN + " --nproc-per-node 2 --max-restarts 3 -- sh " + wrong);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Contains("not restarting: rank "));
+  CHECK_THAT(r.err, !Contains("restart 1/"));
+  for (const auto& f : {flaky, failing, wrong}) std::remove(f.c_str());
+
+  // Bad values are named.
+  r = run(RUN + " --nnodes 3:2 -- true");
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Contains("'3:2': MIN must not exceed MAX"));
+  r = run(RUN + " --nnodes 1:x -- true");
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Contains("must be a number of nodes (at least 1) or MIN:MAX"));
+}
+
 TEST_CASE("vescale-train starts its own ranks with the launcher flags", "[launcher]") {
   auto cfg = write_temp("mesh.json", R"({"parallel": {"mesh": {"dp": 2, "tp": 2}}})");
   auto r = run(TRAIN + " --nproc-per-node 4 --dry-run --config " + cfg);

@@ -30,3 +30,15 @@ PY
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+
+# wait_for_steps FILE N SECONDS LOG: until FILE (a metrics JSONL) holds N steps; fails showing
+# LOG when SECONDS pass first.
+wait_for_steps() {
+  local deadline=$((SECONDS + $3))
+  until [ -f "$1" ] && [ "$(grep -c '"loss"' "$1")" -ge "$2" ]; do
+    if [ $SECONDS -ge $deadline ]; then
+      cat "$4"; echo "$1 did not reach $2 steps within $3 s" >&2; exit 1
+    fi
+    sleep 0.2
+  done
+}

@@ -15,10 +15,12 @@ struct LaunchEnv {
   // Which launcher the values came from: "vescale-run", "torchrun" (also Slurm with exported
   // RANK/WORLD_SIZE), "openmpi", "pmi" (MPICH/Hydra, Intel MPI), "slurm", or "none" (one process).
   std::string source = "none";
-  // torchrun's elastic agent (TORCHELASTIC_*): it serves the store on MASTER_PORT itself, so
-  // every rank joins it as a client; the run id and the restart count name the attempt.
+  // An agent serves the store on MASTER_PORT itself, so every rank joins it as a client:
+  // torchrun's elastic agent (TORCHELASTIC_*) or vescale-run's (VESCALE_AGENT_STORE, with
+  // restarts or an elastic world). `round` names the attempt (its keys' prefix): torchrun's
+  // restart count, or vescale-run's round (a new world counts one without a restart).
   bool agent_store = false;
-  int restart_count = 0, max_restarts = 0;
+  int restart_count = 0, max_restarts = 0, round = 0;
   std::string run_id;
 };
 

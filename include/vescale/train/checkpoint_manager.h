@@ -98,6 +98,7 @@ class CheckpointManager {
   std::unique_ptr<checkpoint::RootLock> lock_;  // rank 0
   checkpoint::AsyncSave saver_;
   int64_t resumed_step_ = 0;
+  int64_t staged_step_ = 0;  // the steps the save in flight holds
   bool resumed_ = false;
   std::string run_id_;
 };

@@ -1,0 +1,201 @@
+#include "dist/node_rendezvous.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "vescale/common/check.h"
+#include "vescale/common/error_text.h"
+
+namespace vescale::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string key(int round, const char* what) {
+  return "vescale/rdzv/" + std::to_string(round) + "/" + what;
+}
+
+std::string get_text(c10d::Store& s, const std::string& k) {
+  const auto v = s.get(k);
+  return {v.begin(), v.end()};
+}
+
+void set_text(c10d::Store& s, const std::string& k, const std::string& v) {
+  s.set(k, std::vector<uint8_t>(v.begin(), v.end()));
+}
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// A listening socket on exactly addr:port, or -1 when the address is not this host's or the port
+// is taken (another launcher serves there): whoever binds it serves the store.
+int listen_exactly(const std::string& addr, int port) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  if (::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return -1;
+  int fd = -1;
+  for (const addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  return fd;
+}
+
+}  // namespace
+
+NodeRendezvous::NodeRendezvous(const LauncherOptions& o) : options_(o) {
+  port_ = o.master_port > 0 ? o.master_port : (o.nnodes == 1 ? find_free_port() : 29500);
+  const auto timeout = ms(o.rdzv_timeout_s);
+  if (const int fd = listen_exactly(o.master_addr, port_); fd >= 0) {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<std::uint16_t>(port_);
+    opts.isServer = true;
+    opts.waitWorkers = false;
+    opts.timeout = timeout;
+    opts.masterListenFd = fd;
+    try {
+      server_ = c10::make_intrusive<c10d::TCPStore>(o.master_addr, opts);
+      serving_ = true;
+    } catch (const std::exception& e) {
+      ::close(fd);
+      VESCALE_FAIL("vescale-run: could not serve the rendezvous on ", o.master_addr, ":", port_,
+                   " (", error_text(e), "); pick another --master-port");
+    }
+  }
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(port_);
+  opts.isServer = false;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  try {
+    store_ = c10::make_intrusive<c10d::TCPStore>(o.master_addr, opts);
+  } catch (const std::exception& e) {
+    VESCALE_FAIL("vescale-run: could not reach the rendezvous at ", o.master_addr, ":", port_,
+                 " within ", o.rdzv_timeout_s, " s (", error_text(e),
+                 "). Start the launcher on --master-addr's host too, or check --master-addr and "
+                 "--master-port");
+  }
+}
+
+NodeRendezvous::~NodeRendezvous() {
+  // The serving launcher ends last in practice; give waiting launchers a moment to read the end.
+  if (serving_ && finished()) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+}
+
+std::optional<Round> NodeRendezvous::join() {
+  auto& s = *store_;
+  int k = std::max<int>(next_, static_cast<int>(s.add("vescale/rdzv/open", 0)));
+  for (;;) {
+    const int index = static_cast<int>(s.add(key(k, "joined"), 1)) - 1;
+    if (serving_) form(k);
+    while (!s.check({key(k, "formed")})) {
+      if (finished()) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    const int nnodes = std::stoi(get_text(s, key(k, "formed")));
+    if (index < nnodes) {
+      next_ = k + 1;
+      return Round{k, index, nnodes};
+    }
+    ++k;  // too late for round k, or beyond MAX: the next round takes this launcher
+  }
+}
+
+void NodeRendezvous::form(int k) {
+  auto& s = *store_;
+  const int lo = options_.min_nodes > 0 ? options_.min_nodes : options_.nnodes,
+            hi = options_.nnodes;
+  auto joined = [&] { return static_cast<int>(s.add(key(k, "joined"), 0)); };
+  const auto deadline = Clock::now() + ms(options_.rdzv_timeout_s);
+  while (joined() < lo) {
+    if (Clock::now() > deadline) {
+      finish(1);
+      VESCALE_FAIL("vescale-run: only ", joined(), " of at least ", lo,
+                   " nodes (--nnodes) joined round ", k,
+                   " within --rdzv-timeout=", options_.rdzv_timeout_s,
+                   " s; start the other nodes' launchers, or lower --nnodes");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const auto last_call = Clock::now() + ms(options_.rdzv_last_call_s);
+  while (joined() < hi && Clock::now() < last_call)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int nnodes = std::min(joined(), hi);
+  set_text(s, "vescale/rdzv/open", std::to_string(k + 1));  // later launchers join round k + 1
+  set_text(s, key(k, "formed"), std::to_string(nnodes));
+}
+
+Interrupt NodeRendezvous::poll(const Round& r) {
+  const auto now = Clock::now();
+  if (now - polled_ < std::chrono::milliseconds(250)) return Interrupt::None;
+  polled_ = now;
+  auto& s = *store_;
+  try {
+    if (s.check({key(r.number, "failed")})) return Interrupt::Now;
+    if (r.nnodes < options_.nnodes && s.add(key(r.number + 1, "joined"), 0) > 0)
+      return Interrupt::Graceful;
+  } catch (const std::exception&) {
+    return Interrupt::Now;  // the store is gone: the caller's next call says so
+  }
+  return Interrupt::None;
+}
+
+void NodeRendezvous::fail(const Round& r, const RoundFailure& f) {
+  auto& s = *store_;
+  if (s.add(key(r.number, "failures"), 1) != 1) return;  // another launcher was first
+  if (!f.final) s.add("vescale/rdzv/restarts", 1);
+  set_text(s, key(r.number, "failure"),
+           std::to_string(f.exit_code) + (f.final ? " final " : " restart ") + f.what);
+  set_text(s, key(r.number, "failed"), "1");
+}
+
+RoundFailure NodeRendezvous::failure(const Round& r) {
+  auto& s = *store_;
+  s.wait({key(r.number, "failure")});
+  const std::string text = get_text(s, key(r.number, "failure"));
+  RoundFailure f;
+  const auto a = text.find(' '), b = text.find(' ', a + 1);
+  f.exit_code = std::stoi(text.substr(0, a));
+  f.final = text.substr(a + 1, b - a - 1) == "final";
+  f.what = text.substr(b + 1);
+  return f;
+}
+
+int64_t NodeRendezvous::restarts() { return store_->add("vescale/rdzv/restarts", 0); }
+
+std::optional<int64_t> NodeRendezvous::progress(const Round& r, const char* what) {
+  const std::string k = "vescale/attempt_" + std::to_string(r.number) + "/vescale/progress/" + what;
+  if (!store_->check({k})) return std::nullopt;
+  return std::stoll(get_text(*store_, k));
+}
+
+void NodeRendezvous::finish(int exit_code) {
+  set_text(*store_, "vescale/rdzv/finished", std::to_string(exit_code));
+}
+
+std::optional<int> NodeRendezvous::finished() {
+  if (!store_->check({"vescale/rdzv/finished"})) return std::nullopt;
+  return std::stoi(get_text(*store_, "vescale/rdzv/finished"));
+}
+
+}  // namespace vescale::dist
