@@ -20,8 +20,8 @@ args=(--config "$root/configs/llama_tiny.json" --set train.seq_len=32 --set trai
   > "$dir/reference.log" 2>&1 || { cat "$dir/reference.log"; echo "the dp=4 run failed" >&2; exit 1; }
 
 port=$(free_port)
-node() {  # node LOG: one launcher of the elastic job
-  "$train" "${args[@]}" --nproc-per-node 2 --nnodes 1:2 --max-restarts 2 --master-addr 127.0.0.2 \
+node() {  # node LOG: one launcher of the elastic job (exec: $! is the launcher itself)
+  exec "$train" "${args[@]}" --nproc-per-node 2 --nnodes 1:2 --max-restarts 2 --master-addr 127.0.0.2 \
     --master-port "$port" --rdzv-last-call 3 --set checkpoint.dir=\"$dir/ck\" \
     --set log.metrics_jsonl=\"$dir/run.jsonl\" > "$1" 2>&1
 }
@@ -33,7 +33,11 @@ b=$!
 wait_for_steps "$dir/run.jsonl" 5 180 "$dir/a.log"
 kill -9 "$b"
 # a goes on alone (dp=2): let it take a few steps, then a node joins again.
-until grep -q "round 1: node 0 of 1" "$dir/a.log"; do sleep 0.2; done
+deadline=$((SECONDS + 180))
+until grep -q "round 1: node 0 of 1" "$dir/a.log"; do
+  [ $SECONDS -lt $deadline ] || { cat "$dir/a.log"; echo "no smaller world within 180 s" >&2; exit 1; }
+  sleep 0.2
+done
 resumed=$(grep -c '"loss"' "$dir/run.jsonl" || true)
 wait_for_steps "$dir/run.jsonl" $((resumed + 4)) 180 "$dir/a.log"
 node "$dir/c.log" &
