@@ -115,7 +115,9 @@ TEST_CASE("bad launcher flags are named", "[launcher]") {
   CHECK_THAT(r.err, Contains("cannot run '/nonexistent/prog'"));
 }
 
-TEST_CASE("--max-restarts starts every rank again after one fails, up to its count", "[launcher]") {
+TEST_CASE(
+    "with --max-restarts the launcher starts every rank again after one fails, up to its count",
+    "[launcher]") {
   // Rank 1 fails in the first round only: one restart, then every rank succeeds.
   const auto flaky =
       write_temp("flaky.sh",

@@ -350,7 +350,7 @@ TEST_CASE("messages: a directory as --config, a plan typo, who launched, a corru
           "[reliability]") {
   const std::string dir = scratch("messages");
   auto r = run_command(TRAIN + " --config " + dir);
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);  // an input error: exit 2, which launchers never restart
   CHECK_THAT(r.err, Contains("config: '" + dir + "' is a directory; pass a JSON file to --config"));
 
   // A typo in a plan pattern would leave every attention weight replicated.
@@ -361,7 +361,7 @@ TEST_CASE("messages: a directory as --config, a plan typo, who launched, a corru
       TRAIN + " --nproc-per-node 2 --set parallel.mesh={\\\"tp\\\":2} --set parallel.plan=" + plan +
       CONFIG + TINY + " --set train.steps=2");
   INFO(r.out << r.err);
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);
   CHECK_THAT(
       r.err,
       Contains(
@@ -563,7 +563,7 @@ TEST_CASE(
                            " --set parallel.plan= --set log.metrics_jsonl=",
                        60);
   INFO(r.out << r.err);
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);  // InputError: no restart can make it fit
   CHECK(r.seconds < 30);
   CHECK_THAT(r.err, Contains("model.llama does not fit: each rank needs about ") &&
                         Contains("the --dry-run estimate) but has ") &&

@@ -157,19 +157,19 @@ TEST_CASE("vescale-train --dry-run --world-size shows the mesh those ranks form"
   CHECK_THAT(r.out, !Contains("warning: ZeRO"));  // dp=4: ZeRO-1 shards the optimizer state
   // A world the mesh does not divide is named.
   r = run(TRAIN + " --dry-run --config " + CONFIGS + "llama3_8b.json --world-size 60");
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);
   // Outside --dry-run the world comes from the launcher.
   r = run(TRAIN + " --config " + CONFIGS + "nanogpt_tiny.json --world-size 4");
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);
   CHECK_THAT(r.out, Contains("--world-size and --gpus-per-node describe a world for --dry-run"));
 }
 
 TEST_CASE("vescale-train names config errors", "[train_app]") {
   auto r = run(TRAIN + " --dry-run --config " + CONFIGS + "nanogpt_tiny.json --set train.stpes=3");
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);  // an input error: launchers that restart ranks do not restart it
   CHECK_THAT(r.out, Contains("train.stpes: unknown key; did you mean train.steps?"));
   r = run(TRAIN + " --config /no/such.json");
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);
   CHECK_THAT(r.out, Contains("cannot open '/no/such.json'"));
   r = run(TRAIN + " --config " + CONFIGS +
           "nanogpt_tiny.json --set data.train=/no/such_*.bin --set train.steps=1");
@@ -202,10 +202,10 @@ TEST_CASE(
   std::remove(one.c_str());
   // A value's error names the --set that gave it, not the file.
   r = run(TRAIN + " --config nanogpt_tiny --print-config --set train.steps=-5");
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);
   CHECK_THAT(r.out, Contains("vescale-train: --set train.steps=-5: train.steps: must be >= 1"));
   r = run(TRAIN + " --config nanogpt_tiny --print-config --set train.eval_every=often");
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);
   CHECK_THAT(r.out,
              Contains("--set train.eval_every=often: train.eval_every: expected an integer"));
   // Source locations only at --log-level debug.
@@ -223,7 +223,7 @@ TEST_CASE(
                         Contains("\"steps\": 1"));
   // An unknown name lists the shipped configs.
   r = run(TRAIN + " --config nanogpt_huge");
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);
   CHECK_THAT(r.out, Contains("'nanogpt_huge' is neither a file nor a shipped config") &&
                         Contains("llama_tiny, llama_tiny_bpe, mixtral_8x7b"));
 }
@@ -241,8 +241,8 @@ TEST_CASE("config and plan errors are found before any rendezvous, the same at 1
   auto two = run(base + " --nproc-per-node 2 --set 'parallel.mesh={\"tp\":2}' --set parallel.plan=\\\"" + plan +
                  "\\\"");
   INFO(one.out << "\n----\n" << two.out);
-  CHECK(one.code == 1);
-  CHECK(two.code == 1);
+  CHECK(one.code == 2);
+  CHECK(two.code == 2);
   CHECK_THAT(one.out, Contains(want));
   CHECK_THAT(two.out, Contains("[rank 0] vescale-train: plan '" + plan + "': " + want) &&
                           Contains("[rank 1] vescale-train: plan '" + plan + "': " + want));
@@ -251,7 +251,7 @@ TEST_CASE("config and plan errors are found before any rendezvous, the same at 1
   auto pp = run(base + " --nproc-per-node 2 --set 'parallel.mesh={\"pp\":2}' --set parallel.plan=\\\"" +
                 CONFIGS + "plans/llama_pp.json\\\" --set train.grad_accum=3");
   INFO(pp.out);
-  CHECK(pp.code == 1);
+  CHECK(pp.code == 2);
   CHECK_THAT(pp.out, Contains("train.grad_accum=3 but plan '") &&
                          Contains("a pipeline's micro-batches are the step's accumulation"));
   CHECK_THAT(pp.out, !Contains("DeviceMesh("));
