@@ -173,6 +173,30 @@ TEST_CASE("torchrun's elastic agent: its store, run id and restart count are rea
   CHECK(vescale::dist::describe(e) == "torchrun");
 }
 
+TEST_CASE("vescale-run's agent: its store, the round and the restart count are read", "[env]") {
+  auto e = parse_launch_env({{"RANK", "1"},
+                             {"WORLD_SIZE", "2"},
+                             {"MASTER_PORT", "29400"},
+                             {"VESCALE_LAUNCHED", "1"},
+                             {"VESCALE_AGENT_STORE", "1"},
+                             {"VESCALE_ROUND", "2"},
+                             {"VESCALE_RESTART", "1"},
+                             {"VESCALE_MAX_RESTARTS", "3"}});
+  CHECK(e.source == "vescale-run");
+  CHECK(e.agent_store);
+  CHECK(e.round == 2);  // the store prefix: a new world is a round without a restart
+  CHECK(e.restart_count == 1);
+  CHECK(e.max_restarts == 3);
+  CHECK(vescale::dist::describe(e) == "vescale-run (restart 1 of 3, round 2, the agent's store)");
+  // torchrun's rounds are its restarts.
+  e = parse_launch_env({{"RANK", "0"},
+                        {"WORLD_SIZE", "2"},
+                        {"MASTER_PORT", "29400"},
+                        {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                        {"TORCHELASTIC_RESTART_COUNT", "2"}});
+  CHECK(e.round == 2);
+}
+
 TEST_CASE("threads per rank share this process's cores among the local ranks", "[env]") {
   cpu_set_t set;
   CPU_ZERO(&set);
