@@ -30,7 +30,7 @@ def run_once(sets, tag):
     stamps, t_kill, step_ms = {}, None, []
     for line in p.stdout:
         now = time.monotonic()
-        m = re.search(r"info step (\d+)/\d+ .*\| ([0-9.]+) ms/step", line)
+        m = re.search(r"info step +(\d+)/\d+ .*\| ([0-9.]+) ms/step", line)
         if m and t_kill is None:
             step_ms.append(float(m.group(2)))
             if int(m.group(1)) == kill_at:
@@ -44,7 +44,8 @@ def run_once(sets, tag):
                 r = re.search(r"resuming from step (\d+)", line); stamps["from"] = int(r.group(1))
             if "info resumed from" in line: stamps["resumed"] = now
             if m and "first" not in stamps: stamps["first"] = now
-    assert p.wait() == 0 and t_kill is not None and "first" in stamps, "the run did not recover"
+    code = p.wait()
+    assert code == 0 and t_kill is not None and "first" in stamps, f"the run did not recover: exit {code}, killed {t_kill is not None}, {stamps}"
     return {"notice": stamps["restart"] - t_kill, "start": stamps["resumed"] - stamps["restart"],
             "first": stamps["first"] - stamps["resumed"], "total": stamps["first"] - t_kill,
             "lost": kill_at - stamps["from"], "step_ms": statistics.median(step_ms[2:])}

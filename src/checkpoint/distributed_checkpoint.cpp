@@ -118,6 +118,11 @@ using dist::barrier;
 
 }  // namespace
 
+struct Planned {
+  json index;
+  std::map<std::string, at::Tensor> staged;  // this rank's chunks, host copies
+};
+
 // The state of one save between begin() and commit().
 struct AsyncSave::Job {
   fs::path root, final_dir, tmp_dir;
@@ -130,23 +135,12 @@ struct AsyncSave::Job {
   std::map<std::string, uint32_t> chunk_crc32;  // this rank's chunks, by key
 };
 
-AsyncSave::AsyncSave() = default;
-
-AsyncSave::~AsyncSave() {
-  if (job_ && job_->writer.joinable()) job_->writer.join();
-}
-
-bool AsyncSave::pending() const { return job_ != nullptr; }
-
-void AsyncSave::begin(const std::string& root, const std::string& name, const StateDict& state,
-                      const std::string& metadata_json, const std::vector<Piece>& pieces) {
-  VESCALE_CHECK(!job_, "checkpoint: a save is still pending; commit() it before the next begin()");
-  VESCALE_CHECK(!root.empty() && !name.empty(), "checkpoint: empty root or name");
-  auto job = std::make_unique<Job>();
-  job->root = root;
-  job->final_dir = fs::path(root) / name;
-  job->tmp_dir = fs::path(root) / (name + ".tmp");
+// Which rank writes which chunk of every tensor and piece, and this rank's chunks copied to
+// the host: the index (without checksums) and what this rank writes. Collective.
+Planned plan_save(const StateDict& state, const std::string& metadata_json,
+                  const std::vector<Piece>& pieces) {
   const int rank = world_rank();
+  Planned job;
 
   json meta;
   try {
@@ -172,7 +166,7 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
     for (const auto& c : chunks) {
       list.push_back({{"offsets", c.offsets}, {"shape", c.shape}, {"file", rank_file(c.owner)}});
       if (c.owner == rank)
-        job->staged[key] = local_of(t).detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+        job.staged[key] = local_of(t).detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
     }
     mine[key] = {
         {"shape", global_shape(t)},
@@ -220,7 +214,7 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
     VESCALE_CHECK(!state.count(p.name), "checkpoint: '", p.name,
                   "' is both a state tensor and a piece");
     const std::string key = p.name + "#" + std::to_string(i);
-    job->staged[key] = p.local.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+    job.staged[key] = p.local.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
     my_pieces.push_back({{"name", p.name},
                          {"key", key},
                          {"offsets", p.offsets},
@@ -247,12 +241,58 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
                                       {"key", e.at("key")}});
     }
   }
-  job->index = {{"format", kFormat},
-                {"version", kVersion},
-                {"written_by", {{"vescale", VESCALE_VERSION}, {"git", VESCALE_GIT_REVISION}}},
-                {"world_size", world_size()},
-                {"metadata", std::move(meta)},
-                {"tensors", std::move(tensors)}};
+  job.index = {{"format", kFormat},
+               {"version", kVersion},
+               {"written_by", {{"vescale", VESCALE_VERSION}, {"git", VESCALE_GIT_REVISION}}},
+               {"world_size", world_size()},
+               {"metadata", std::move(meta)},
+               {"tensors", std::move(tensors)}};
+
+  return job;
+}
+
+// The index's checksums and files table, on rank 0, from every rank's [ok, crc, bytes] and
+// chunk CRCs (gathered to rank 0).
+void complete_index(json& index, const std::vector<int64_t>& status,
+                    const std::vector<std::string>& crcs, const std::string& run_id) {
+  std::map<std::string, json> crc_of_file;
+  for (size_t r = 0; r < crcs.size(); ++r)
+    crc_of_file[rank_file(static_cast<int>(r))] = json::parse(crcs[r]);
+  for (auto& [name, e] : index["tensors"].items()) {
+    for (auto& c : e["chunks"]) {
+      const json& in_file = crc_of_file.at(c.at("file").get<std::string>());
+      const std::string key = c.value("key", name);
+      if (in_file.contains(key)) c["crc32"] = in_file[key];
+    }
+  }
+  json files = json::object();  // every rank wrote a file, if only an empty one
+  for (size_t r = 0; r < crcs.size(); ++r)
+    files[rank_file(static_cast<int>(r))] = {{"bytes", status[3 * r + 2]},
+                                             {"crc32", status[3 * r + 1]}};
+  index["files"] = std::move(files);
+  if (!run_id.empty()) index["run_id"] = run_id;
+}
+
+AsyncSave::AsyncSave() = default;
+
+AsyncSave::~AsyncSave() {
+  if (job_ && job_->writer.joinable()) job_->writer.join();
+}
+
+bool AsyncSave::pending() const { return job_ != nullptr; }
+
+void AsyncSave::begin(const std::string& root, const std::string& name, const StateDict& state,
+                      const std::string& metadata_json, const std::vector<Piece>& pieces) {
+  VESCALE_CHECK(!job_, "checkpoint: a save is still pending; commit() it before the next begin()");
+  VESCALE_CHECK(!root.empty() && !name.empty(), "checkpoint: empty root or name");
+  auto job = std::make_unique<Job>();
+  job->root = root;
+  job->final_dir = fs::path(root) / name;
+  job->tmp_dir = fs::path(root) / (name + ".tmp");
+  const int rank = world_rank();
+  Planned planned = plan_save(state, metadata_json, pieces);
+  job->index = std::move(planned.index);
+  job->staged = std::move(planned.staged);
 
   // Rank 0 clears a stale .tmp folder (an earlier crash) before anyone writes into it.
   if (rank == 0) {
@@ -337,21 +377,7 @@ std::string AsyncSave::commit(int64_t keep, const std::string& run_id) {
   // Every rank's chunk CRCs, to rank 0 only: the index checks each chunk a lazy load reads.
   const auto crcs = dist::gather_text(json(job->chunk_crc32).dump(), 0);
   if (world_rank() == 0) {
-    std::map<std::string, json> crc_of_file;
-    for (size_t r = 0; r < crcs.size(); ++r)
-      crc_of_file[rank_file(static_cast<int>(r))] = json::parse(crcs[r]);
-    for (auto& [name, e] : job->index["tensors"].items()) {
-      for (auto& c : e["chunks"]) {
-        const json& in_file = crc_of_file.at(c.at("file").get<std::string>());
-        const std::string key = c.value("key", name);
-        if (in_file.contains(key)) c["crc32"] = in_file[key];
-      }
-    }
-    json files = json::object();  // every rank wrote a file, if only an empty one
-    for (int r = 0; r < w; ++r)
-      files[rank_file(r)] = {{"bytes", status[3 * r + 2]}, {"crc32", status[3 * r + 1]}};
-    job->index["files"] = std::move(files);
-    if (!run_id.empty()) job->index["run_id"] = run_id;
+    complete_index(job->index, status, crcs, run_id);
     write_text_durably((job->tmp_dir / "index.json").string(), job->index.dump(1), "checkpoint");
     std::error_code ec;
     // Replacing a checkpoint of the same name (a rerun): the old one goes only once the new is
@@ -397,6 +423,22 @@ std::string save(const std::string& root, const std::string& name, const StateDi
   AsyncSave s;
   s.begin(root, name, state, metadata_json, pieces);
   return s.commit(keep);
+}
+
+Snapshot snapshot(const StateDict& state, const std::string& metadata_json,
+                  const std::vector<Piece>& pieces, const std::string& run_id) {
+  Planned planned = plan_save(state, metadata_json, pieces);
+  Snapshot s;
+  s.file = rank_file(world_rank());
+  const FileDigest d = safetensors_bytes(planned.staged, s.bytes);
+  planned.staged.clear();
+  const auto status = all_gather_int64({1, d.crc32, static_cast<int64_t>(d.bytes)});
+  const auto crcs = dist::gather_text(json(d.tensor_crc32).dump(), 0);
+  if (world_rank() == 0) {
+    complete_index(planned.index, status, crcs, run_id);
+    s.index_json = planned.index.dump();
+  }
+  return s;
 }
 
 std::optional<std::string> latest(const std::string& root) {
@@ -447,13 +489,7 @@ std::vector<std::string> remove_stale_saves(const std::string& root) {
 
 namespace {
 
-json read_index(const std::string& folder) {
-  const auto path = (fs::path(folder) / "index.json").string();
-  std::ifstream in(path);
-  VESCALE_CHECK(in, "checkpoint: ", folder,
-                " has no index.json; not a checkpoint folder (or an unfinished save)");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  detail::count_bytes_read(text.size());
+json parse_index(const std::string& text, const std::string& path) {
   json index;
   try {
     index = json::parse(text);
@@ -470,12 +506,50 @@ json read_index(const std::string& folder) {
   return index;
 }
 
+std::string read_index_text(const std::string& folder) {
+  const auto path = (fs::path(folder) / "index.json").string();
+  std::ifstream in(path);
+  VESCALE_CHECK(in, "checkpoint: ", folder,
+                " has no index.json; not a checkpoint folder (or an unfinished save)");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  detail::count_bytes_read(text.size());
+  return text;
+}
+
+json read_index(const std::string& folder) {
+  return parse_index(read_index_text(folder), (fs::path(folder) / "index.json").string());
+}
+
 }  // namespace
 
-CheckpointInfo read_info(const std::string& folder) {
-  const json index = read_index(folder);
+std::string FolderSource::index_text() const { return read_index_text(folder_); }
+
+std::string FolderSource::path(const std::string& file) const {
+  return (fs::path(folder_) / file).string();
+}
+
+std::unique_ptr<SafetensorsFile> FolderSource::open(const std::string& file) const {
+  return std::make_unique<SafetensorsFile>(path(file));
+}
+
+MemoryCheckpoint::MemoryCheckpoint(std::string label, std::string index_json, Fetch fetch)
+    : label_(std::move(label)), index_(std::move(index_json)), fetch_(std::move(fetch)) {}
+
+std::unique_ptr<SafetensorsFile> MemoryCheckpoint::open(const std::string& file) const {
+  return std::make_unique<SafetensorsFile>(label_ + "/" + file,
+                                           std::make_shared<const std::string>(fetch_(file)));
+}
+
+CheckpointInfo read_info(const std::string& folder) { return read_info(FolderSource(folder)); }
+
+void load(const std::string& folder, const StateDict& state, const std::vector<Piece>& pieces) {
+  load(FolderSource(folder), state, pieces);
+}
+
+CheckpointInfo read_info(const CheckpointSource& source) {
+  const json index = parse_index(source.index_text(), source.label() + "/index.json");
   CheckpointInfo info;
-  info.folder = folder;
+  info.folder = source.label();
   for (const auto& [key, e] : index["tensors"].items()) {
     info.tensors[key] = IndexEntry{
         e.at("shape").get<std::vector<int64_t>>(),
@@ -486,8 +560,10 @@ CheckpointInfo read_info(const std::string& folder) {
   return info;
 }
 
-void load(const std::string& folder, const StateDict& state, const std::vector<Piece>& pieces) {
-  const json index = read_index(folder);
+void load(const CheckpointSource& source, const StateDict& state,
+          const std::vector<Piece>& pieces) {
+  const std::string& folder = source.label();
+  const json index = parse_index(source.index_text(), folder + "/index.json");
   const auto& tensors = index["tensors"];
   const auto& files = index["files"];
   // Each chunk a box needs is read alone (pread) and checked against its CRC-32 in the index.
@@ -497,7 +573,8 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
   std::map<std::pair<std::string, std::string>, at::Tensor> read_chunks;
   auto path_of = [&](const std::string& file) {
     VESCALE_CHECK(files.contains(file), "checkpoint: ", folder, "/index.json lists no file ", file);
-    return (fs::path(folder) / file).string();
+    const std::string path = source.path(file);
+    return path.empty() ? folder + "/" + file : path;
   };
   auto check_whole = [&](const std::string& file, const FileDigest& d) {
     const auto& f = files[file];
@@ -517,9 +594,10 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
       auto& f = opened[file];
       if (!f) {
         try {
-          f = std::make_unique<SafetensorsFile>(path);
+          f = source.open(file);
         } catch (const std::exception&) {
-          if (fs::exists(path)) check_whole(file, file_digest(path));  // say "corrupt" if it is
+          // Say "corrupt" if it is.
+          if (!source.path(file).empty() && fs::exists(path)) check_whole(file, file_digest(path));
           throw;
         }
         const uint64_t want = files[file].at("bytes").get<uint64_t>();
@@ -534,6 +612,8 @@ void load(const std::string& folder, const StateDict& state, const std::vector<P
                     " is corrupt: the chunk of '", key, "' at offsets ", c.at("offsets").dump(),
                     " has CRC-32 ", crc, ", the index says ", c.at("crc32").get<uint32_t>());
     } else {
+      VESCALE_CHECK(!source.path(file).empty(), "checkpoint: ", folder,
+                    " has no chunk checksums; only a folder of an older version has none");
       auto it = whole.find(file);
       if (it == whole.end()) {
         FileDigest d;

@@ -18,6 +18,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -136,6 +137,7 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
 struct SafetensorsFile::Impl {
   std::string path;
   int fd = -1;
+  std::shared_ptr<const std::string> bytes;  // a file held in memory (fd -1)
   uint64_t file_size = 0, header_length = 0;
   std::string header_text;
   std::vector<Entry> entries;  // in file order
@@ -143,6 +145,12 @@ struct SafetensorsFile::Impl {
   std::map<std::string, std::string> metadata;
 
   void pread_all(void* dst, uint64_t bytes, uint64_t at, const std::string& what) const {
+    if (this->bytes) {
+      VESCALE_CHECK(at + bytes <= this->bytes->size(), "safetensors: ", path, ": reading ", what,
+                    " past its end (truncated?)");
+      std::memcpy(dst, this->bytes->data() + at, bytes);
+      return;
+    }
     auto* p = static_cast<char*>(dst);
     while (bytes > 0) {
       const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(at));
@@ -163,6 +171,22 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : impl_(std::make_uniq
   struct stat st {};
   VESCALE_CHECK(::fstat(f.fd, &st) == 0, "safetensors: cannot stat ", path);
   f.file_size = static_cast<uint64_t>(st.st_size);
+  read_header();
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& name, std::shared_ptr<const std::string> bytes)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& f = *impl_;
+  f.path = name;
+  VESCALE_CHECK(bytes, "safetensors: ", name, ": no bytes");
+  f.file_size = bytes->size();
+  f.bytes = std::move(bytes);
+  read_header();
+}
+
+void SafetensorsFile::read_header() {
+  Impl& f = *impl_;
+  const std::string& path = f.path;
   VESCALE_CHECK(f.file_size >= 8, "safetensors: ", path, " is truncated: ", f.file_size,
                 " bytes, shorter than the 8-byte header length");
   uint64_t n = 0;
@@ -283,9 +307,13 @@ std::map<std::string, at::Tensor> load_safetensors(const std::string& path) {
   return read_safetensors(path).tensors;
 }
 
-FileDigest save_safetensors(const std::string& path,
-                            const std::map<std::string, at::Tensor>& tensors,
-                            const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The format's bytes, in order, to `write` (with their digest): the file writer's and memory's.
+FileDigest write_safetensors(const std::string& path,
+                             const std::map<std::string, at::Tensor>& tensors,
+                             const std::map<std::string, std::string>& metadata,
+                             const std::function<void(const void*, uint64_t)>& sink) {
   json header = json::object();
   std::vector<at::Tensor> data;
   uint64_t offset = 0;
@@ -306,26 +334,45 @@ FileDigest save_safetensors(const std::string& path,
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
 
+  FileDigest digest;
+  const uint64_t n = text.size();
+  auto write = [&](const void* p, uint64_t bytes) {
+    sink(p, bytes);
+    digest.crc32 = crc32_update(digest.crc32, p, bytes);
+    digest.bytes += bytes;
+  };
+  write(&n, 8);
+  write(text.data(), n);
+  auto name = tensors.begin();
+  for (const auto& c : data) {
+    const uint64_t bytes = c.numel() * c.element_size();
+    write(c.data_ptr(), bytes);
+    digest.tensor_crc32[(name++)->first] = crc32_update(0, c.data_ptr(), bytes);
+  }
+  return digest;
+}
+
+}  // namespace
+
+FileDigest safetensors_bytes(const std::map<std::string, at::Tensor>& tensors, std::string& out) {
+  out.clear();
+  return write_safetensors("(memory)", tensors, {}, [&](const void* p, uint64_t bytes) {
+    out.append(static_cast<const char*>(p), bytes);
+  });
+}
+
+FileDigest save_safetensors(const std::string& path,
+                            const std::map<std::string, at::Tensor>& tensors,
+                            const std::map<std::string, std::string>& metadata) {
   const std::string tmp = path + ".tmp";
   FileDigest digest;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     VESCALE_CHECK(out, "safetensors: cannot create ", tmp,
                   ": check that the folder exists and is writable");
-    const uint64_t n = text.size();
-    auto write = [&](const void* p, uint64_t bytes) {
+    digest = write_safetensors(path, tensors, metadata, [&](const void* p, uint64_t bytes) {
       out.write(static_cast<const char*>(p), static_cast<std::streamsize>(bytes));
-      digest.crc32 = crc32_update(digest.crc32, p, bytes);
-      digest.bytes += bytes;
-    };
-    write(&n, 8);
-    write(text.data(), n);
-    auto name = tensors.begin();
-    for (const auto& c : data) {
-      const uint64_t bytes = c.numel() * c.element_size();
-      write(c.data_ptr(), bytes);
-      digest.tensor_crc32[(name++)->first] = crc32_update(0, c.data_ptr(), bytes);
-    }
+    });
     out.flush();
     VESCALE_CHECK(out, "safetensors: writing ", tmp, " failed (disk full?)");
   }

@@ -49,7 +49,8 @@ int rounds(const LauncherOptions& o, const std::vector<std::string>& argv, NodeR
                       {{"VESCALE_AGENT_STORE", "1"},
                        {"VESCALE_ROUND", std::to_string(round->number)},
                        {"VESCALE_RESTART", std::to_string(rdzv.restarts())},
-                       {"VESCALE_MAX_RESTARTS", std::to_string(o.max_restarts)}}};
+                       {"VESCALE_MAX_RESTARTS", std::to_string(o.max_restarts)},
+                       {"VESCALE_KEEPERS", rdzv.keepers(*round)}}};
     const GroupResult r = run_worker_group(o, argv, place, [&] { return rdzv.poll(*round); });
     if (r.signalled) {  // the user stops the job
       if (r.exit_code) print_failure(r);

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <tuple>
 
 #include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
@@ -61,6 +62,43 @@ int listen_exactly(const std::string& addr, int port) {
   return fd;
 }
 
+// This host's address on the way to `addr` (what the other nodes reach it by).
+std::string local_address_towards(const std::string& addr, int port) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  std::string local = "127.0.0.1";
+  if (::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return local;
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in me{};
+  socklen_t len = sizeof me;
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
+    char buf[INET_ADDRSTRLEN];
+    if (::inet_ntop(AF_INET, &me.sin_addr, buf, sizeof buf)) local = buf;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return local;
+}
+
+// A store server on a free port of `addr`; its "host:port".
+std::pair<c10::intrusive_ptr<c10d::Store>, std::string> serve_keeper(const std::string& addr) {
+  const int fd = listen_exactly(addr, 0);
+  VESCALE_CHECK(fd >= 0, "vescale-run: cannot open a port on ", addr,
+                " for the checkpoint copies this launcher keeps");
+  sockaddr_in me{};
+  socklen_t len = sizeof me;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len);
+  c10d::TCPStoreOptions opts;
+  opts.port = ntohs(me.sin_port);
+  opts.isServer = true;
+  opts.waitWorkers = false;
+  opts.masterListenFd = fd;
+  auto store = c10::make_intrusive<c10d::TCPStore>(addr, opts);
+  return {store, addr + ":" + std::to_string(opts.port)};
+}
+
 }  // namespace
 
 NodeRendezvous::NodeRendezvous(const LauncherOptions& o) : options_(o) {
@@ -95,6 +133,8 @@ NodeRendezvous::NodeRendezvous(const LauncherOptions& o) : options_(o) {
                  "). Start the launcher on --master-addr's host too, or check --master-addr and "
                  "--master-port");
   }
+  std::tie(keeper_, keeper_at_) =
+      serve_keeper(serving_ ? o.master_addr : local_address_towards(o.master_addr, port_));
 }
 
 NodeRendezvous::~NodeRendezvous() {
@@ -115,6 +155,7 @@ std::optional<Round> NodeRendezvous::join() {
     const int nnodes = std::stoi(get_text(s, key(k, "formed")));
     if (index < nnodes) {
       next_ = k + 1;
+      set_text(s, key(k, "keeper/") + std::to_string(index), keeper_at_);
       return Round{k, index, nnodes};
     }
     ++k;  // too late for round k, or beyond MAX: the next round takes this launcher
@@ -179,6 +220,13 @@ RoundFailure NodeRendezvous::failure(const Round& r) {
   f.final = text.substr(a + 1, b - a - 1) == "final";
   f.what = text.substr(b + 1);
   return f;
+}
+
+std::string NodeRendezvous::keepers(const Round& r) {
+  if (r.nnodes == 1) return keeper_at_;
+  const std::string next = key(r.number, "keeper/") + std::to_string((r.node_rank + 1) % r.nnodes);
+  store_->wait({next});
+  return keeper_at_ + "," + get_text(*store_, next);
 }
 
 int64_t NodeRendezvous::restarts() { return store_->add("vescale/rdzv/restarts", 0); }

@@ -4,7 +4,8 @@
 // included, joins it as a client. On it the launchers form numbered rounds: a round is one
 // world, the launchers that joined it in the order they joined (their node ranks). Round k's
 // ranks use the same store under "vescale/attempt_<k>/" (LaunchEnv::agent_store), so no round
-// reads another's keys, and report their progress there (dist/progress.h).
+// reads another's keys, and report their progress there (dist/progress.h). Each launcher also
+// serves a keeper: a store holding copies of checkpoints in its memory (dist/peer_memory.h).
 #pragma once
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -58,6 +59,11 @@ class NodeRendezvous {
   void finish(int exit_code);
   std::optional<int> finished();
 
+  // The launchers that keep round r's ranks' copies in memory (dist/peer_memory.h): this
+  // node's and the next node's in the round, "host:port[,host:port]". Waits for the next node
+  // to say where its keeper is.
+  std::string keepers(const Round& r);
+
   bool serving() const { return serving_; }
   int port() const { return port_; }
 
@@ -69,6 +75,10 @@ class NodeRendezvous {
   int port_ = 0;
   bool serving_ = false;
   c10::intrusive_ptr<c10d::Store> server_, store_;
+  // This launcher's keeper of its ranks' and the previous node's copies: a store of its own,
+  // which outlives the ranks' restarts.
+  c10::intrusive_ptr<c10d::Store> keeper_;
+  std::string keeper_at_;
   int next_ = 0;
   std::chrono::steady_clock::time_point polled_{};
 };

@@ -17,7 +17,9 @@
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
 #include "vescale/dist/object_collectives.h"
+#include "vescale/dist/peer_memory.h"
 #include "vescale/dist/progress.h"
+#include "vescale/dist/world.h"
 #include "vescale/optim/optimizer.h"
 #include "vescale/parallel/sharded_parameters.h"
 #include "vescale/random/random.h"
@@ -84,7 +86,8 @@ void CheckpointManager::start(const CheckpointParts& parts, const StepBatch& bat
   parts_ = parts;
   batch_ = batch;
   if (config_.resume) {
-    if (auto folder = checkpoint::latest(config_.dir)) resume_from(*folder);
+    const auto folder = checkpoint::latest(config_.dir);
+    if (!resume_from_memory(folder) && folder) resume_from(checkpoint::FolderSource(*folder));
   }
   // Resumed: the checkpoint's run goes on. Fresh: a new id, the same on every rank.
   if (!resumed_) run_id_ = dist::all_gather_text(rank_ == 0 ? new_run_id() : "").front();
@@ -103,12 +106,7 @@ checkpoint::StateDict CheckpointManager::model_state() const {
   return s;
 }
 
-void CheckpointManager::stage(int64_t steps_done) {
-  VESCALE_CHECK(parts_.model, "CheckpointManager::stage before start()");
-  commit();
-  const auto start = std::chrono::steady_clock::now();
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(steps_done));
+CheckpointManager::Saved CheckpointManager::collect(int64_t steps_done) const {
   const auto rng = random::get_state();
   const auto pos = parts_.train_loader->position();
   const nlohmann::json meta{{"step", steps_done},
@@ -121,20 +119,29 @@ void CheckpointManager::stage(int64_t steps_done) {
                             {"config", nlohmann::json::parse(config_json_)}};
   // ZeRO-3: whole parameters to copy (released at their next use).
   if (parts_.sharded) parts_.sharded->gather_all();
-  auto state = model_state();
-  std::vector<checkpoint::Piece> pieces;
+  Saved saved{model_state(), {}, meta.dump()};
   auto optim_state = parts_.optimizer->state_dict();
-  for (auto& [k, v] : optim_state.tensors) state["optim/" + k] = v;
+  for (auto& [k, v] : optim_state.tensors) saved.state["optim/" + k] = v;
   for (auto& p : optim_state.pieces) {
     p.name = "optim/" + p.name;
-    pieces.push_back(std::move(p));
+    saved.pieces.push_back(std::move(p));
   }
   {
     auto gen = torch_generator(parts_.device);
     std::lock_guard<std::mutex> lock(gen.mutex());
-    state["rng/torch"] = gen.get_state();
+    saved.state["rng/torch"] = gen.get_state();
   }
-  saver_.begin(config_.dir, name, state, meta.dump(), pieces);
+  return saved;
+}
+
+void CheckpointManager::stage(int64_t steps_done) {
+  VESCALE_CHECK(parts_.model, "CheckpointManager::stage before start()");
+  commit();
+  const auto start = std::chrono::steady_clock::now();
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(steps_done));
+  const Saved saved = collect(steps_done);
+  saver_.begin(config_.dir, name, saved.state, saved.metadata, saved.pieces);
   staged_step_ = steps_done;
   if (rank_ == 0) {
     const double ms =
@@ -148,11 +155,50 @@ void CheckpointManager::stage(int64_t steps_done) {
   if (!config_.async) saver_.wait();
 }
 
+bool CheckpointManager::keeps_in_memory() const {
+  return config_.in_memory_every > 0 && dist::peer_memory_available();
+}
+
+bool CheckpointManager::due_in_memory(int64_t step) const {
+  return keeps_in_memory() && step % config_.in_memory_every == 0;
+}
+
+void CheckpointManager::stage_in_memory(int64_t steps_done) {
+  commit_in_memory();
+  const auto start = std::chrono::steady_clock::now();
+  const Saved saved = collect(steps_done);
+  const auto snap = checkpoint::snapshot(saved.state, saved.metadata, saved.pieces, run_id_);
+  dist::keep_part(steps_done, snap.file, snap.bytes);
+  memory_index_ = snap.index_json;
+  memory_step_ = steps_done;
+  if (rank_ == 0) {
+    char line[160];
+    std::snprintf(
+        line, sizeof(line), "kept step %lld in the launchers' memory: %.1f MB on rank 0, %.0f ms",
+        static_cast<long long>(steps_done), static_cast<double>(snap.bytes.size()) / 1e6,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
+    log::info(line);
+  }
+}
+
+void CheckpointManager::commit_in_memory() {
+  if (memory_step_ == 0) return;
+  dist::barrier();  // every rank's part is kept
+  if (rank_ == 0) dist::publish_snapshot(memory_step_, memory_index_);
+  dist::barrier();  // published: the older copies can go
+  dist::drop_parts_before(memory_step_);
+  dist::report_checkpoint(std::max(memory_step_, committed_step_));
+  memory_step_ = 0;
+  memory_index_.clear();
+}
+
 void CheckpointManager::commit() {
   if (!saver_.pending()) return;
   const std::string folder = saver_.commit(config_.keep, run_id_);
   if (rank_ == 0) log::info("checkpoint " + folder + ": saved");
-  dist::report_checkpoint(staged_step_);
+  committed_step_ = staged_step_;
+  dist::report_checkpoint(committed_step_);
 }
 
 void CheckpointManager::abort() { saver_.abort(); }
@@ -201,8 +247,35 @@ std::map<std::string, std::vector<int64_t>> CheckpointManager::saved_optimizer_s
   return saved;
 }
 
-void CheckpointManager::resume_from(const std::string& folder) {
-  const auto info = checkpoint::read_info(folder);
+bool CheckpointManager::resume_from_memory(const std::optional<std::string>& folder) {
+  if (!keeps_in_memory()) return false;
+  const auto snap = dist::latest_snapshot();
+  // The folder's latest is "step-%08d": its step without reading it.
+  const int64_t on_disk =
+      folder ? std::stoll(std::filesystem::path(*folder).filename().string().substr(5)) : 0;
+  if (!snap || snap->step <= on_disk) return false;
+  std::vector<std::string> files;
+  for (const auto& [file, entry] : nlohmann::json::parse(snap->index_json).at("files").items())
+    files.push_back(file);
+  // Every rank must find every part it may need, or all read the folder.
+  const bool reachable = dist::snapshot_reachable(snap->step, files);
+  if (dist::all_max(reachable ? 0 : 1) != 0) {
+    if (rank_ == 0)
+      log::warn("the launchers' memory lost parts of its copy after step " +
+                std::to_string(snap->step) + " (two neighbouring nodes gone?): resuming from " +
+                (folder ? *folder : std::string("the start")) + " instead");
+    return false;
+  }
+  const int64_t step = snap->step;
+  resume_from(checkpoint::MemoryCheckpoint(
+      "the launchers' memory (the copy after step " + std::to_string(step) + ")", snap->index_json,
+      [step](const std::string& file) { return dist::fetch_part(step, file); }));
+  return true;
+}
+
+void CheckpointManager::resume_from(const checkpoint::CheckpointSource& source) {
+  const std::string& folder = source.label();
+  const auto info = checkpoint::read_info(source);
   const auto meta = nlohmann::json::parse(info.metadata);
   VESCALE_CHECK(
       meta.contains("step") && meta.contains("train_loader") && meta.contains("philox"),
@@ -229,7 +302,7 @@ void CheckpointManager::resume_from(const std::string& folder) {
           pieces.push_back(p);
           pieces.back().name = "optim/" + p.name;
         }
-        on_all_ranks([&] { checkpoint::load(folder, state, pieces); });
+        on_all_ranks([&] { checkpoint::load(source, state, pieces); });
       });
   if (torch_rng.defined()) {
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -268,6 +341,7 @@ void CheckpointManager::resume_from(const std::string& folder) {
   resumed_step_ = meta["step"].get<int64_t>();
   run_id_ = info.run_id;
   resumed_ = true;
+  committed_step_ = resumed_step_;
   dist::report_checkpoint(resumed_step_);
   if (rank_ == 0)
     log::info("resumed from " + folder + " after step " + std::to_string(resumed_step_));

@@ -175,6 +175,7 @@ void visit(V& v, CheckpointConfig& c) {
   v.field("async", c.async);
   v.field("resume", c.resume);
   v.field("overwrite", c.overwrite);
+  v.field("in_memory_every", c.in_memory_every);
 }
 
 template <class V>
@@ -297,6 +298,11 @@ void validate(const Config& c, const std::string& source,
   check(t.eval_every >= 0, "train.eval_every", "must be >= 0 (0: no evaluation)");
   check(c.checkpoint.every >= 0, "checkpoint.every", "must be >= 0");
   check(c.checkpoint.keep >= 0, "checkpoint.keep", "must be >= 0 (0 keeps every checkpoint)");
+  check(c.checkpoint.in_memory_every >= 0, "checkpoint.in_memory_every",
+        "must be >= 0 (0: no copies in memory)");
+  check(c.checkpoint.in_memory_every == 0 || !c.checkpoint.dir.empty(),
+        "checkpoint.in_memory_every",
+        "needs checkpoint.dir (memory holds the newest copy; the folder holds the rest)");
   check_one_of(check, "log.level", c.log.level, {"trace", "debug", "info", "warn", "error", "off"});
   try {
     timeline_window(c.log.timeline, t.steps);

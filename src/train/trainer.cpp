@@ -366,6 +366,10 @@ StepMetrics Trainer::step(int64_t step) {
     phase("committing a checkpoint", timeline::Kind::Checkpoint, names.commit);
     checkpoints_->commit();
   }
+  if (checkpoints_ && checkpoints_->keeps_in_memory()) {
+    phase("publishing the copy in memory", timeline::Kind::Checkpoint, names.commit);
+    checkpoints_->commit_in_memory();
+  }
   phase("optimizer step", timeline::Kind::Optimizer, names.optimizer);
   optimizer_->step();
   optimizer_->zero_grad();
@@ -464,6 +468,13 @@ std::vector<StepMetrics> Trainer::run() {
         timeline::Scope span(timeline::Kind::Checkpoint, span_names().save);
         checkpoints_->stage(m.step);
         if (last) checkpoints_->commit();  // no next step to wait for
+      });
+    }
+    if (checkpoints_ && !last && checkpoints_->due_in_memory(m.step)) {
+      guarded(s, [&] {
+        run_.doing = "keeping a copy in memory";
+        timeline::Scope span(timeline::Kind::Checkpoint, span_names().save);
+        checkpoints_->stage_in_memory(m.step);
       });
     }
     if (data_.val && ((t.eval_every > 0 && m.step % t.eval_every == 0) || s + 1 == t.steps)) {

@@ -18,6 +18,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -27,6 +28,8 @@
 #include "vescale/dtensor/tensor_box.h"
 
 namespace vescale::checkpoint {
+
+class SafetensorsFile;
 
 // Names to tensors: plain tensors (the same on every rank that holds one) or DTensors without
 // Partial placements. A name means the same global tensor on every rank that passes it.
@@ -99,6 +102,60 @@ std::vector<std::string> remove_stale_saves(const std::string& root);
 
 // Reads and checks a checkpoint folder's index.json.
 CheckpointInfo read_info(const std::string& folder);
+
+// Where a checkpoint's files are read from: its folder, or copies held in memory (a
+// MemoryCheckpoint: the launchers' copies of the latest one, docs/fault_tolerance.md).
+class CheckpointSource {
+ public:
+  virtual ~CheckpointSource() = default;
+  // The folder, or where memory holds it: for messages (and CheckpointInfo::folder).
+  virtual const std::string& label() const = 0;
+  virtual std::string index_text() const = 0;  // its index.json
+  // One of its rank files, opened (its header read and checked). Throws naming it.
+  virtual std::unique_ptr<SafetensorsFile> open(const std::string& file) const = 0;
+  // The file's path on disk; "" when it has none.
+  virtual std::string path(const std::string&) const { return ""; }
+};
+
+// A checkpoint's folder on disk.
+class FolderSource : public CheckpointSource {
+ public:
+  explicit FolderSource(std::string folder) : folder_(std::move(folder)) {}
+  const std::string& label() const override { return folder_; }
+  std::string index_text() const override;
+  std::unique_ptr<SafetensorsFile> open(const std::string& file) const override;
+  std::string path(const std::string& file) const override;
+
+ private:
+  std::string folder_;
+};
+
+// A checkpoint in memory: its index.json, and a function that returns a rank file's bytes
+// (throwing when it cannot).
+class MemoryCheckpoint : public CheckpointSource {
+ public:
+  using Fetch = std::function<std::string(const std::string& file)>;
+  MemoryCheckpoint(std::string label, std::string index_json, Fetch fetch);
+  const std::string& label() const override { return label_; }
+  std::string index_text() const override { return index_; }
+  std::unique_ptr<SafetensorsFile> open(const std::string& file) const override;
+
+ private:
+  std::string label_, index_;
+  Fetch fetch_;
+};
+
+// What save() would write, held in memory: this rank's file (its name and bytes) and, on
+// rank 0, the index.json naming every rank's (with run_id). Collective.
+struct Snapshot {
+  std::string file, bytes, index_json;
+};
+Snapshot snapshot(const StateDict& state, const std::string& metadata_json = "{}",
+                  const std::vector<Piece>& pieces = {}, const std::string& run_id = "");
+
+CheckpointInfo read_info(const CheckpointSource& source);
+void load(const CheckpointSource& source, const StateDict& state,
+          const std::vector<Piece>& pieces = {});
 
 // Fills every tensor of `state` in place (its local shard for a DTensor) from the checkpoint
 // in `folder`, whatever mesh and placements it was saved with. Throws naming the tensor when

@@ -37,6 +37,8 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n);
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);
+  // A file held in memory (safetensors_bytes); `name` is for messages.
+  SafetensorsFile(const std::string& name, std::shared_ptr<const std::string> bytes);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -49,6 +51,7 @@ class SafetensorsFile {
  private:
   friend Safetensors read_safetensors(const std::string& path, FileDigest* digest);
   friend std::map<std::string, at::Tensor> map_safetensors(const std::string& path);
+  void read_header();  // checks it all, as the constructors promise
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -84,6 +87,9 @@ std::map<std::string, at::Tensor> load_safetensors(const std::string& path);
 FileDigest save_safetensors(const std::string& path,
                             const std::map<std::string, at::Tensor>& tensors,
                             const std::map<std::string, std::string>& metadata = {});
+
+// The bytes save_safetensors would write (no metadata), into `out`, and their digest.
+FileDigest safetensors_bytes(const std::map<std::string, at::Tensor>& tensors, std::string& out);
 
 // The format's dtype names ("F32", "BF16", ...); `where` names the caller's file and tensor in
 // the error for a dtype without one, or for an unknown name.

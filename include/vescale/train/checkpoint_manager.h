@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,6 +76,16 @@ class CheckpointManager {
   void commit();
   // Drops a staged save (not collective): a failed step must not make it visible.
   void abort();
+
+  // checkpoint.in_memory_every under vescale-run's agent: copies of the state in the
+  // launchers' memory (dist/peer_memory.h), newest first at a resume.
+  bool keeps_in_memory() const;
+  bool due_in_memory(int64_t step) const;
+  // Sends this rank's copy after `steps_done` steps to its launchers (publishing the previous
+  // one first). Collective.
+  void stage_in_memory(int64_t steps_done);
+  // Makes the copy in flight the one a restart loads; no-op without one. Collective.
+  void commit_in_memory();
   bool pending() const;
 
   int64_t resumed_step() const { return resumed_step_; }
@@ -85,7 +96,16 @@ class CheckpointManager {
 
  private:
   checkpoint::StateDict model_state() const;
-  void resume_from(const std::string& folder);
+  // What a save holds after `steps_done` steps: tensors, ZeRO's pieces, the metadata JSON.
+  struct Saved {
+    checkpoint::StateDict state;
+    std::vector<checkpoint::Piece> pieces;
+    std::string metadata;
+  };
+  Saved collect(int64_t steps_done) const;
+  void resume_from(const checkpoint::CheckpointSource& source);
+  // Resumes from the launchers' copy when it is newer than `folder` (dir's latest) and whole.
+  bool resume_from_memory(const std::optional<std::string>& folder);
   // The checkpoint's optimizer entries this rank's optimizer holds (name -> global shape).
   std::map<std::string, std::vector<int64_t>> saved_optimizer_state(
       const checkpoint::CheckpointInfo& info) const;
@@ -98,7 +118,10 @@ class CheckpointManager {
   std::unique_ptr<checkpoint::RootLock> lock_;  // rank 0
   checkpoint::AsyncSave saver_;
   int64_t resumed_step_ = 0;
-  int64_t staged_step_ = 0;  // the steps the save in flight holds
+  int64_t staged_step_ = 0;     // the steps the save in flight holds
+  int64_t committed_step_ = 0;  // the newest committed or resumed checkpoint's
+  int64_t memory_step_ = 0;     // the copy in memory in flight (0: none), and its index
+  std::string memory_index_;
   bool resumed_ = false;
   std::string run_id_;
 };

@@ -167,6 +167,10 @@ struct CheckpointConfig {
   // run's checkpoints go beside the old ones (same step names are replaced; keep prunes only
   // the new run's).
   bool overwrite = false;
+  // Steps between copies of the state in host memory: this node's launcher's and the next
+  // node's (vescale-run's agent: --max-restarts or --nnodes MIN:MAX). A restart loads the newest
+  // copy when it is newer than dir's latest; 0: none (docs/fault_tolerance.md).
+  int64_t in_memory_every = 0;
 };
 
 // The nD timeline (docs/timeline.md): spans of a window of steps, merged into one trace.

@@ -1,0 +1,217 @@
+#include "vescale/dist/peer_memory.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "dist/world_state.h"
+#include "vescale/common/check.h"
+#include "vescale/common/error_text.h"
+
+namespace vescale::dist {
+
+namespace {
+
+// Agent store keys (the launchers' store, outside any round's prefix).
+const std::string kLatest = "vescale/memory/latest";
+std::string index_key(int64_t step) { return "vescale/memory/" + std::to_string(step) + "/index"; }
+std::string where_key(int64_t step, const std::string& file) {
+  return "vescale/memory/" + std::to_string(step) + "/where/" + file;
+}
+// A keeper's key for a part.
+std::string part_key(int64_t step, const std::string& file) {
+  return std::to_string(step) + "/" + file;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+// The launchers' store: under the round's prefix for the ranks, so the raw one is below it.
+c10d::Store& agent_store() {
+  auto& s = world_state();
+  VESCALE_CHECK(s.env.agent_store, "peer memory: not launched by vescale-run's agent");
+  auto* prefixed = dynamic_cast<c10d::PrefixStore*>(s.store.get());
+  VESCALE_CHECK(prefixed, "peer memory: the agent's store has no round prefix");
+  static c10::intrusive_ptr<c10d::Store> raw = prefixed->getUnderlyingStore();
+  return *raw;
+}
+
+struct Keepers {
+  std::mutex mu;
+  std::map<std::string, c10::intrusive_ptr<c10d::Store>> clients;  // "host:port" -> client
+  std::set<std::string> unreachable;
+  std::vector<std::pair<int64_t, std::string>> kept;  // this rank's parts: (step, file)
+  std::map<int64_t, std::vector<std::string>> kept_where;
+};
+Keepers& keepers() {
+  static Keepers k;
+  return k;
+}
+
+// A client of the keeper at "host:port"; nullptr when it does not answer (a lost node).
+c10d::Store* keeper(const std::string& where) {
+  auto& k = keepers();
+  if (k.unreachable.count(where)) return nullptr;
+  auto it = k.clients.find(where);
+  if (it != k.clients.end()) return it->second.get();
+  const auto colon = where.rfind(':');
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(std::stoi(where.substr(colon + 1)));
+  opts.isServer = false;
+  opts.waitWorkers = false;
+  opts.timeout = std::chrono::seconds(3);  // a lost node's keeper must not stall a recovery long
+  try {
+    auto client = c10::make_intrusive<c10d::TCPStore>(where.substr(0, colon), opts);
+    client->setTimeout(std::chrono::seconds(60));  // parts are large: their transfers may take long
+    return (k.clients[where] = client).get();
+  } catch (const std::exception&) {
+    k.unreachable.insert(where);
+    return nullptr;
+  }
+}
+
+// Parts travel in pieces: c10d's store takes values of at most 8 MiB.
+constexpr size_t kPiece = size_t{4} << 20;
+
+void put_part(c10d::Store& s, const std::string& key, const std::string& data) {
+  const size_t n = (data.size() + kPiece - 1) / kPiece;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t at = i * kPiece, len = std::min(kPiece, data.size() - at);
+    s.set(key + "/" + std::to_string(i),
+          std::vector<uint8_t>(data.begin() + static_cast<std::ptrdiff_t>(at),
+                               data.begin() + static_cast<std::ptrdiff_t>(at + len)));
+  }
+  s.set(key, bytes(std::to_string(n)));  // last: a part is whole once its count is there
+}
+
+std::string get_part(c10d::Store& s, const std::string& key) {
+  const size_t n = std::stoull(text(s.get(key)));
+  std::string data;
+  for (size_t i = 0; i < n; ++i) {
+    const auto piece = s.get(key + "/" + std::to_string(i));
+    data.append(piece.begin(), piece.end());
+  }
+  return data;
+}
+
+void delete_part(c10d::Store& s, const std::string& key) {
+  if (!s.check({key})) return;
+  const size_t n = std::stoull(text(s.get(key)));
+  s.deleteKey(key);
+  for (size_t i = 0; i < n; ++i) s.deleteKey(key + "/" + std::to_string(i));
+}
+
+std::vector<std::string> my_keepers() {
+  const char* env = std::getenv("VESCALE_KEEPERS");
+  return env ? split(env) : std::vector<std::string>{};
+}
+
+}  // namespace
+
+bool peer_memory_available() {
+  return is_initialized() && world_state().env.agent_store && !my_keepers().empty();
+}
+
+void keep_part(int64_t step, const std::string& file, const std::string& data) {
+  const auto where = my_keepers();
+  VESCALE_CHECK(!where.empty(), "peer memory: VESCALE_KEEPERS is not set (not under vescale-run)");
+  auto& k = keepers();
+  std::lock_guard<std::mutex> lock(k.mu);
+  for (const auto& w : where) {
+    c10d::Store* s = keeper(w);
+    VESCALE_CHECK(s, "peer memory: the launcher keeping copies at ", w,
+                  " does not answer; its node may be gone");
+    put_part(*s, part_key(step, file), data);
+  }
+  std::string list;
+  for (const auto& w : where) list += (list.empty() ? "" : ",") + w;
+  agent_store().set(where_key(step, file), bytes(list));
+  k.kept.push_back({step, file});
+  k.kept_where[step] = where;
+}
+
+void publish_snapshot(int64_t step, const std::string& index_json) {
+  auto& s = agent_store();
+  s.set(index_key(step), bytes(index_json));
+  s.set(kLatest, bytes(std::to_string(step)));
+}
+
+void drop_parts_before(int64_t step) {
+  auto& k = keepers();
+  std::lock_guard<std::mutex> lock(k.mu);
+  std::vector<std::pair<int64_t, std::string>> left;
+  for (const auto& [s, file] : k.kept) {
+    if (s >= step) {
+      left.push_back({s, file});
+      continue;
+    }
+    for (const auto& w : k.kept_where[s])
+      if (c10d::Store* keep = keeper(w)) {
+        try {
+          delete_part(*keep, part_key(s, file));
+        } catch (const std::exception&) {
+        }
+      }
+  }
+  k.kept = std::move(left);
+}
+
+std::optional<KeptSnapshot> latest_snapshot() {
+  auto& s = agent_store();
+  if (!s.check({kLatest})) return std::nullopt;
+  KeptSnapshot snap;
+  snap.step = std::stoll(text(s.get(kLatest)));
+  snap.index_json = text(s.get(index_key(snap.step)));
+  return snap;
+}
+
+bool snapshot_reachable(int64_t step, const std::vector<std::string>& files) {
+  auto& k = keepers();
+  std::lock_guard<std::mutex> lock(k.mu);
+  for (const auto& file : files) {
+    if (!agent_store().check({where_key(step, file)})) return false;
+    bool found = false;
+    for (const auto& w : split(text(agent_store().get(where_key(step, file))))) {
+      c10d::Store* s = keeper(w);
+      try {
+        found = s && s->check({part_key(step, file)});
+      } catch (const std::exception&) {
+        found = false;
+      }
+      if (found) break;
+    }
+    if (!found) return false;
+  }
+  return true;
+}
+
+std::string fetch_part(int64_t step, const std::string& file) {
+  auto& k = keepers();
+  std::lock_guard<std::mutex> lock(k.mu);
+  const std::string where = text(agent_store().get(where_key(step, file)));
+  for (const auto& w : split(where)) {
+    c10d::Store* s = keeper(w);
+    try {
+      if (s && s->check({part_key(step, file)})) return get_part(*s, part_key(step, file));
+    } catch (const std::exception&) {
+    }
+  }
+  VESCALE_FAIL("peer memory: no launcher still holds ", file, " of the copy after step ", step,
+               " (kept by ", where, ")");
+}
+
+}  // namespace vescale::dist
