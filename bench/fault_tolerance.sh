@@ -3,8 +3,10 @@
 # of rank 1 after step KILL_AT; from the kill to the first step after the resume, split into
 # noticing it (kill -> the launcher's restart line: the peer's error, stopping the group),
 # starting again (restart line -> "resumed from": processes, rendezvous, model, the checkpoint
-# read from disk) and the first step. Against that: the steps lost (since the last checkpoint)
-# and one step's time. Medians of RUNS runs per model. Results in bench/results/fault_tolerance.md.
+# read) and the first step; resuming from disk (checkpoint.every=4) and from the launchers'
+# memory (checkpoint.in_memory_every=4, nothing on disk). Against that: the steps lost, one
+# step's time, and what a save stalls the step (disk: staging the async write; memory: the copy
+# sent to the launchers). Medians of RUNS runs. Results in bench/results/fault_tolerance.md.
 # Knobs: RUNS=3, KILL_AT=8.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,16 +22,20 @@ models = {  # name: --set overrides (llama_tiny's shape, then a wider one: a lar
     "llama d512 x8 (25M params)": ["model.dim=512", "model.n_layers=8", "model.n_heads=8",
                                     "model.n_kv_heads=8", "model.ffn_dim=1536"],
 }
-def run_once(sets, tag):
+def run_once(sets, tag, memory):
     ck = os.path.join(out, tag)
+    saves = ["checkpoint.every=1000", "checkpoint.in_memory_every=4"] if memory else ["checkpoint.every=4"]
     cmd = [train, "--config", "configs/llama_tiny.json", "--nproc-per-node", "2", "--max-restarts", "1",
            "--set", "train.seq_len=64", "--set", "train.batch_size=2", "--set", "train.steps=%d" % (kill_at + 6),
-           "--set", "train.log_every=1", "--set", "checkpoint.every=4", "--set", 'checkpoint.dir="%s"' % ck]
+           "--set", "train.log_every=1", "--set", 'checkpoint.dir="%s"' % ck]
+    for s in saves: cmd += ["--set", s]
     for s in sets: cmd += ["--set", s]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    stamps, t_kill, step_ms = {}, None, []
+    stamps, t_kill, step_ms, stall = {}, None, [], []
     for line in p.stdout:
         now = time.monotonic()
+        st = re.search(r"(?:staged in|in the launchers' memory: .* MB on rank 0,) ([0-9.]+) ms", line)
+        if st and t_kill is None: stall.append(float(st.group(1)))
         m = re.search(r"info step +(\d+)/\d+ .*\| ([0-9.]+) ms/step", line)
         if m and t_kill is None:
             step_ms.append(float(m.group(2)))
@@ -48,19 +54,22 @@ def run_once(sets, tag):
     assert code == 0 and t_kill is not None and "first" in stamps, f"the run did not recover: exit {code}, killed {t_kill is not None}, {stamps}"
     return {"notice": stamps["restart"] - t_kill, "start": stamps["resumed"] - stamps["restart"],
             "first": stamps["first"] - stamps["resumed"], "total": stamps["first"] - t_kill,
-            "lost": kill_at - stamps["from"], "step_ms": statistics.median(step_ms[2:])}
+            "lost": kill_at - stamps["from"], "step_ms": statistics.median(step_ms[2:]),
+            "stall": statistics.median(stall) if stall else 0.0}
 rows = []
 for name, sets in models.items():
-    rs = [run_once(sets, f"{i}{len(rows)}") for i in range(runs)]
-    med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-    rows.append(f"| {name} | {med['notice']:.2f} | {med['start']:.2f} | {med['first']:.2f} | **{med['total']:.2f}** | "
-                f"{med['lost']:.0f} | {med['step_ms']:.0f} |")
+    for memory in (False, True):
+        rs = [run_once(sets, f"{i}{len(rows)}", memory) for i in range(runs)]
+        med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        rows.append(f"| {name} | {'memory' if memory else 'disk'} | {med['notice']:.2f} | {med['start']:.2f} | "
+                    f"{med['first']:.2f} | **{med['total']:.2f}** | {med['lost']:.0f} | {med['step_ms']:.0f} | "
+                    f"{med['stall']:.0f} ({100 * med['stall'] / med['step_ms']:.0f}%) |")
 text = "\n".join([
     "# Recovery after a kill", "",
     f"{datetime.date.today()}; `bench/fault_tolerance.sh`; vescale-train at dp=2 (2 ranks, this 2-core machine) under "
     f"`--max-restarts 1`, a checkpoint every 4 steps, `kill -9` of rank 1 after step {kill_at}; seconds, medians of {runs} runs.", "",
-    "| model | kill -> restart line | restart -> resumed (start, rendezvous, model, disk read) | resumed -> first step | kill -> first step | steps lost | ms/step |",
-    "|---|---|---|---|---|---|---|", *rows, ""])
+    "| model | resumed from | kill -> restart line | restart -> resumed (start, rendezvous, model, read) | resumed -> first step | kill -> first step | steps lost | ms/step | save stall ms (of a step) |",
+    "|---|---|---|---|---|---|---|---|---|", *rows, ""])
 open("bench/results/fault_tolerance.md", "w").write(text)
 print(text)
 PY
