@@ -425,20 +425,59 @@ std::string save(const std::string& root, const std::string& name, const StateDi
   return s.commit(keep);
 }
 
-Snapshot snapshot(const StateDict& state, const std::string& metadata_json,
-                  const std::vector<Piece>& pieces, const std::string& run_id) {
+struct AsyncSnapshot::Job {
+  json index;
+  std::map<std::string, at::Tensor> staged;
+  std::thread thread;
+  std::string error;  // set by the thread on failure
+  FileDigest digest;
+};
+
+AsyncSnapshot::AsyncSnapshot() = default;
+
+AsyncSnapshot::~AsyncSnapshot() {
+  if (job_ && job_->thread.joinable()) job_->thread.join();
+}
+
+bool AsyncSnapshot::pending() const { return job_ != nullptr; }
+
+void AsyncSnapshot::begin(const StateDict& state, const std::string& metadata_json,
+                          const std::vector<Piece>& pieces, Keep keep) {
+  VESCALE_CHECK(!job_, "checkpoint: a snapshot is still pending; finish() it first");
+  auto job = std::make_unique<Job>();
   Planned planned = plan_save(state, metadata_json, pieces);
-  Snapshot s;
-  s.file = rank_file(world_rank());
-  const FileDigest d = safetensors_bytes(planned.staged, s.bytes);
-  planned.staged.clear();
-  const auto status = all_gather_int64({1, d.crc32, static_cast<int64_t>(d.bytes)});
+  job->index = std::move(planned.index);
+  job->staged = std::move(planned.staged);
+  Job* j = job.get();
+  j->thread = std::thread([j, keep = std::move(keep), file = rank_file(world_rank())] {
+    try {
+      std::string bytes;
+      j->digest = safetensors_bytes(j->staged, bytes);
+      j->staged.clear();
+      keep(file, bytes);
+    } catch (const std::exception& e) {
+      j->error = e.what();
+    }
+  });
+  job_ = std::move(job);
+}
+
+std::string AsyncSnapshot::finish(const std::string& run_id) {
+  if (!job_) return "";
+  auto job = std::move(job_);
+  if (job->thread.joinable()) job->thread.join();
+  const auto& d = job->digest;
+  const auto status =
+      all_gather_int64({job->error.empty() ? 1 : 0, d.crc32, static_cast<int64_t>(d.bytes)});
+  std::string failed;
+  for (size_t r = 0; r < status.size() / 3; ++r)
+    if (status[3 * r] == 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  VESCALE_CHECK(failed.empty(), "checkpoint: keeping the copy in memory failed on rank(s) ", failed,
+                job->error.empty() ? "" : " (here: " + job->error + ")");
   const auto crcs = dist::gather_text(json(d.tensor_crc32).dump(), 0);
-  if (world_rank() == 0) {
-    complete_index(planned.index, status, crcs, run_id);
-    s.index_json = planned.index.dump();
-  }
-  return s;
+  if (world_rank() != 0) return "";
+  complete_index(job->index, status, crcs, run_id);
+  return job->index.dump();
 }
 
 std::optional<std::string> latest(const std::string& root) {

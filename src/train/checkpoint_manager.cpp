@@ -167,15 +167,18 @@ void CheckpointManager::stage_in_memory(int64_t steps_done) {
   commit_in_memory();
   const auto start = std::chrono::steady_clock::now();
   const Saved saved = collect(steps_done);
-  const auto snap = checkpoint::snapshot(saved.state, saved.metadata, saved.pieces, run_id_);
-  dist::keep_part(steps_done, snap.file, snap.bytes);
-  memory_index_ = snap.index_json;
+  snapshot_.begin(saved.state, saved.metadata, saved.pieces,
+                  [steps_done](const std::string& file, const std::string& bytes) {
+                    dist::keep_part(steps_done, file, bytes);
+                  });
   memory_step_ = steps_done;
   if (rank_ == 0) {
     char line[160];
     std::snprintf(
-        line, sizeof(line), "kept step %lld in the launchers' memory: %.1f MB on rank 0, %.0f ms",
-        static_cast<long long>(steps_done), static_cast<double>(snap.bytes.size()) / 1e6,
+        line, sizeof(line),
+        "copy of step %lld: staged in %.0f ms, going to the launchers' memory in the "
+        "background",
+        static_cast<long long>(steps_done),
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
             .count());
     log::info(line);
@@ -183,14 +186,12 @@ void CheckpointManager::stage_in_memory(int64_t steps_done) {
 }
 
 void CheckpointManager::commit_in_memory() {
-  if (memory_step_ == 0) return;
-  dist::barrier();  // every rank's part is kept
-  if (rank_ == 0) dist::publish_snapshot(memory_step_, memory_index_);
+  if (!snapshot_.pending()) return;
+  const std::string index = snapshot_.finish(run_id_);  // every rank's part is kept
+  if (rank_ == 0) dist::publish_snapshot(memory_step_, index);
   dist::barrier();  // published: the older copies can go
   dist::drop_parts_before(memory_step_);
   dist::report_checkpoint(std::max(memory_step_, committed_step_));
-  memory_step_ = 0;
-  memory_index_.clear();
 }
 
 void CheckpointManager::commit() {

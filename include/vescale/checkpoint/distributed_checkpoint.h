@@ -145,13 +145,28 @@ class MemoryCheckpoint : public CheckpointSource {
   Fetch fetch_;
 };
 
-// What save() would write, held in memory: this rank's file (its name and bytes) and, on
-// rank 0, the index.json naming every rank's (with run_id). Collective.
-struct Snapshot {
-  std::string file, bytes, index_json;
+// What save() would write, made in memory in the background: begin() copies this rank's chunks
+// to host memory (collective) and a thread serializes its file and hands the bytes to `keep`
+// (for the launchers' copies, dist/peer_memory.h) while training goes on; finish() (collective)
+// waits, checks that every rank's `keep` succeeded (else every rank throws, naming the ranks) and
+// returns the index.json naming every rank's file (on rank 0; "" elsewhere).
+class AsyncSnapshot {
+ public:
+  using Keep = std::function<void(const std::string& file, const std::string& bytes)>;
+  AsyncSnapshot();
+  ~AsyncSnapshot();  // waits for a thread still running
+  AsyncSnapshot(const AsyncSnapshot&) = delete;
+  AsyncSnapshot& operator=(const AsyncSnapshot&) = delete;
+
+  void begin(const StateDict& state, const std::string& metadata_json,
+             const std::vector<Piece>& pieces, Keep keep);
+  std::string finish(const std::string& run_id = "");
+  bool pending() const;
+
+ private:
+  struct Job;
+  std::unique_ptr<Job> job_;
 };
-Snapshot snapshot(const StateDict& state, const std::string& metadata_json = "{}",
-                  const std::vector<Piece>& pieces = {}, const std::string& run_id = "");
 
 CheckpointInfo read_info(const CheckpointSource& source);
 void load(const CheckpointSource& source, const StateDict& state,

@@ -81,8 +81,8 @@ class CheckpointManager {
   // launchers' memory (dist/peer_memory.h), newest first at a resume.
   bool keeps_in_memory() const;
   bool due_in_memory(int64_t step) const;
-  // Sends this rank's copy after `steps_done` steps to its launchers (publishing the previous
-  // one first). Collective.
+  // Sends this rank's copy after `steps_done` steps to its launchers in the background
+  // (publishing the previous one first). Collective.
   void stage_in_memory(int64_t steps_done);
   // Makes the copy in flight the one a restart loads; no-op without one. Collective.
   void commit_in_memory();
@@ -120,8 +120,8 @@ class CheckpointManager {
   int64_t resumed_step_ = 0;
   int64_t staged_step_ = 0;     // the steps the save in flight holds
   int64_t committed_step_ = 0;  // the newest committed or resumed checkpoint's
-  int64_t memory_step_ = 0;     // the copy in memory in flight (0: none), and its index
-  std::string memory_index_;
+  checkpoint::AsyncSnapshot snapshot_;  // the copy for the launchers' memory in flight
+  int64_t memory_step_ = 0;             // its step
   bool resumed_ = false;
   std::string run_id_;
 };
