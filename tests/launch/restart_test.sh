@@ -3,7 +3,8 @@
 #  1. kill -9 of rank 1 mid-run: the launcher stops rank 0, starts both again, they resume from
 #     `latest`, and the run's losses and gradient norms equal an uninterrupted run's bitwise;
 #     the launcher says which rank failed, at which step, and where it resumes;
-#  2. a config error with --max-restarts 3 fails once (exit 2), not four times.
+#  2. a hung rank (SIGSTOP) counts as failed once its peer's collective times out: restarted too;
+#  3. a config error with --max-restarts 3 fails once (exit 2), not four times.
 # Usage: restart_test.sh vescale-train
 set -euo pipefail
 train=$1
@@ -37,7 +38,22 @@ grep -q "resumed from .*ck/step-" "$dir/run.log" \
   || { cat "$dir/run.log"; echo "the restarted ranks did not resume from a checkpoint" >&2; exit 1; }
 same_losses "$dir/reference.jsonl" "$dir/run.jsonl"
 
-# 2. A config error is not restarted: one failure, exit 2.
+# 2. A hung rank: its peer's collective times out (5 s here), the launcher kills it and restarts.
+VESCALE_COLLECTIVE_TIMEOUT_S=5 "$train" "${args[@]}" --nproc-per-node 2 --max-restarts 1 \
+  --grace-seconds 1 --set checkpoint.dir=\"$dir/hung\" --set log.metrics_jsonl=\"$dir/hung.jsonl\" \
+  > "$dir/hung.log" 2>&1 &
+launcher=$!
+wait_for_steps "$dir/hung.jsonl" 7 120 "$dir/hung.log"
+for p in $(pgrep -P "$launcher"); do
+  if tr '\0' ' ' < "/proc/$p/cmdline" | grep -q '^vescale-train\[rank 1\]'; then kill -STOP "$p"; fi
+done
+wait "$launcher" || { cat "$dir/hung.log"; echo "the run with a hung rank did not recover" >&2; exit 1; }
+grep -q "did not finish within 5000 ms: rank 1 did not answer" "$dir/hung.log" \
+  && grep -q "restart 1/1 after rank 0 .* failed with exit code 1" "$dir/hung.log" \
+  || { cat "$dir/hung.log"; echo "the hung rank was not found by the timeout and restarted" >&2; exit 1; }
+same_losses "$dir/reference.jsonl" "$dir/hung.jsonl"
+
+# 3. A config error is not restarted: one failure, exit 2.
 set +e
 "$train" "${args[@]}" --nproc-per-node 2 --max-restarts 3 --set train.steps=-1 > "$dir/bad.log" 2>&1
 code=$?
