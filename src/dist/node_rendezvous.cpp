@@ -138,8 +138,11 @@ NodeRendezvous::NodeRendezvous(const LauncherOptions& o) : options_(o) {
 }
 
 NodeRendezvous::~NodeRendezvous() {
-  // The serving launcher ends last in practice; give waiting launchers a moment to read the end.
-  if (serving_ && finished()) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Give launchers still waiting to join a moment to read the end before the store goes.
+  try {
+    if (serving_ && finished()) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  } catch (const std::exception&) {
+  }
 }
 
 std::optional<Round> NodeRendezvous::join() {
@@ -238,7 +241,11 @@ std::optional<int64_t> NodeRendezvous::progress(const Round& r, const char* what
 }
 
 void NodeRendezvous::finish(int exit_code) {
-  set_text(*store_, "vescale/rdzv/finished", std::to_string(exit_code));
+  try {
+    set_text(*store_, "vescale/rdzv/finished", std::to_string(exit_code));
+  } catch (const std::exception&) {
+    // The serving launcher ended first: nobody is left waiting to read it.
+  }
 }
 
 std::optional<int> NodeRendezvous::finished() {

@@ -46,8 +46,7 @@ c10d::Store& agent_store() {
   VESCALE_CHECK(s.env.agent_store, "peer memory: not launched by vescale-run's agent");
   auto* prefixed = dynamic_cast<c10d::PrefixStore*>(s.store.get());
   VESCALE_CHECK(prefixed, "peer memory: the agent's store has no round prefix");
-  static c10::intrusive_ptr<c10d::Store> raw = prefixed->getUnderlyingStore();
-  return *raw;
+  return *prefixed->getUnderlyingStore();
 }
 
 struct Keepers {

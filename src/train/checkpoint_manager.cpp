@@ -85,6 +85,10 @@ void CheckpointManager::start(const CheckpointParts& parts, const StepBatch& bat
                 "CheckpointManager::start: the model, optimizer and train loader are required");
   parts_ = parts;
   batch_ = batch;
+  if (config_.in_memory_every > 0 && !keeps_in_memory() && rank_ == 0)
+    log::warn(
+        "checkpoint.in_memory_every: no launcher keeps copies for this run (only vescale-run's "
+        "agent does: --max-restarts or --nnodes MIN:MAX); only checkpoint.dir is written");
   if (config_.resume) {
     const auto folder = checkpoint::latest(config_.dir);
     if (!resume_from_memory(folder) && folder) resume_from(checkpoint::FolderSource(*folder));

@@ -8,10 +8,8 @@
 # Usage: elastic_test.sh vescale-train
 set -euo pipefail
 train=$1
-dir=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 source "$(dirname "$0")/launch_common.sh"
-export VESCALE_COLLECTIVE_TIMEOUT_S=60
+fault_test_setup
 args=(--config "$root/configs/llama_tiny.json" --set train.seq_len=32 --set train.global_batch_size=8
       --set train.micro_batch_size=2 --set train.steps=40 --set train.log_every=1
       --set 'parallel.mesh={"dp":-1}' --set checkpoint.every=2)
@@ -20,10 +18,9 @@ args=(--config "$root/configs/llama_tiny.json" --set train.seq_len=32 --set trai
   > "$dir/reference.log" 2>&1 || { cat "$dir/reference.log"; echo "the dp=4 run failed" >&2; exit 1; }
 
 port=$(free_port)
-node() {  # node LOG: one launcher of the elastic job (exec: $! is the launcher itself)
-  exec "$train" "${args[@]}" --nproc-per-node 2 --nnodes 1:2 --max-restarts 2 --master-addr 127.0.0.2 \
-    --master-port "$port" --rdzv-last-call 3 --set checkpoint.dir=\"$dir/ck\" \
-    --set log.metrics_jsonl=\"$dir/run.jsonl\" > "$1" 2>&1
+node() {  # node LOG: one launcher of the elastic job
+  node_launcher "$1" --nnodes 1:2 --max-restarts 2 --rdzv-last-call 3 \
+    --set checkpoint.dir=\"$dir/ck\" --set log.metrics_jsonl=\"$dir/run.jsonl\"
 }
 node "$dir/a.log" &
 a=$!

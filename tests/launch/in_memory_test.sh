@@ -7,10 +7,8 @@
 # Usage: in_memory_test.sh vescale-train
 set -euo pipefail
 train=$1
-dir=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 source "$(dirname "$0")/launch_common.sh"
-export VESCALE_COLLECTIVE_TIMEOUT_S=60
+fault_test_setup
 args=(--config "$root/configs/llama_tiny.json" --set train.seq_len=32 --set train.global_batch_size=8
       --set train.micro_batch_size=2 --set train.steps=40 --set train.log_every=1
       --set 'parallel.mesh={"dp":4}' --set checkpoint.every=1000)
@@ -20,10 +18,9 @@ args=(--config "$root/configs/llama_tiny.json" --set train.seq_len=32 --set trai
   || { cat "$dir/reference.log"; echo "the uninterrupted run failed" >&2; exit 1; }
 
 port=$(free_port)
-node() {  # node LOG: one launcher (exec: $! is the launcher itself)
-  exec "$train" "${args[@]}" --nproc-per-node 2 --nnodes 2 --max-restarts 2 --master-addr 127.0.0.2 \
-    --master-port "$port" --set checkpoint.dir=\"$dir/ck\" --set checkpoint.in_memory_every=2 \
-    --set log.metrics_jsonl=\"$dir/run.jsonl\" > "$1" 2>&1
+node() {  # node LOG: one launcher of the job
+  node_launcher "$1" --nnodes 2 --max-restarts 2 --set checkpoint.dir=\"$dir/ck\" \
+    --set checkpoint.in_memory_every=2 --set log.metrics_jsonl=\"$dir/run.jsonl\"
 }
 node "$dir/a.log" &
 a=$!

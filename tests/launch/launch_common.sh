@@ -42,3 +42,20 @@ wait_for_steps() {
     sleep 0.2
   done
 }
+
+# The fault tests' scratch folder $dir (kept with KEEP=1); launchers they started in the
+# background die with them; collectives time out in a minute, not ten.
+fault_test_setup() {
+  dir=$(mktemp -d)
+  trap 'kill -9 $(jobs -p) 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
+  export VESCALE_COLLECTIVE_TIMEOUT_S=60
+}
+
+# node_launcher LOG ARGS...: one "node" of a job on 127.0.0.2:$port, 2 ranks of $train with
+# "${args[@]}" and ARGS. Run it in the background: exec makes $! the launcher itself.
+node_launcher() {
+  local log=$1
+  shift
+  exec "$train" "${args[@]}" --nproc-per-node 2 --master-addr 127.0.0.2 --master-port "$port" \
+    "$@" > "$log" 2>&1
+}

@@ -8,10 +8,8 @@
 # Usage: restart_test.sh vescale-train
 set -euo pipefail
 train=$1
-dir=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 source "$(dirname "$0")/launch_common.sh"
-export VESCALE_COLLECTIVE_TIMEOUT_S=60
+fault_test_setup
 args=("${TRAIN_ARGS[@]}" --set train.steps=30 --set checkpoint.every=3)
 
 "$train" "${args[@]}" --nproc-per-node 2 --set checkpoint.dir=\"$dir/ref\" \

@@ -101,6 +101,10 @@ TEST_CASE("config errors name the file, the full key path and the fix", "[config
   CHECK_THAT(error_of(R"({"train": {"decay": "step"}})"),
              Contains("train.decay: 'step' is not one of cosine, linear, constant"));
   CHECK_THAT(error_of(R"({"train": {"steps": 0}})"), Contains("train.steps: must be >= 1, got 0"));
+  CHECK_THAT(error_of(R"({"checkpoint": {"in_memory_every": 2}})"),
+             Contains("checkpoint.in_memory_every: needs checkpoint.dir"));
+  CHECK_THAT(error_of(R"({"checkpoint": {"dir": "ck", "in_memory_every": -1}})"),
+             Contains("checkpoint.in_memory_every: must be >= 0 (0: no copies in memory)"));
   CHECK_THAT(error_of(R"({"train": {"lr": 1e-4, "min_lr": 1e-3}})"),
              Contains("train.min_lr: must be in [0, train.lr]"));
   CHECK_THAT(error_of(R"({"train": {"betas": [0.9]}})"),
