@@ -128,6 +128,10 @@ LaunchEnv from_torchrun(const Env& env) {
   e.round = e.restart_count;
   if (find(env, "VESCALE_AGENT_STORE")) {  // vescale-run's agent
     e.agent_store = true;
+    if (e.world_size == 1) {  // a world of one still joins the agent's store
+      if (auto* a = find(env, "MASTER_ADDR")) e.master_addr = *a;
+      e.master_port = require_int(env, "MASTER_PORT", "vescale-run", "VESCALE_AGENT_STORE is set");
+    }
     e.round = get_int(env, "VESCALE_ROUND").value_or(0);
     e.restart_count = get_int(env, "VESCALE_RESTART").value_or(0);
     e.max_restarts = get_int(env, "VESCALE_MAX_RESTARTS").value_or(0);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 
@@ -57,7 +58,9 @@ int rounds(const LauncherOptions& o, const std::vector<std::string>& argv, NodeR
       rdzv.finish(r.exit_code);
       return r.exit_code;
     }
-    if (r.exit_code == 0 && r.interrupted == Interrupt::Graceful) {
+    // A rank that had not yet taken over SIGTERM (still starting) dies of it: no failure either.
+    if (r.interrupted == Interrupt::Graceful &&
+        (r.exit_code == 0 || r.exit_code == 128 + SIGTERM)) {
       std::fprintf(stderr,
                    "vescale-run: a node is waiting to join; this round's ranks stopped after a "
                    "step (saving a checkpoint) and the world forms again\n");

@@ -146,7 +146,8 @@ void check_port_free(const LaunchEnv& env) {
 
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env,
                                            std::chrono::milliseconds timeout) {
-  if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
+  // One process needs no store, unless an agent serves one (the progress, the copies in memory).
+  if (env.world_size == 1 && !env.agent_store) return c10::make_intrusive<c10d::HashStore>();
   // Under an agent (torchrun's, or vescale-run's with restarts) the store already runs on
   // MASTER_PORT: every rank is a client, as PyTorch's own workers are. Otherwise rank 0 serves it.
   const bool serve = env.rank == 0 && !env.agent_store;

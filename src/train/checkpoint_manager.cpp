@@ -260,8 +260,8 @@ bool CheckpointManager::resume_from_memory(const std::optional<std::string>& fol
       folder ? std::stoll(std::filesystem::path(*folder).filename().string().substr(5)) : 0;
   if (!snap || snap->step <= on_disk) return false;
   std::vector<std::string> files;
-  for (const auto& [file, entry] : nlohmann::json::parse(snap->index_json).at("files").items())
-    files.push_back(file);
+  const auto index = nlohmann::json::parse(snap->index_json);  // alive through the loop
+  for (const auto& [file, entry] : index.at("files").items()) files.push_back(file);
   // Every rank must find every part it may need, or all read the folder.
   const bool reachable = dist::snapshot_reachable(snap->step, files);
   if (dist::all_max(reachable ? 0 : 1) != 0) {

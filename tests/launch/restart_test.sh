@@ -4,7 +4,8 @@
 #     `latest`, and the run's losses and gradient norms equal an uninterrupted run's bitwise;
 #     the launcher says which rank failed, at which step, and where it resumes;
 #  2. a hung rank (SIGSTOP) counts as failed once its peer's collective times out: restarted too;
-#  3. a config error with --max-restarts 3 fails once (exit 2), not four times.
+#  3. a config error with --max-restarts 3 fails once (exit 2), not four times; so does a world
+#     that cannot divide the global batch.
 # Usage: restart_test.sh vescale-train
 set -euo pipefail
 train=$1
@@ -63,4 +64,13 @@ if grep -q "restart 1/" "$dir/bad.log" || [ "$starts" -gt 2 ]; then
 fi
 grep -q "not restarting: rank [01] .* exit code 2, which says its input" "$dir/bad.log" \
   || { cat "$dir/bad.log"; echo "the launcher does not say why it does not restart" >&2; exit 1; }
+# A world that cannot divide the global batch is refused the same way (an elastic world that
+# shrank to it stops there, with the message).
+set +e
+"$train" "${args[@]}" --nproc-per-node 2 --max-restarts 3 --set train.global_batch_size=6 \
+  > "$dir/batch.log" 2>&1  # 6 sequences over 2 data ranks of 2
+code=$?
+set -e
+[ "$code" = 2 ] && grep -q "train.global_batch_size=6 is not a multiple" "$dir/batch.log" && ! grep -q "restart 1/" "$dir/batch.log" \
+  || { cat "$dir/batch.log"; echo "a global batch the world cannot divide was not refused once (exit $code)" >&2; exit 1; }
 echo "restarts: ok"
