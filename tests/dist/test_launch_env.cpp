@@ -188,6 +188,15 @@ TEST_CASE("vescale-run's agent: its store, the round and the restart count are r
   CHECK(e.restart_count == 1);
   CHECK(e.max_restarts == 3);
   CHECK(vescale::dist::describe(e) == "vescale-run (restart 1 of 3, round 2, the agent's store)");
+  // A world of one still joins the agent's store (its progress, its copies in memory).
+  e = parse_launch_env({{"RANK", "0"},
+                        {"WORLD_SIZE", "1"},
+                        {"MASTER_ADDR", "127.0.0.2"},
+                        {"MASTER_PORT", "29411"},
+                        {"VESCALE_AGENT_STORE", "1"}});
+  CHECK(e.agent_store);
+  CHECK(e.master_addr == "127.0.0.2");
+  CHECK(e.master_port == 29411);
   // torchrun's rounds are its restarts.
   e = parse_launch_env({{"RANK", "0"},
                         {"WORLD_SIZE", "2"},
