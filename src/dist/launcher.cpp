@@ -30,6 +30,7 @@ std::string step_text(const std::optional<int64_t>& step) {
 // The agent: rounds of this node's ranks until one ends the job (docs/fault_tolerance.md).
 int rounds(const LauncherOptions& o, const std::vector<std::string>& argv, NodeRendezvous& rdzv) {
   const bool elastic = o.min_nodes > 0 && o.min_nodes < o.nnodes;
+  std::optional<int64_t> checkpoint;  // the newest a round reported (a round may fail before)
   for (;;) {
     const auto round = rdzv.join();
     if (!round) {
@@ -89,12 +90,12 @@ int rounds(const LauncherOptions& o, const std::vector<std::string>& argv, NodeR
       rdzv.finish(f.exit_code);
       return f.exit_code;
     }
-    const auto resume = rdzv.progress(*round, "checkpoint");
+    if (const auto reported = rdzv.progress(*round, "checkpoint")) checkpoint = reported;
     std::fprintf(stderr, "vescale-run: restart %lld/%d after %s%s; %s\n",
                  static_cast<long long>(used), o.max_restarts, f.what.c_str(),
                  step_text(rdzv.progress(*round, "step")).c_str(),
-                 resume ? ("resuming from step " + std::to_string(*resume)).c_str()
-                        : "no checkpoint yet: starting over");
+                 checkpoint ? ("resuming from step " + std::to_string(*checkpoint)).c_str()
+                            : "no checkpoint yet: starting over");
   }
 }
 

@@ -11,6 +11,7 @@
 #include <ctime>
 
 #include "vescale/common/check.h"
+#include "vescale/dist/object_collectives.h"
 #include "vescale/dist/world.h"
 #include "vescale/models/model.h"
 #include "vescale/planner/cost_model.h"
@@ -28,13 +29,15 @@ void sync(const std::string& device) {
 
 // The median of a few timings of `f`, each long enough (at least 50 ms in repeats) to time: the
 // steps it predicts are read as medians too, and on a shared machine the best of a few runs is
-// a moment the training rarely sees.
+// a moment the training rarely sees. Under a launcher every rank starts each round together:
+// training keeps them all busy at once, so the rates must be what a rank gets beside the others.
 template <class F>
 double median_seconds(F&& f, const std::string& device) {
   f();  // warm-up
   sync(device);
   std::vector<double> rounds;
   for (int round = 0; round < 5; ++round) {
+    if (dist::is_initialized()) dist::barrier();
     int reps = 0;
     const auto start = Clock::now();
     double took = 0;
