@@ -6,6 +6,7 @@
 #include "launch_flags.h"
 #include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
+#include "vescale/common/input_error.h"
 
 int main(int argc, char** argv) {
   // Everything after "--" is the command, verbatim: CLI11 would otherwise read "[a],[b]" as a list.
@@ -35,8 +36,11 @@ int main(int argc, char** argv) {
   }
   try {
     return vescale::dist::launch(options, command);
-  } catch (const vescale::Error& e) {
+  } catch (const vescale::InputError& e) {
     std::fprintf(stderr, "vescale-run: %s\n", vescale::error_text(e).c_str());
-    return 2;
+    return 2;  // the flags: fix them
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vescale-run: %s\n", vescale::error_text(e).c_str());
+    return 1;  // the launch failed (the rendezvous, a lost launcher)
   }
 }

@@ -99,7 +99,14 @@ int main(int argc, char** argv) {
       std::vector<std::string> cmd{std::filesystem::read_symlink("/proc/self/exe").string()};
       for (int i = 1; i < argc; ++i) cmd.emplace_back(argv[i]);
       launch.rank_name = "vescale-train";
-      return vescale::dist::launch(launch, cmd);
+      try {
+        return vescale::dist::launch(launch, cmd);
+      } catch (const vescale::InputError&) {
+        throw;  // bad launcher flags: exit 2 below
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "vescale-train: %s\n", vescale::error_text(e, debug).c_str());
+        return 1;  // the launch failed (the rendezvous, a lost launcher): not the input
+      }
     }
     if (!timeline.empty()) overrides.push_back("log.timeline.out=" + timeline);
     const auto cfg =

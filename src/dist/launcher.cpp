@@ -14,6 +14,7 @@
 #include "dist/worker_group.h"
 #include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
+#include "vescale/common/input_error.h"
 
 namespace vescale::dist {
 
@@ -57,11 +58,15 @@ int rounds(const LauncherOptions& o, const std::vector<std::string>& argv, NodeR
     if (r.signalled) {  // the user stops the job
       if (r.exit_code) print_failure(r);
       rdzv.finish(r.exit_code);
+      rdzv.leave(*round);
       return r.exit_code;
     }
     // A rank that had not yet taken over SIGTERM (still starting) dies of it: no failure either.
-    if (r.interrupted == Interrupt::Graceful &&
-        (r.exit_code == 0 || r.exit_code == 128 + SIGTERM)) {
+    // Ranks that stopped cleanly before this launcher polled (another node's SIGTERM made them
+    // all agree to stop) ended the same round: a launcher still waits to join.
+    const bool graceful = r.interrupted == Interrupt::Graceful ||
+                          (r.interrupted == Interrupt::None && rdzv.node_waiting(*round));
+    if (graceful && (r.exit_code == 0 || r.exit_code == 128 + SIGTERM)) {
       std::fprintf(stderr,
                    "vescale-run: a node is waiting to join; this round's ranks stopped after a "
                    "step (saving a checkpoint) and the world forms again\n");
@@ -69,6 +74,7 @@ int rounds(const LauncherOptions& o, const std::vector<std::string>& argv, NodeR
     }
     if (r.exit_code == 0 && r.interrupted == Interrupt::None) {
       rdzv.finish(0);
+      rdzv.leave(*round);
       return 0;
     }
     // This node's rank failed, or another node's (then `r` is only how ours were stopped).
@@ -88,6 +94,7 @@ int rounds(const LauncherOptions& o, const std::vector<std::string>& argv, NodeR
                      o.max_restarts);
       if (r.exit_code) print_failure(r);
       rdzv.finish(f.exit_code);
+      rdzv.leave(*round);
       return f.exit_code;
     }
     if (const auto reported = rdzv.progress(*round, "checkpoint")) checkpoint = reported;
@@ -152,7 +159,11 @@ void validate(const LauncherOptions& o) {
 }
 
 int launch(const LauncherOptions& o, const std::vector<std::string>& argv) {
-  validate(o);
+  try {
+    validate(o);
+  } catch (const Error& e) {
+    throw InputError(e.what());  // bad flags: a restart of the same command fails the same way
+  }
   VESCALE_CHECK(!argv.empty(),
                 "launcher: no program given; usage: vescale-run --nproc-per-node N -- prog args");
   if (o.agent()) return launch_with_restarts(o, argv);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <tuple>
@@ -133,14 +134,26 @@ NodeRendezvous::NodeRendezvous(const LauncherOptions& o) : options_(o) {
                  "). Start the launcher on --master-addr's host too, or check --master-addr and "
                  "--master-port");
   }
-  std::tie(keeper_, keeper_at_) =
-      serve_keeper(serving_ ? o.master_addr : local_address_towards(o.master_addr, port_));
+  try {
+    std::tie(keeper_, keeper_at_) =
+        serve_keeper(serving_ ? o.master_addr : local_address_towards(o.master_addr, port_));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    VESCALE_FAIL("vescale-run: cannot serve the store that keeps checkpoint copies (",
+                 error_text(e), ")");
+  }
 }
 
 NodeRendezvous::~NodeRendezvous() {
-  // Give launchers still waiting to join a moment to read the end before the store goes.
+  // The store goes with this launcher: first let the last round's launchers read how it ended
+  // (they may still be stopping their ranks) and waiting ones read that the job ended.
+  if (!serving_ || !in_round_) return;
   try {
-    if (serving_ && finished()) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const auto deadline = Clock::now() + std::chrono::seconds(10) + ms(options_.grace_seconds);
+    while (store_->add(key(last_.number, "left"), 0) < last_.nnodes && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
   } catch (const std::exception&) {
   }
 }
@@ -149,7 +162,9 @@ std::optional<Round> NodeRendezvous::join() {
   auto& s = *store_;
   int k = std::max<int>(next_, static_cast<int>(s.add("vescale/rdzv/open", 0)));
   for (;;) {
-    const int index = static_cast<int>(s.add(key(k, "joined"), 1)) - 1;
+    // The serving launcher forms every round, so it is in every round: node 0. The others are
+    // numbered in the order they join.
+    const int index = serving_ ? 0 : static_cast<int>(s.add(key(k, "joined"), 1));
     if (serving_) form(k);
     while (!s.check({key(k, "formed")})) {
       if (finished()) return std::nullopt;
@@ -159,7 +174,9 @@ std::optional<Round> NodeRendezvous::join() {
     if (index < nnodes) {
       next_ = k + 1;
       set_text(s, key(k, "keeper/") + std::to_string(index), keeper_at_);
-      return Round{k, index, nnodes};
+      last_ = Round{k, index, nnodes};
+      in_round_ = true;
+      return last_;
     }
     ++k;  // too late for round k, or beyond MAX: the next round takes this launcher
   }
@@ -169,9 +186,11 @@ void NodeRendezvous::form(int k) {
   auto& s = *store_;
   const int lo = options_.min_nodes > 0 ? options_.min_nodes : options_.nnodes,
             hi = options_.nnodes;
-  auto joined = [&] { return static_cast<int>(s.add(key(k, "joined"), 0)); };
+  // This launcher and the others that joined.
+  auto joined = [&] { return 1 + static_cast<int>(s.add(key(k, "joined"), 0)); };
   const auto deadline = Clock::now() + ms(options_.rdzv_timeout_s);
   while (joined() < lo) {
+    if (finished()) return;  // the job ended meanwhile: join() sees it
     if (Clock::now() > deadline) {
       finish(1);
       VESCALE_FAIL("vescale-run: only ", joined(), " of at least ", lo,
@@ -182,7 +201,7 @@ void NodeRendezvous::form(int k) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const auto last_call = Clock::now() + ms(options_.rdzv_last_call_s);
-  while (joined() < hi && Clock::now() < last_call)
+  while (joined() < hi && Clock::now() < last_call && !finished())
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const int nnodes = std::min(joined(), hi);
   set_text(s, "vescale/rdzv/open", std::to_string(k + 1));  // later launchers join round k + 1
@@ -196,12 +215,25 @@ Interrupt NodeRendezvous::poll(const Round& r) {
   auto& s = *store_;
   try {
     if (s.check({key(r.number, "failed")})) return Interrupt::Now;
-    if (r.nnodes < options_.nnodes && s.add(key(r.number + 1, "joined"), 0) > 0)
-      return Interrupt::Graceful;
   } catch (const std::exception&) {
     return Interrupt::Now;  // the store is gone: the caller's next call says so
   }
-  return Interrupt::None;
+  return node_waiting(r) ? Interrupt::Graceful : Interrupt::None;
+}
+
+bool NodeRendezvous::node_waiting(const Round& r) {
+  try {
+    return r.nnodes < options_.nnodes && store_->add(key(r.number + 1, "joined"), 0) > 0;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+void NodeRendezvous::leave(const Round& r) {
+  try {
+    store_->add(key(r.number, "left"), 1);
+  } catch (const std::exception&) {
+  }
 }
 
 void NodeRendezvous::fail(const Round& r, const RoundFailure& f) {
@@ -228,7 +260,15 @@ RoundFailure NodeRendezvous::failure(const Round& r) {
 std::string NodeRendezvous::keepers(const Round& r) {
   if (r.nnodes == 1) return keeper_at_;
   const std::string next = key(r.number, "keeper/") + std::to_string((r.node_rank + 1) % r.nnodes);
-  store_->wait({next});
+  try {
+    store_->wait({next}, std::chrono::seconds(60));
+  } catch (const std::exception&) {
+    std::fprintf(stderr,
+                 "vescale-run: node %d of round %d did not say where it keeps copies within "
+                 "60 s; this node's ranks keep theirs here only\n",
+                 (r.node_rank + 1) % r.nnodes, r.number);
+    return keeper_at_;
+  }
   return keeper_at_ + "," + get_text(*store_, next);
 }
 

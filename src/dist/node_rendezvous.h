@@ -2,7 +2,8 @@
 // (vescale-run --max-restarts, --nnodes MIN:MAX). One launcher serves a c10d store on
 // --master-addr:--master-port (the first to bind that address); every launcher, itself
 // included, joins it as a client. On it the launchers form numbered rounds: a round is one
-// world, the launchers that joined it in the order they joined (their node ranks). Round k's
+// world: the serving launcher (node 0) and the launchers that joined it, in the order they
+// joined (their node ranks). Round k's
 // ranks use the same store under "vescale/attempt_<k>/" (LaunchEnv::agent_store), so no round
 // reads another's keys, and report their progress there (dist/progress.h). Each launcher also
 // serves a keeper: a store holding copies of checkpoints in its memory (dist/peer_memory.h).
@@ -46,6 +47,12 @@ class NodeRendezvous {
   // join and the round has room for it, else None. Reads the store at most every 250 ms.
   Interrupt poll(const Round& r);
 
+  // Whether a launcher waits to join and round r has room for it (the Graceful condition).
+  bool node_waiting(const Round& r);
+  // This launcher is done with round r (its last): the serving launcher keeps the store until
+  // every launcher of its last round left.
+  void leave(const Round& r);
+
   // Records that round r failed (the first launcher to call it wins) and counts a restart.
   void fail(const Round& r, const RoundFailure& failure);
   RoundFailure failure(const Round& r);
@@ -80,6 +87,8 @@ class NodeRendezvous {
   c10::intrusive_ptr<c10d::Store> keeper_;
   std::string keeper_at_;
   int next_ = 0;
+  Round last_;  // the last round this launcher was in
+  bool in_round_ = false;
   std::chrono::steady_clock::time_point polled_{};
 };
 

@@ -18,15 +18,15 @@ namespace vescale::dist {
 
 namespace {
 
-// Agent store keys (the launchers' store, outside any round's prefix).
-const std::string kLatest = "vescale/memory/latest";
-std::string index_key(int64_t step) { return "vescale/memory/" + std::to_string(step) + "/index"; }
-std::string where_key(int64_t step, const std::string& file) {
-  return "vescale/memory/" + std::to_string(step) + "/where/" + file;
+// Agent store keys (the launchers' store, outside any round's prefix), per slot.
+const std::string kLatest = "vescale/memory/latest";  // "<slot> <step>"
+std::string index_key(int slot) { return "vescale/memory/slot" + std::to_string(slot) + "/index"; }
+std::string where_key(int slot, const std::string& file) {
+  return "vescale/memory/slot" + std::to_string(slot) + "/where/" + file;
 }
 // A keeper's key for a part.
-std::string part_key(int64_t step, const std::string& file) {
-  return std::to_string(step) + "/" + file;
+std::string part_key(int slot, const std::string& file) {
+  return "slot" + std::to_string(slot) + "/" + file;
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -53,8 +53,6 @@ struct Keepers {
   std::mutex mu;
   std::map<std::string, c10::intrusive_ptr<c10d::Store>> clients;  // "host:port" -> client
   std::set<std::string> unreachable;
-  std::vector<std::pair<int64_t, std::string>> kept;  // this rank's parts: (step, file)
-  std::map<int64_t, std::vector<std::string>> kept_where;
 };
 Keepers& keepers() {
   static Keepers k;
@@ -107,13 +105,6 @@ std::string get_part(c10d::Store& s, const std::string& key) {
   return data;
 }
 
-void delete_part(c10d::Store& s, const std::string& key) {
-  if (!s.check({key})) return;
-  const size_t n = std::stoull(text(s.get(key)));
-  s.deleteKey(key);
-  for (size_t i = 0; i < n; ++i) s.deleteKey(key + "/" + std::to_string(i));
-}
-
 std::vector<std::string> my_keepers() {
   const char* env = std::getenv("VESCALE_KEEPERS");
   return env ? split(env) : std::vector<std::string>{};
@@ -125,7 +116,24 @@ bool peer_memory_available() {
   return is_initialized() && world_state().env.agent_store && !my_keepers().empty();
 }
 
-void keep_part(int64_t step, const std::string& file, const std::string& data) {
+std::optional<KeptSnapshot> latest_snapshot() {
+  auto& s = agent_store();
+  if (!s.check({kLatest})) return std::nullopt;
+  KeptSnapshot snap;
+  std::istringstream(text(s.get(kLatest))) >> snap.slot >> snap.step;
+  snap.index_json = get_part(s, index_key(snap.slot));
+  return snap;
+}
+
+int next_slot() {
+  auto& s = agent_store();
+  if (!s.check({kLatest})) return 0;
+  int slot = 0;
+  std::istringstream(text(s.get(kLatest))) >> slot;
+  return 1 - slot;
+}
+
+void keep_part(int slot, const std::string& file, const std::string& data) {
   const auto where = my_keepers();
   VESCALE_CHECK(!where.empty(), "peer memory: VESCALE_KEEPERS is not set (not under vescale-run)");
   auto& k = keepers();
@@ -134,60 +142,29 @@ void keep_part(int64_t step, const std::string& file, const std::string& data) {
     c10d::Store* s = keeper(w);
     VESCALE_CHECK(s, "peer memory: the launcher keeping copies at ", w,
                   " does not answer; its node may be gone");
-    put_part(*s, part_key(step, file), data);
+    put_part(*s, part_key(slot, file), data);
   }
   std::string list;
   for (const auto& w : where) list += (list.empty() ? "" : ",") + w;
-  agent_store().set(where_key(step, file), bytes(list));
-  k.kept.push_back({step, file});
-  k.kept_where[step] = where;
+  agent_store().set(where_key(slot, file), bytes(list));
 }
 
-void publish_snapshot(int64_t step, const std::string& index_json) {
+void publish_snapshot(int slot, int64_t step, const std::string& index_json) {
   auto& s = agent_store();
-  s.set(index_key(step), bytes(index_json));
-  s.set(kLatest, bytes(std::to_string(step)));
+  put_part(s, index_key(slot), index_json);  // an index may pass the store's 8 MiB
+  s.set(kLatest, bytes(std::to_string(slot) + " " + std::to_string(step)));
 }
 
-void drop_parts_before(int64_t step) {
-  auto& k = keepers();
-  std::lock_guard<std::mutex> lock(k.mu);
-  std::vector<std::pair<int64_t, std::string>> left;
-  for (const auto& [s, file] : k.kept) {
-    if (s >= step) {
-      left.push_back({s, file});
-      continue;
-    }
-    for (const auto& w : k.kept_where[s])
-      if (c10d::Store* keep = keeper(w)) {
-        try {
-          delete_part(*keep, part_key(s, file));
-        } catch (const std::exception&) {
-        }
-      }
-  }
-  k.kept = std::move(left);
-}
-
-std::optional<KeptSnapshot> latest_snapshot() {
-  auto& s = agent_store();
-  if (!s.check({kLatest})) return std::nullopt;
-  KeptSnapshot snap;
-  snap.step = std::stoll(text(s.get(kLatest)));
-  snap.index_json = text(s.get(index_key(snap.step)));
-  return snap;
-}
-
-bool snapshot_reachable(int64_t step, const std::vector<std::string>& files) {
+bool snapshot_reachable(const KeptSnapshot& snap, const std::vector<std::string>& files) {
   auto& k = keepers();
   std::lock_guard<std::mutex> lock(k.mu);
   for (const auto& file : files) {
-    if (!agent_store().check({where_key(step, file)})) return false;
+    if (!agent_store().check({where_key(snap.slot, file)})) return false;
     bool found = false;
-    for (const auto& w : split(text(agent_store().get(where_key(step, file))))) {
+    for (const auto& w : split(text(agent_store().get(where_key(snap.slot, file))))) {
       c10d::Store* s = keeper(w);
       try {
-        found = s && s->check({part_key(step, file)});
+        found = s && s->check({part_key(snap.slot, file)});
       } catch (const std::exception&) {
         found = false;
       }
@@ -198,18 +175,19 @@ bool snapshot_reachable(int64_t step, const std::vector<std::string>& files) {
   return true;
 }
 
-std::string fetch_part(int64_t step, const std::string& file) {
+std::string fetch_part(const KeptSnapshot& snap, const std::string& file) {
   auto& k = keepers();
   std::lock_guard<std::mutex> lock(k.mu);
-  const std::string where = text(agent_store().get(where_key(step, file)));
+  const std::string where = text(agent_store().get(where_key(snap.slot, file)));
   for (const auto& w : split(where)) {
     c10d::Store* s = keeper(w);
     try {
-      if (s && s->check({part_key(step, file)})) return get_part(*s, part_key(step, file));
+      if (s && s->check({part_key(snap.slot, file)}))
+        return get_part(*s, part_key(snap.slot, file));
     } catch (const std::exception&) {
     }
   }
-  VESCALE_FAIL("peer memory: no launcher still holds ", file, " of the copy after step ", step,
+  VESCALE_FAIL("peer memory: no launcher still holds ", file, " of the copy after step ", snap.step,
                " (kept by ", where, ")");
 }
 

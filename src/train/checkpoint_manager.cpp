@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
@@ -171,9 +172,10 @@ void CheckpointManager::stage_in_memory(int64_t steps_done) {
   commit_in_memory();
   const auto start = std::chrono::steady_clock::now();
   const Saved saved = collect(steps_done);
+  memory_slot_ = dist::next_slot();  // every rank reads it after the last publication
   snapshot_.begin(saved.state, saved.metadata, saved.pieces,
-                  [steps_done](const std::string& file, const std::string& bytes) {
-                    dist::keep_part(steps_done, file, bytes);
+                  [slot = memory_slot_](const std::string& file, const std::string& bytes) {
+                    dist::keep_part(slot, file, bytes);
                   });
   memory_step_ = steps_done;
   if (rank_ == 0) {
@@ -192,9 +194,18 @@ void CheckpointManager::stage_in_memory(int64_t steps_done) {
 void CheckpointManager::commit_in_memory() {
   if (!snapshot_.pending()) return;
   const std::string index = snapshot_.finish(run_id_);  // every rank's part is kept
-  if (rank_ == 0) dist::publish_snapshot(memory_step_, index);
-  dist::barrier();  // published: the older copies can go
-  dist::drop_parts_before(memory_step_);
+  std::string failed;
+  if (rank_ == 0) {
+    try {
+      dist::publish_snapshot(memory_slot_, memory_step_, index);
+    } catch (const std::exception& e) {
+      failed = message_of(e);
+    }
+  }
+  // Every rank learns whether rank 0 published (none waits on a rank that threw).
+  VESCALE_CHECK(dist::all_max(failed.empty() ? 0 : 1) == 0,
+                "publishing the copy in memory after step ", memory_step_, " failed on rank 0",
+                failed.empty() ? "" : ": " + failed);
   dist::report_checkpoint(std::max(memory_step_, committed_step_));
 }
 
@@ -253,28 +264,31 @@ std::map<std::string, std::vector<int64_t>> CheckpointManager::saved_optimizer_s
 }
 
 bool CheckpointManager::resume_from_memory(const std::optional<std::string>& folder) {
-  if (!keeps_in_memory()) return false;
+  if (!keeps_in_memory()) return false;  // the same on every rank (the launch env)
   const auto snap = dist::latest_snapshot();
   // The folder's latest is "step-%08d": its step without reading it.
-  const int64_t on_disk =
-      folder ? std::stoll(std::filesystem::path(*folder).filename().string().substr(5)) : 0;
-  if (!snap || snap->step <= on_disk) return false;
+  int64_t on_disk = 0;
+  if (folder) {
+    const std::string name = std::filesystem::path(*folder).filename().string();
+    on_disk = name.rfind("step-", 0) == 0 ? std::stoll(name.substr(5)) : INT64_MAX;
+  }
+  // Every rank takes the same way: memory only if all see it newer and every part reachable.
+  const bool newer = snap && snap->step > on_disk;
+  if (dist::all_max(newer ? 0 : 1) != 0) return false;
   std::vector<std::string> files;
   const auto index = nlohmann::json::parse(snap->index_json);  // alive through the loop
   for (const auto& [file, entry] : index.at("files").items()) files.push_back(file);
-  // Every rank must find every part it may need, or all read the folder.
-  const bool reachable = dist::snapshot_reachable(snap->step, files);
-  if (dist::all_max(reachable ? 0 : 1) != 0) {
+  if (dist::all_max(dist::snapshot_reachable(*snap, files) ? 0 : 1) != 0) {
     if (rank_ == 0)
       log::warn("the launchers' memory lost parts of its copy after step " +
                 std::to_string(snap->step) + " (two neighbouring nodes gone?): resuming from " +
                 (folder ? *folder : std::string("the start")) + " instead");
     return false;
   }
-  const int64_t step = snap->step;
   resume_from(checkpoint::MemoryCheckpoint(
-      "the launchers' memory (the copy after step " + std::to_string(step) + ")", snap->index_json,
-      [step](const std::string& file) { return dist::fetch_part(step, file); }));
+      "the launchers' memory (the copy after step " + std::to_string(snap->step) + ")",
+      snap->index_json,
+      [kept = *snap](const std::string& file) { return dist::fetch_part(kept, file); }));
   return true;
 }
 

@@ -122,6 +122,7 @@ class CheckpointManager {
   int64_t committed_step_ = 0;  // the newest committed or resumed checkpoint's
   checkpoint::AsyncSnapshot snapshot_;  // the copy for the launchers' memory in flight
   int64_t memory_step_ = 0;             // its step
+  int memory_slot_ = 0;                 // and slot (dist/peer_memory.h)
   bool resumed_ = false;
   std::string run_id_;
 };
