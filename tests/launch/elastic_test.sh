@@ -51,12 +51,5 @@ for want in "round 0: node [01] of 2, ranks [0-9]*..[0-9]* of 4" \
             "DeviceMesh(dp=2; " "DeviceMesh(dp=4; "; do
   grep -q "$want" "$dir/all.log" || { cat "$dir/all.log"; echo "missing from the launchers' logs: $want" >&2; exit 1; }
 done
-python3 - "$dir/reference.jsonl" "$dir/run.jsonl" <<'PY'
-import json, sys
-ref, run = ({r["step"]: r for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:3])
-assert sorted(run) == sorted(ref), f"steps {sorted(run)} vs {sorted(ref)}"
-worst = max(abs(run[s]["loss"] - ref[s]["loss"]) / abs(ref[s]["loss"]) for s in ref)
-assert worst <= 1e-5, f"a loss differs by {worst:.2e} relative"
-print(f"{len(ref)} steps through a shrink and a grow, losses within {worst:.1e} of dp=4")
-PY
+close_losses "$dir/reference.jsonl" "$dir/run.jsonl"
 echo "elastic: ok"

@@ -27,6 +27,21 @@ print(f"{len(a)} steps, losses {[r['loss'] for r in a]} equal bitwise")
 PY
 }
 
+# close_losses A.jsonl B.jsonl: the same steps, every loss within 1e-5 relative (another layout
+# of the same math: only the reductions' grouping differs); exits 1 naming the worst.
+close_losses() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+ref, run = ({r["step"]: r for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:3])
+if sorted(run) != sorted(ref):
+    sys.exit(f"steps {sorted(run)} vs {sorted(ref)}")
+worst = max(abs(run[s]["loss"] - ref[s]["loss"]) / abs(ref[s]["loss"]) for s in ref)
+if worst > 1e-5:
+    sys.exit(f"a loss differs by {worst:.2e} relative")
+print(f"{len(ref)} steps, losses within {worst:.1e} relative")
+PY
+}
+
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
