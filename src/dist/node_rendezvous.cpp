@@ -5,8 +5,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -15,6 +13,7 @@
 #include <thread>
 #include <tuple>
 
+#include "dist/store.h"
 #include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
 
@@ -26,15 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 std::string key(int round, const char* what) {
   return "vescale/rdzv/" + std::to_string(round) + "/" + what;
-}
-
-std::string get_text(c10d::Store& s, const std::string& k) {
-  const auto v = s.get(k);
-  return {v.begin(), v.end()};
-}
-
-void set_text(c10d::Store& s, const std::string& k, const std::string& v) {
-  s.set(k, std::vector<uint8_t>(v.begin(), v.end()));
 }
 
 std::chrono::milliseconds ms(double seconds) {
@@ -91,13 +81,9 @@ std::pair<c10::intrusive_ptr<c10d::Store>, std::string> serve_keeper(const std::
   sockaddr_in me{};
   socklen_t len = sizeof me;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len);
-  c10d::TCPStoreOptions opts;
-  opts.port = ntohs(me.sin_port);
-  opts.isServer = true;
-  opts.waitWorkers = false;
-  opts.masterListenFd = fd;
-  auto store = c10::make_intrusive<c10d::TCPStore>(addr, opts);
-  return {store, addr + ":" + std::to_string(opts.port)};
+  const int port = ntohs(me.sin_port);
+  return {serve_tcp_store(addr, port, fd, std::chrono::minutes(5)),
+          addr + ":" + std::to_string(port)};
 }
 
 }  // namespace
@@ -106,14 +92,8 @@ NodeRendezvous::NodeRendezvous(const LauncherOptions& o) : options_(o) {
   port_ = o.master_port > 0 ? o.master_port : (o.nnodes == 1 ? find_free_port() : 29500);
   const auto timeout = ms(o.rdzv_timeout_s);
   if (const int fd = listen_exactly(o.master_addr, port_); fd >= 0) {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<std::uint16_t>(port_);
-    opts.isServer = true;
-    opts.waitWorkers = false;
-    opts.timeout = timeout;
-    opts.masterListenFd = fd;
     try {
-      server_ = c10::make_intrusive<c10d::TCPStore>(o.master_addr, opts);
+      server_ = serve_tcp_store(o.master_addr, port_, fd, timeout);
       serving_ = true;
     } catch (const std::exception& e) {
       ::close(fd);
@@ -121,13 +101,8 @@ NodeRendezvous::NodeRendezvous(const LauncherOptions& o) : options_(o) {
                    " (", error_text(e), "); pick another --master-port");
     }
   }
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(port_);
-  opts.isServer = false;
-  opts.waitWorkers = false;
-  opts.timeout = timeout;
   try {
-    store_ = c10::make_intrusive<c10d::TCPStore>(o.master_addr, opts);
+    store_ = join_tcp_store(o.master_addr, port_, timeout);
   } catch (const std::exception& e) {
     VESCALE_FAIL("vescale-run: could not reach the rendezvous at ", o.master_addr, ":", port_,
                  " within ", o.rdzv_timeout_s, " s (", error_text(e),
@@ -275,7 +250,7 @@ std::string NodeRendezvous::keepers(const Round& r) {
 int64_t NodeRendezvous::restarts() { return store_->add("vescale/rdzv/restarts", 0); }
 
 std::optional<int64_t> NodeRendezvous::progress(const Round& r, const char* what) {
-  const std::string k = "vescale/attempt_" + std::to_string(r.number) + "/vescale/progress/" + what;
+  const std::string k = attempt_prefix(r.number) + "/" + progress_key(what);
   if (!store_->check({k})) return std::nullopt;
   return std::stoll(get_text(*store_, k));
 }

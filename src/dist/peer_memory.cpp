@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "dist/store.h"
 #include "dist/world_state.h"
 #include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
@@ -37,9 +38,6 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-
 // The launchers' store: under the round's prefix for the ranks, so the raw one is below it.
 c10d::Store& agent_store() {
   auto& s = world_state();
@@ -66,13 +64,10 @@ c10d::Store* keeper(const std::string& where) {
   auto it = k.clients.find(where);
   if (it != k.clients.end()) return it->second.get();
   const auto colon = where.rfind(':');
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(std::stoi(where.substr(colon + 1)));
-  opts.isServer = false;
-  opts.waitWorkers = false;
-  opts.timeout = std::chrono::seconds(3);  // a lost node's keeper must not stall a recovery long
   try {
-    auto client = c10::make_intrusive<c10d::TCPStore>(where.substr(0, colon), opts);
+    // A lost node's keeper must not stall a recovery long: 3 s to connect.
+    auto client = join_tcp_store(where.substr(0, colon), std::stoi(where.substr(colon + 1)),
+                                 std::chrono::seconds(3));
     client->setTimeout(std::chrono::seconds(60));  // parts are large: their transfers may take long
     return (k.clients[where] = client).get();
   } catch (const std::exception&) {
@@ -92,11 +87,11 @@ void put_part(c10d::Store& s, const std::string& key, const std::string& data) {
           std::vector<uint8_t>(data.begin() + static_cast<std::ptrdiff_t>(at),
                                data.begin() + static_cast<std::ptrdiff_t>(at + len)));
   }
-  s.set(key, bytes(std::to_string(n)));  // last: a part is whole once its count is there
+  set_text(s, key, std::to_string(n));  // last: a part is whole once its count is there
 }
 
 std::string get_part(c10d::Store& s, const std::string& key) {
-  const size_t n = std::stoull(text(s.get(key)));
+  const size_t n = std::stoull(get_text(s, key));
   std::string data;
   for (size_t i = 0; i < n; ++i) {
     const auto piece = s.get(key + "/" + std::to_string(i));
@@ -120,7 +115,7 @@ std::optional<KeptSnapshot> latest_snapshot() {
   auto& s = agent_store();
   if (!s.check({kLatest})) return std::nullopt;
   KeptSnapshot snap;
-  std::istringstream(text(s.get(kLatest))) >> snap.slot >> snap.step;
+  std::istringstream(get_text(s, kLatest)) >> snap.slot >> snap.step;
   snap.index_json = get_part(s, index_key(snap.slot));
   return snap;
 }
@@ -129,7 +124,7 @@ int next_slot() {
   auto& s = agent_store();
   if (!s.check({kLatest})) return 0;
   int slot = 0;
-  std::istringstream(text(s.get(kLatest))) >> slot;
+  std::istringstream(get_text(s, kLatest)) >> slot;
   return 1 - slot;
 }
 
@@ -146,13 +141,13 @@ void keep_part(int slot, const std::string& file, const std::string& data) {
   }
   std::string list;
   for (const auto& w : where) list += (list.empty() ? "" : ",") + w;
-  agent_store().set(where_key(slot, file), bytes(list));
+  set_text(agent_store(), where_key(slot, file), list);
 }
 
 void publish_snapshot(int slot, int64_t step, const std::string& index_json) {
   auto& s = agent_store();
   put_part(s, index_key(slot), index_json);  // an index may pass the store's 8 MiB
-  s.set(kLatest, bytes(std::to_string(slot) + " " + std::to_string(step)));
+  set_text(s, kLatest, std::to_string(slot) + " " + std::to_string(step));
 }
 
 bool snapshot_reachable(const KeptSnapshot& snap, const std::vector<std::string>& files) {
@@ -161,7 +156,7 @@ bool snapshot_reachable(const KeptSnapshot& snap, const std::vector<std::string>
   for (const auto& file : files) {
     if (!agent_store().check({where_key(snap.slot, file)})) return false;
     bool found = false;
-    for (const auto& w : split(text(agent_store().get(where_key(snap.slot, file))))) {
+    for (const auto& w : split(get_text(agent_store(), where_key(snap.slot, file)))) {
       c10d::Store* s = keeper(w);
       try {
         found = s && s->check({part_key(snap.slot, file)});
@@ -178,7 +173,7 @@ bool snapshot_reachable(const KeptSnapshot& snap, const std::vector<std::string>
 std::string fetch_part(const KeptSnapshot& snap, const std::string& file) {
   auto& k = keepers();
   std::lock_guard<std::mutex> lock(k.mu);
-  const std::string where = text(agent_store().get(where_key(snap.slot, file)));
+  const std::string where = get_text(agent_store(), where_key(snap.slot, file));
   for (const auto& w : split(where)) {
     c10d::Store* s = keeper(w);
     try {

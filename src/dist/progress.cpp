@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "dist/store.h"
 #include "dist/world_state.h"
 #include "vescale/dist/world.h"
 
@@ -12,9 +13,7 @@ namespace {
 // Under the round's prefix, where the agent reads it (dist/node_rendezvous.cpp).
 void report(const char* what, int64_t value) {
   if (!is_initialized() || rank() != 0 || !world_state().env.agent_store) return;
-  const std::string v = std::to_string(value);
-  world_state().store->set(std::string("vescale/progress/") + what,
-                           std::vector<uint8_t>(v.begin(), v.end()));
+  set_text(*world_state().store, progress_key(what), std::to_string(value));
 }
 
 }  // namespace

@@ -165,9 +165,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env,
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
     // The agent's store outlives a restart of the ranks: each attempt keeps its own keys.
-    if (env.agent_store)
-      return prefixed("vescale/attempt_" + std::to_string(env.round),
-                      store);  // PrefixStore adds "/"
+    if (env.agent_store) return prefixed(attempt_prefix(env.round), store);
     return store;
   } catch (const std::exception& e) {
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
@@ -189,6 +187,42 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env,
                  ")");
   }
 }
+
+c10::intrusive_ptr<c10d::TCPStore> serve_tcp_store(const std::string& host, int port, int listen_fd,
+                                                   std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(port);
+  opts.isServer = true;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  opts.masterListenFd = listen_fd;
+  return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+
+c10::intrusive_ptr<c10d::TCPStore> join_tcp_store(const std::string& host, int port,
+                                                  std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(port);
+  opts.isServer = false;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+
+std::string get_text(c10d::Store& store, const std::string& key) {
+  const auto v = store.get(key);
+  return {v.begin(), v.end()};
+}
+
+void set_text(c10d::Store& store, const std::string& key, const std::string& value) {
+  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+std::string attempt_prefix(int round) {
+  return "vescale/attempt_" + std::to_string(round);  // PrefixStore adds the "/"
+}
+
+std::string progress_key(const std::string& what) { return "vescale/progress/" + what; }
 
 c10::intrusive_ptr<c10d::Store> prefixed(const std::string& prefix,
                                          const c10::intrusive_ptr<c10d::Store>& store) {

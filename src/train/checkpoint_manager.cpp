@@ -42,6 +42,20 @@ std::string new_run_id() {
   return buf;
 }
 
+// The folder of the checkpoint after `step` steps ("step-00000012"), and the step of such a
+// folder's name (nullopt for another name).
+std::string step_folder(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+std::optional<int64_t> step_of_folder(const std::string& name) {
+  if (name.size() != 13 || name.rfind("step-", 0) != 0 ||
+      name.find_first_not_of("0123456789", 5) != std::string::npos)
+    return std::nullopt;
+  return std::stoll(name.substr(5));
+}
+
 at::Generator torch_generator(const std::string& device) {
   return at::globalContext().defaultGenerator(at::Device(device));
 }
@@ -86,7 +100,8 @@ void CheckpointManager::start(const CheckpointParts& parts, const StepBatch& bat
                 "CheckpointManager::start: the model, optimizer and train loader are required");
   parts_ = parts;
   batch_ = batch;
-  if (config_.in_memory_every > 0 && !keeps_in_memory() && rank_ == 0)
+  in_memory_ = config_.in_memory_every > 0 && dist::peer_memory_available();
+  if (config_.in_memory_every > 0 && !in_memory_ && rank_ == 0)
     log::warn(
         "checkpoint.in_memory_every: no launcher keeps copies for this run (only vescale-run's "
         "agent does: --max-restarts or --nnodes MIN:MAX); only checkpoint.dir is written");
@@ -143,8 +158,7 @@ void CheckpointManager::stage(int64_t steps_done) {
   VESCALE_CHECK(parts_.model, "CheckpointManager::stage before start()");
   commit();
   const auto start = std::chrono::steady_clock::now();
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(steps_done));
+  const std::string name = step_folder(steps_done);
   const Saved saved = collect(steps_done);
   saver_.begin(config_.dir, name, saved.state, saved.metadata, saved.pieces);
   staged_step_ = steps_done;
@@ -152,20 +166,15 @@ void CheckpointManager::stage(int64_t steps_done) {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     char line[256];
-    std::snprintf(line, sizeof(line), "checkpoint %s/%s: staged in %.0f ms%s",
-                  config_.dir.c_str(), name, ms,
-                  config_.async ? ", writing in the background" : "");
+    std::snprintf(line, sizeof(line), "checkpoint %s/%s: staged in %.0f ms%s", config_.dir.c_str(),
+                  name.c_str(), ms, config_.async ? ", writing in the background" : "");
     log::info(line);
   }
   if (!config_.async) saver_.wait();
 }
 
-bool CheckpointManager::keeps_in_memory() const {
-  return config_.in_memory_every > 0 && dist::peer_memory_available();
-}
-
 bool CheckpointManager::due_in_memory(int64_t step) const {
-  return keeps_in_memory() && step % config_.in_memory_every == 0;
+  return in_memory_ && step % config_.in_memory_every == 0;
 }
 
 void CheckpointManager::stage_in_memory(int64_t steps_done) {
@@ -230,9 +239,8 @@ std::string CheckpointManager::last_good(int64_t failed_step) const {
     std::string before;
     for (const auto& e : fs::directory_iterator(config_.dir)) {
       const std::string name = e.path().filename().string();
-      if (e.is_directory() && name.rfind("step-", 0) == 0 && name.size() == 13 &&
-          fs::exists(e.path() / "index.json") && name < fs::path(*at).filename().string() &&
-          name > before)
+      if (e.is_directory() && step_of_folder(name) && fs::exists(e.path() / "index.json") &&
+          name < fs::path(*at).filename().string() && name > before)
         before = name;
     }
     return " This run resumed from " + *at +
@@ -264,14 +272,13 @@ std::map<std::string, std::vector<int64_t>> CheckpointManager::saved_optimizer_s
 }
 
 bool CheckpointManager::resume_from_memory(const std::optional<std::string>& folder) {
-  if (!keeps_in_memory()) return false;  // the same on every rank (the launch env)
+  if (!in_memory_) return false;  // the same on every rank (the launch env)
   const auto snap = dist::latest_snapshot();
-  // The folder's latest is "step-%08d": its step without reading it.
-  int64_t on_disk = 0;
-  if (folder) {
-    const std::string name = std::filesystem::path(*folder).filename().string();
-    on_disk = name.rfind("step-", 0) == 0 ? std::stoll(name.substr(5)) : INT64_MAX;
-  }
+  // The folder's latest step, from its name without reading it (another name: memory loses).
+  const int64_t on_disk =
+      folder
+          ? step_of_folder(std::filesystem::path(*folder).filename().string()).value_or(INT64_MAX)
+          : 0;
   // Every rank takes the same way: memory only if all see it newer and every part reachable.
   const bool newer = snap && snap->step > on_disk;
   if (dist::all_max(newer ? 0 : 1) != 0) return false;

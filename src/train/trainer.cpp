@@ -366,7 +366,7 @@ StepMetrics Trainer::step(int64_t step) {
     phase("committing a checkpoint", timeline::Kind::Checkpoint, names.commit);
     checkpoints_->commit();
   }
-  if (checkpoints_ && checkpoints_->keeps_in_memory()) {
+  if (checkpoints_ && checkpoints_->pending_in_memory()) {
     phase("publishing the copy in memory", timeline::Kind::Checkpoint, names.commit);
     checkpoints_->commit_in_memory();
   }

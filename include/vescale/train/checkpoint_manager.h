@@ -79,8 +79,8 @@ class CheckpointManager {
 
   // checkpoint.in_memory_every under vescale-run's agent: copies of the state in the
   // launchers' memory (dist/peer_memory.h), newest first at a resume.
-  bool keeps_in_memory() const;
   bool due_in_memory(int64_t step) const;
+  bool pending_in_memory() const { return snapshot_.pending(); }
   // Sends this rank's copy after `steps_done` steps to its launchers in the background
   // (publishing the previous one first). Collective.
   void stage_in_memory(int64_t steps_done);
@@ -120,6 +120,7 @@ class CheckpointManager {
   int64_t resumed_step_ = 0;
   int64_t staged_step_ = 0;     // the steps the save in flight holds
   int64_t committed_step_ = 0;  // the newest committed or resumed checkpoint's
+  bool in_memory_ = false;      // checkpoint.in_memory_every with launchers keeping copies
   checkpoint::AsyncSnapshot snapshot_;  // the copy for the launchers' memory in flight
   int64_t memory_step_ = 0;             // its step
   int memory_slot_ = 0;                 // and slot (dist/peer_memory.h)
