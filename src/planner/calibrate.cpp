@@ -31,6 +31,25 @@ void sync(const std::string& device) {
 // steps it predicts are read as medians too, and on a shared machine the best of a few runs is
 // a moment the training rarely sees. Under a launcher every rank starts each round together:
 // training keeps them all busy at once, so the rates must be what a rank gets beside the others.
+// Seconds per call of `f`, repeated until at least 50 ms have passed.
+template <class F>
+double timed_round(F& f, const std::string& device) {
+  int reps = 0;
+  const auto start = Clock::now();
+  double took = 0;
+  do {
+    f();
+    ++reps;
+    sync(device);
+    took = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (took < 0.05);
+  return took / reps;
+}
+
+// The median of a few timings of `f`, each long enough (at least 50 ms in repeats) to time: the
+// steps it predicts are read as medians too, and on a shared machine the best of a few runs is
+// a moment the training rarely sees. Under a launcher every rank starts each round together:
+// training keeps them all busy at once, so the rates must be what a rank gets beside the others.
 template <class F>
 double median_seconds(F&& f, const std::string& device) {
   f();  // warm-up
@@ -38,16 +57,26 @@ double median_seconds(F&& f, const std::string& device) {
   std::vector<double> rounds;
   for (int round = 0; round < 5; ++round) {
     if (dist::is_initialized()) dist::barrier();
-    int reps = 0;
-    const auto start = Clock::now();
-    double took = 0;
-    do {
-      f();
-      ++reps;
-      sync(device);
-      took = std::chrono::duration<double>(Clock::now() - start).count();
-    } while (took < 0.05);
-    rounds.push_back(took / reps);
+    rounds.push_back(timed_round(f, device));
+  }
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[rounds.size() / 2];
+}
+
+// The median over rounds of `larger`'s time less `smaller`'s, the two timed back to back in
+// each round: a shared machine's speed drifts over seconds, and a difference of two medians
+// taken apart carries that drift whole (block_elementwise_rate read 5 to 20 GB/s from one
+// machine that way).
+template <class F, class G>
+double median_difference(F&& larger, G&& smaller, const std::string& device) {
+  larger();
+  smaller();  // warm-up
+  sync(device);
+  std::vector<double> rounds;
+  for (int round = 0; round < 9; ++round) {
+    if (dist::is_initialized()) dist::barrier();
+    const double a = timed_round(larger, device);
+    rounds.push_back(a - timed_round(smaller, device));
   }
   std::sort(rounds.begin(), rounds.end());
   return rounds[rounds.size() / 2];
@@ -221,7 +250,7 @@ Link measure_link(const std::string& device, const at::TensorOptions& opts) {
 
 // The elementwise rate our own block achieves, given the profile's GEMM curve and per-operation
 // cost: a LLaMA block (width 512, SwiGLU 1536, 8 heads, 2 x 256 tokens) timed forward and
-// backward as the difference of a two-block and a one-block model, against the cost model's
+// backward as half the difference of a three-block and a one-block model, against the cost model's
 // prediction of the same block as A + B / memory_bandwidth (predict's compute, with the
 // bandwidth infinite for A and 1 byte/s for B). What the block spends beyond its GEMMs,
 // attention and operations, over the bytes the model counts for it: the rate at which our
@@ -229,29 +258,38 @@ Link measure_link(const std::string& device, const at::TensorOptions& opts) {
 // broadcasts included), which a synthetic chain overstates. 0 when the residual is too small
 // to read (then the caller keeps the chain's figure).
 double block_elementwise_rate(const DeviceProfile& profile, const std::string& device) {
-  double measured[2] = {0, 0}, a[2] = {0, 0}, b[2] = {0, 0};
-  for (int layers : {1, 2}) {
-    const auto config = train::Config::from_json(
+  // Three blocks against one, timed back to back in each round (median_difference).
+  constexpr int kFew = 1, kMany = 3;
+  auto config_of = [](int layers) {
+    return train::Config::from_json(
         "{}", "calibration block",
         {"model.type=\"llama\"", "model.dim=512", "model.n_heads=8", "model.n_kv_heads=8",
          "model.ffn_dim=1536", "model.vocab_size=256", "model.max_seq_len=256",
          "model.n_layers=" + std::to_string(layers), "train.seq_len=256",
          "train.global_batch_size=2", "train.micro_batch_size=2"});
-    auto model = train::build_model(config.model);
-    model.module->to(at::Device(device));
-    const auto tokens =
-        at::randint(0, 256, {2, 256}, at::TensorOptions().dtype(at::kLong).device(device));
-    measured[layers - 1] = median_seconds([&] { model.forward(tokens).sum().backward(); }, device);
-    const ModelShape shape = model_shape(config);
-    Layout one;
-    one.micro_batch = 2;
+  };
+  const auto few_config = config_of(kFew), many_config = config_of(kMany);
+  auto few = train::build_model(few_config.model), many = train::build_model(many_config.model);
+  few.module->to(at::Device(device));
+  many.module->to(at::Device(device));
+  const auto tokens =
+      at::randint(0, 256, {2, 256}, at::TensorOptions().dtype(at::kLong).device(device));
+  const double block = median_difference([&] { many.forward(tokens).sum().backward(); },
+                                         [&] { few.forward(tokens).sum().backward(); }, device) /
+                       (kMany - kFew);
+  // The cost model's same two blocks, split into what does not touch memory (bandwidth
+  // infinite) and the bytes it counts (bandwidth 1 byte/s).
+  Layout one;
+  one.micro_batch = 2;
+  auto predicted = [&](const train::Config& config, double bandwidth) {
     DeviceProfile p = profile;
-    p.memory_bandwidth = 1e30;
-    a[layers - 1] = predict(shape, config, one, 2, p, 1).compute_s;
-    p.memory_bandwidth = 1;
-    b[layers - 1] = predict(shape, config, one, 2, p, 1).compute_s - a[layers - 1];
-  }
-  const double block = measured[1] - measured[0], fixed = a[1] - a[0], bytes = b[1] - b[0];
+    p.memory_bandwidth = bandwidth;
+    return predict(model_shape(config), config, one, 2, p, 1).compute_s;
+  };
+  const double fixed =
+      (predicted(many_config, 1e30) - predicted(few_config, 1e30)) / (kMany - kFew);
+  const double bytes =
+      (predicted(many_config, 1) - predicted(few_config, 1)) / (kMany - kFew) - fixed;
   if (block - fixed < 0.2 * block) return 0;
   return bytes / (block - fixed);
 }
