@@ -429,3 +429,30 @@ TEST_CASE("BackwardOnCallerThread runs DTensor backward on the caller's thread",
   // The guard restores the setting it found.
   CHECK(c10::AutogradState::get_tls_state().get_multithreading_enabled());
 }
+
+TEST_CASE(
+    "a router's top-k, its backward and a one-hot scatter keep the token shards with no "
+    "collectives",
+    "[world2][world4]") {
+  auto mesh = mesh::DeviceMesh::init({{"dp", -1}});
+  const int64_t rows = 3 * mesh.size(), experts = 5;
+  const auto full = full_randn({rows, experts}, 91), g = full_randn({rows, 2}, 92);
+  auto ref = full.clone().requires_grad_(true);
+  auto [ref_top, ref_ids] = ref.topk(2, -1);
+  (ref_top * g).sum().backward();
+  const auto ref_hot = at::zeros({rows, experts}).scatter_(-1, ref_ids, 1.0);
+
+  auto x = distribute_tensor(full, mesh, {Shard(0)}).requires_grad_(true);
+  const auto before = dist::collective_stats();
+  auto [top, ids] = x.topk(2, -1);
+  top.backward(distribute_tensor(g, mesh, {Shard(0)}));
+  // One-hot's scatter writes into fresh replicated zeros: narrowing them is free, gathering the
+  // ids is not.
+  auto hot = distribute_tensor(at::zeros({rows, experts}), mesh, {Replicate()});
+  hot.scatter_(-1, ids, 1.0);
+  CHECK(dist::collective_stats().total() == before.total());
+  CHECK(spec_of(hot).placements == Placements{Shard(0)});
+  CHECK(spec_of(x.grad()).placements == Placements{Shard(0)});
+  CHECK(at::equal(full_tensor(hot), ref_hot));
+  CHECK(at::equal(full_tensor(x.grad()), ref.grad()));
+}

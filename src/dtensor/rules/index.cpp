@@ -112,11 +112,19 @@ Strategy stack(const OpCall& call) {
 
 // index_add(self, dim, index, source) and scatter_add(self, dim, index, src): the backward of
 // index_select and gather. Shards of dims other than `dim` stay; the index is replicated for
-// index_add and matches self's shards for scatter_add.
+// index_add and matches self's shards for scatter_add. A scatter into a replicated self (the
+// fresh zeros of one_hot, or of topk's and gather's backward) takes the index's shard of another
+// dim instead: narrowing self is free, while gathering the index and its values is a collective
+// per call (four per MoE layer and micro-batch under data parallelism).
 Strategy add_into(const OpCall& call, bool scatter) {
   const auto& x = call.specs[0];
   const int64_t dim = rules::wrap_dim(call.arg("dim").toInt(), x.ndim());
   Placements p = keep_other_shards(x, {dim});
+  if (scatter && call.specs.size() > 1) {
+    const Placements from_index = keep_other_shards(call.specs[1], {dim});
+    for (int64_t m = 0; m < call.mesh_ndim(); ++m)
+      if (x.placements[m].is_replicate() && from_index[m].is_shard()) p[m] = from_index[m];
+  }
   for (size_t i = 1; i < call.specs.size(); ++i)
     for (int64_t m = 0; m < call.mesh_ndim(); ++m)
       if (p[m].is_shard() &&

@@ -1,4 +1,8 @@
 // Ops that copy, convert, fill or create tensors.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
 #include "dtensor/propagation.h"
 #include "dtensor/rules/rule_utils.h"
 #include "vescale/common/check.h"
@@ -50,6 +54,30 @@ Strategy new_factory(const OpCall& call) {
   return st;
 }
 
+// new_empty_strided(self, size, stride): autograd makes a leaf's gradient with it
+// (clone_obey_contract) at the leaf's own sizes and strides, then copies the gradient in. At
+// those, the result takes self's layout, as empty_like: a replicated buffer would make the
+// copy gather a sharded gradient. Other sizes are global, so Replicate.
+Strategy new_empty_strided(const OpCall& call) {
+  const auto& x = call.specs[0];
+  const auto size = call.arg("size").toIntVector(), stride = call.arg("stride").toIntVector();
+  std::vector<int64_t> contiguous(size.size(), 1);
+  for (int64_t d = static_cast<int64_t>(size.size()) - 2; d >= 0; --d)
+    contiguous[d] = contiguous[d + 1] * std::max<int64_t>(size[d + 1], 1);
+  if (size != x.shape || stride != contiguous) return new_factory(call);
+  Strategy st = like(call);
+  const size_t n_args = call.op.schema().arguments().size();
+  st.local_fn = [n_args](torch::jit::Stack& stack) {
+    auto a = torch::jit::last(stack, n_args);
+    const at::Tensor self = a[0].toTensor();
+    const auto dtype = a[3].toOptional<at::ScalarType>();
+    auto out = at::empty(self.sizes(), self.options().dtype(dtype.value_or(self.scalar_type())));
+    torch::jit::drop(stack, n_args);
+    stack.emplace_back(std::move(out));
+  };
+  return st;
+}
+
 // copy_(self, src): src takes self's placements.
 Strategy copy_into(const OpCall& call) {
   Strategy st;
@@ -87,9 +115,9 @@ void register_tensor_rules() {
   for (const char* op :
        {"aten::empty_like", "aten::zeros_like", "aten::ones_like", "aten::full_like"})
     register_rule(op, like);
-  for (const char* op : {"aten::new_zeros", "aten::new_empty", "aten::new_ones", "aten::new_full",
-                         "aten::new_empty_strided"})
+  for (const char* op : {"aten::new_zeros", "aten::new_empty", "aten::new_ones", "aten::new_full"})
     register_rule(op, new_factory);
+  register_rule("aten::new_empty_strided", new_empty_strided);
   register_rule("aten::copy_", copy_into);
   register_rule("aten::fill_", [](const OpCall& c) { return fill(c, false); });
   register_rule("aten::zero_", [](const OpCall& c) { return fill(c, true); });
