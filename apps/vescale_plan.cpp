@@ -6,7 +6,7 @@
 // --write DIR writes the best layout (or --layout's) as <DIR>/config.json and <DIR>/plan.json,
 // which vescale-train runs as they are.
 // --layout predicts that one layout (fitting or not) before the search's best.
-//   vescale-plan --calibrate profile.json [--device-name NAME]
+//   vescale-plan --calibrate profile.json [--device-name NAME] [--config C [--set ...]]
 // measures this machine into a device profile (under vescale-run --nproc-per-node N, the
 // all-reduce over N ranks too); --device profile.json then plans with it.
 #include <CLI/CLI.hpp>
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "vescale/common/check.h"
 #include "vescale/common/error_text.h"
@@ -70,8 +71,13 @@ int main(int argc, char** argv) {
     if (!calibrate_out.empty()) {
       const bool launched = vescale::dist::launch_env_from_process().world_size > 1;
       if (launched) vescale::dist::init({.device = "auto"});
-      const auto p = vescale::planner::calibrate(
-          calibrate_name, launched ? vescale::dist::device_type() : "cpu");
+      // With --config, the elementwise rate is read from that model's own block.
+      std::optional<vescale::train::Config> model;
+      if (!config.empty())
+        model = vescale::train::Config::from_file(vescale::train::find_config(config), overrides);
+      const auto p = vescale::planner::calibrate(calibrate_name,
+                                                 launched ? vescale::dist::device_type() : "cpu",
+                                                 model ? &*model : nullptr);
       if (!launched || vescale::dist::rank() == 0) {
         std::ofstream(calibrate_out) << vescale::planner::to_json(p) << "\n";
         std::printf("vescale-plan: wrote %s (GEMM peak %.1f GFLOP/s, half-rate at %.3g "

@@ -7,6 +7,7 @@
 # prediction. Reports MAPE of the step time, Spearman's rank correlation, how far the planner's
 # first choice is from the measured best, and the memory error, in
 # bench/results/planner_measured.md.
+# Each model is calibrated with its own block (vescale-plan --calibrate --config).
 # Knobs: WORLDS="2 4", PER_MODEL=12 (layouts per model and world), STEPS=5, WARMUP=2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,12 +22,15 @@ dense=(--set model.dim=256 --set model.n_layers=8 --set model.n_heads=8 --set mo
        --set model.ffn_dim=768 --set model.vocab_size=256 --set model.max_seq_len=128)
 moe=("${dense[@]}" --set model.n_experts=4 --set model.top_k=2 --set model.ffn_dim=384)
 for world in $WORLDS; do
-  "$run" --nproc-per-node "$world" -- "$plan" --calibrate "$out/cpu$world.json" --device-name "cpu$world" \
-    > "$out/calibrate$world.log" 2>&1 || { cat "$out/calibrate$world.log"; exit 1; }
   for model in llama mixtral; do
     if [ $model = llama ]; then sets=("${dense[@]}"); config=llama_tiny; else sets=("${moe[@]}"); config=mixtral_tiny; fi
+    # Calibrated with the planned model's own block (its elementwise rate), as profiling planners do.
+    profile="$out/cpu$world.$model.json"
+    "$run" --nproc-per-node "$world" -- "$plan" --calibrate "$profile" --device-name "cpu$world" \
+      --config $config "${common[@]}" "${sets[@]}" > "$out/calibrate$world.$model.log" 2>&1 \
+      || { cat "$out/calibrate$world.$model.log"; exit 1; }
     "$plan" --config $config "${common[@]}" "${sets[@]}" --gpus "$world" --gpus-per-node "$world" \
-      --device "$out/cpu$world.json" --top 1000 > "$out/list.$model.$world" 2>&1
+      --device "$profile" --top 1000 > "$out/list.$model.$world" 2>&1
     # Every k-th of the predicted order, the first (the planner's choice) included.
     mapfile -t layouts < <(python3 - "$out/list.$model.$world" "$PER_MODEL" <<'PY'
 import re, sys
@@ -47,7 +51,7 @@ PY
       name="$model.$world.$i"
       echo "planner measured: $name: $layout" >&2
       "$plan" --config $config "${common[@]}" "${sets[@]}" --gpus "$world" --gpus-per-node "$world" \
-        --device "$out/cpu$world.json" --layout "$layout" --top 1 --write "$out/$name" > "$out/$name.plan" 2>&1 \
+        --device "$profile" --layout "$layout" --top 1 --write "$out/$name" > "$out/$name.plan" 2>&1 \
         || { cat "$out/$name.plan"; exit 1; }
       if ! timeout 600 "$train" --config "$out/$name/config.json" --nproc-per-node "$world" \
           --set log.metrics_jsonl=\""$out/$name.jsonl"\" > "$out/$name.log" 2>&1; then
@@ -86,8 +90,8 @@ for row in sorted(glob.glob(os.path.join(d, "*.row"))):
         gib = max(r.get("tensor_peak_gb", 0) for r in rows) * 1e9 / 2**30
     groups.setdefault((model, int(world)), []).append((int(i), layout, pred_ms, ms, pred_gib, gib))
 lines = ["# vescale-plan against runs measured here", "",
-         f"{datetime.date.today()}; `bench/planner_measured.sh`; this machine calibrated by `vescale-plan --calibrate` "
-         f"under vescale-run at each world; layouts spread over the planner's predicted order (the first is its choice), "
+         f"{datetime.date.today()}; `bench/planner_measured.sh`; this machine calibrated by `vescale-plan --calibrate --config` "
+         f"(the model's own block) under vescale-run at each world; layouts spread over the planner's predicted order (the first is its choice), "
          f"each written by `--write` and run by vescale-train; medians of the steps after {warm} warm-up; memory: rank 0's "
          f"counting-allocator peak (`tensor_peak_gb`) against the prediction for pipeline rank 0.", ""]
 summary = []

@@ -20,7 +20,7 @@ AutoPlan auto_plan(const train::Config& config, int64_t gpus_per_node) {
   const int rank = dist::rank();
   const int64_t world = dist::world_size();
   const std::string& wanted = config.parallel.plan_device;
-  DeviceProfile device = wanted == "auto" ? calibrate("this machine", dist::device_type())
+  DeviceProfile device = wanted == "auto" ? calibrate("this machine", dist::device_type(), &config)
                                           : device_profile(wanted);
   const ModelShape shape = model_shape(config);
   const std::string tmpl = plan_template_path(config.model.type);

@@ -13,8 +13,13 @@
 #include "vescale/common/check.h"
 #include "vescale/dist/object_collectives.h"
 #include "vescale/dist/world.h"
+#include "vescale/dtensor/dtensor.h"
+#include "vescale/mesh/device_mesh.h"
+#include "vescale/parallel/parallelize.h"
+#include "vescale/plan/plan.h"
 #include "vescale/models/model.h"
 #include "vescale/planner/cost_model.h"
+#include "vescale/planner/plan_template.h"
 #include "vescale/train/config.h"
 #include "vescale/train/model_factory.h"
 
@@ -248,55 +253,138 @@ Link measure_link(const std::string& device, const at::TensorOptions& opts) {
   return link;
 }
 
-// The elementwise rate our own block achieves, given the profile's GEMM curve and per-operation
-// cost: a LLaMA block (width 512, SwiGLU 1536, 8 heads, 2 x 256 tokens) timed forward and
-// backward as half the difference of a three-block and a one-block model, against the cost model's
-// prediction of the same block as A + B / memory_bandwidth (predict's compute, with the
-// bandwidth infinite for A and 1 byte/s for B). What the block spends beyond its GEMMs,
-// attention and operations, over the bytes the model counts for it: the rate at which our
-// eager block's elementwise work actually runs (freshly allocated outputs, transposes and
-// broadcasts included), which a synthetic chain overstates. 0 when the residual is too small
-// to read (then the caller keeps the chain's figure).
-double block_elementwise_rate(const DeviceProfile& profile, const std::string& device) {
-  // Three blocks against one, timed back to back in each round (median_difference).
-  constexpr int kFew = 1, kMany = 3;
-  auto config_of = [](int layers) {
-    return train::Config::from_json(
-        "{}", "calibration block",
-        {"model.type=\"llama\"", "model.dim=512", "model.n_heads=8", "model.n_kv_heads=8",
-         "model.ffn_dim=1536", "model.vocab_size=256", "model.max_seq_len=256",
-         "model.n_layers=" + std::to_string(layers), "train.seq_len=256",
-         "train.global_batch_size=2", "train.micro_batch_size=2"});
-  };
-  const auto few_config = config_of(kFew), many_config = config_of(kMany);
+// `base`'s model with `layers` blocks, trained on `micro_batch` sequences per rank.
+train::Config with_layers(const train::Config& base, int layers, int64_t micro_batch) {
+  const int64_t ranks = dist::is_initialized() ? dist::world_size() : 1;
+  return train::Config::from_json(base.to_json(), "calibration block",
+                                  {"model.n_layers=" + std::to_string(layers),
+                                   "train.global_batch_size=" + std::to_string(ranks * micro_batch),
+                                   "train.micro_batch_size=" + std::to_string(micro_batch)});
+}
+
+// How many more blocks the larger of a block pair has.
+constexpr int kFewBlocks = 1, kManyBlocks = 3;
+
+// Seconds of one block's forward and backward on `micro_batch` sequences of `base`'s model per
+// rank, as training runs it: half the difference of a three-block and a one-block model, timed
+// back to back in each round (median_difference), under a launcher as a data-parallel model
+// (weights replicated over every rank by the family's plan template, the batch Shard(0)), so
+// DTensor dispatch is in the figure.
+double measured_block_seconds(const train::Config& base, int64_t micro_batch,
+                              const std::string& device) {
+  const auto few_config = with_layers(base, kFewBlocks, micro_batch),
+             many_config = with_layers(base, kManyBlocks, micro_batch);
   auto few = train::build_model(few_config.model), many = train::build_model(many_config.model);
   few.module->to(at::Device(device));
   many.module->to(at::Device(device));
-  const auto tokens =
-      at::randint(0, 256, {2, 256}, at::TensorOptions().dtype(at::kLong).device(device));
-  const double block = median_difference([&] { many.forward(tokens).sum().backward(); },
-                                         [&] { few.forward(tokens).sum().backward(); }, device) /
-                       (kMany - kFew);
-  // The cost model's same two blocks, split into what does not touch memory (bandwidth
-  // infinite) and the bytes it counts (bandwidth 1 byte/s).
+  const int64_t ranks = dist::is_initialized() ? dist::world_size() : 1, seq = base.train.seq_len;
+  at::Tensor tokens = at::randint(0, base.model.vocab_size(), {micro_batch, seq},
+                                  at::TensorOptions().dtype(at::kLong).device(device));
+  if (ranks > 1) {
+    Layout dp;
+    dp.dp = ranks;
+    const auto mesh = mesh::DeviceMesh::init({{"dp", ranks}});
+    const auto plan =
+        plan::Plan::from_json(plan_for_layout(plan_template_path(base.model.type), dp, 1),
+                              "the calibration's data-parallel plan");
+    parallel::parallelize(*few.module, plan, mesh);
+    parallel::parallelize(*many.module, plan, mesh);
+    tokens = dtensor::from_local(tokens, mesh, {dtensor::Shard(0)},
+                                 std::vector<int64_t>{ranks * micro_batch, seq});
+  }
+  return median_difference([&] { many.forward(tokens).sum().backward(); },
+                           [&] { few.forward(tokens).sum().backward(); }, device) /
+         (kManyBlocks - kFewBlocks);
+}
+
+// The cost model's compute for one block of `base` on `micro_batch` sequences, with `profile`.
+double predicted_block_seconds(const train::Config& base, int64_t micro_batch,
+                               const DeviceProfile& profile) {
   Layout one;
-  one.micro_batch = 2;
-  auto predicted = [&](const train::Config& config, double bandwidth) {
-    DeviceProfile p = profile;
-    p.memory_bandwidth = bandwidth;
-    return predict(model_shape(config), config, one, 2, p, 1).compute_s;
+  one.micro_batch = micro_batch;
+  auto of = [&](int layers) {
+    const auto config = with_layers(base, layers, micro_batch);
+    return predict(model_shape(config), config, one, micro_batch, profile, 1).compute_s;
   };
-  const double fixed =
-      (predicted(many_config, 1e30) - predicted(few_config, 1e30)) / (kMany - kFew);
-  const double bytes =
-      (predicted(many_config, 1) - predicted(few_config, 1)) / (kMany - kFew) - fixed;
-  if (block - fixed < 0.2 * block) return 0;
-  return bytes / (block - fixed);
+  return (of(kManyBlocks) - of(kFewBlocks)) / (kManyBlocks - kFewBlocks);
+}
+
+// Solves measured = A + x B for the profile figure x that predict's block time is linear in
+// (`set(p, v)` sets it): A at x = 0, B the slope. 0 when what x explains is under a fifth of the
+// block (too small to read).
+template <class Set>
+double solve_block(const train::Config& base, int64_t micro_batch, const DeviceProfile& profile,
+                   double measured, Set set) {
+  DeviceProfile p = profile;
+  set(p, 0.0);
+  const double a = predicted_block_seconds(base, micro_batch, p);
+  set(p, 1.0);
+  const double b = predicted_block_seconds(base, micro_batch, p) - a;
+  if (measured - a < 0.2 * measured || b <= 0) return 0;
+  return (measured - a) / b;
+}
+
+// The generic calibration blocks: a tiny LLaMA (width 64, 2 heads, 16 tokens: its GEMMs and
+// elementwise work take microseconds) for the per-operation cost, and a LLaMA block of width
+// 512 (SwiGLU 1536, 8 heads, 256 tokens) for the elementwise rate.
+train::Config llama_block(int64_t dim, int64_t heads, int64_t ffn, int64_t seq) {
+  return train::Config::from_json(
+      "{}", "calibration block",
+      {"model.type=\"llama\"", "model.dim=" + std::to_string(dim),
+       "model.n_heads=" + std::to_string(heads), "model.n_kv_heads=" + std::to_string(heads),
+       "model.ffn_dim=" + std::to_string(ffn), "model.vocab_size=256",
+       "model.max_seq_len=" + std::to_string(seq), "model.n_layers=1",
+       "train.seq_len=" + std::to_string(seq)});
+}
+
+// Seconds per framework operation as our training runs them: the tiny block's time beyond what
+// the cost model gives its work, over the operations it counts (predict's compute at
+// op_overhead 1 less at 0). A chain of multiplies on plain 64-element tensors measures a third
+// to a half of this: real operations allocate, broadcast and dispatch more.
+double block_op_overhead(const DeviceProfile& profile, const std::string& device) {
+  const auto tiny = llama_block(64, 2, 128, 16);
+  return solve_block(tiny, 1, profile, measured_block_seconds(tiny, 1, device),
+                     [](DeviceProfile& p, double v) { p.op_overhead = v; });
+}
+
+// The elementwise rate a block achieves, given the profile's GEMM curve and per-operation cost:
+// the block's time beyond what the cost model gives its GEMMs, attention and operations, over
+// the bytes it counts for it (predict's compute as A + B / memory_bandwidth, solved for the
+// bandwidth): the rate at which our eager block's elementwise work actually runs (freshly
+// allocated outputs, transposes and broadcasts included), which a synthetic chain overstates.
+// The block is the planned model's own when it is given and small enough to run here (its
+// routing and family-specific work are then in the figure), else the generic one. 0 when the
+// residual is too small to read (then the caller keeps the chain's figure).
+double block_elementwise_rate(const DeviceProfile& profile, const std::string& device,
+                              const train::Config& block, int64_t micro_batch) {
+  const double inverse =
+      solve_block(block, micro_batch, profile, measured_block_seconds(block, micro_batch, device),
+                  [](DeviceProfile& p, double v) { p.memory_bandwidth = v > 0 ? 1 / v : 1e30; });
+  return inverse > 0 ? 1 / inverse : 0;
 }
 
 }  // namespace
 
-DeviceProfile calibrate(const std::string& name, const std::string& device) {
+// The block the elementwise rate is read from: `model`'s own when it is given and small enough
+// to time here in a few seconds, else the generic LLaMA block; and what to call it.
+std::pair<train::Config, std::string> rate_block(const train::Config* model) {
+  constexpr double kMaxParams = 20e6, kMaxTokens = 4096;
+  if (model != nullptr) {
+    const auto one = with_layers(*model, 1, 2);
+    const auto shape = model_shape(one);
+    const double tokens = 2.0 * static_cast<double>(model->train.seq_len);
+    if (shape.layers.size() == 3 && shape.layers[1].params <= kMaxParams && tokens <= kMaxTokens)
+      return {*model, "the planned model's own " + model->model.type + " block (width " +
+                          std::to_string(shape.dim) + ", 2 x " +
+                          std::to_string(model->train.seq_len) + " tokens)"};
+  }
+  return {llama_block(512, 8, 1536, 256),
+          "a LLaMA block (width 512, SwiGLU 1536, 8 heads, 2 x "
+          "256 tokens)"};
+}
+
+DeviceProfile calibrate(const std::string& name, const std::string& device,
+                        const train::Config* model) {
   DeviceProfile p;
   p.name = name;
   const auto opts = at::TensorOptions()
@@ -355,10 +443,13 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
     p.op_overhead = s / (3.0 * 20);
   }
   p.attention_keeps_probabilities = device == "cpu";  // kernels/attention.h; flash on GPUs
-  const double chain_bandwidth = p.memory_bandwidth;
-  double block_bandwidth = 0;
+  const double chain_bandwidth = p.memory_bandwidth, chain_overhead = p.op_overhead;
+  double block_bandwidth = 0, block_overhead = 0;
+  const auto block = rate_block(model);
   if (device == "cpu") {
-    block_bandwidth = block_elementwise_rate(p, device);
+    block_overhead = block_op_overhead(p, device);
+    if (block_overhead > 0) p.op_overhead = block_overhead;
+    block_bandwidth = block_elementwise_rate(p, device, block.first, 2);
     if (block_bandwidth > 0) p.memory_bandwidth = block_bandwidth;
   }
   const int64_t ranks = dist::is_initialized() ? dist::world_size() : 1;
@@ -391,8 +482,8 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
                              : ": an fp32 at::mm of 1536^3 on the bf16 curve");
   p.sources["memory_bandwidth"] =
       block_bandwidth > 0
-          ? how +
-                ": the elementwise rate of a LLaMA block (width 512, 2 x 256 tokens) timed "
+          ? how + ": the elementwise rate of " + block.second +
+                ", run as training runs it, timed "
                 "forward and backward beyond what the cost model gives its GEMMs, attention "
                 "and operations, over the bytes it counts (an RMSNorm, SiLU-gate and "
                 "residual-add chain gave " +
@@ -401,7 +492,14 @@ DeviceProfile calibrate(const std::string& name, const std::string& device) {
                 ": an RMSNorm, SiLU-gate and residual-add chain on [1024, 768] fp32 with "
                 "autograd, forward and backward (14 passes forward, twice that backward)";
   p.sources["op_overhead"] =
-      how + ": 20 multiplies of 64 elements with autograd, forward and backward, over 3 x 20";
+      block_overhead > 0
+          ? how +
+                ": a LLaMA block of width 64 on 16 tokens per rank, run as training runs it "
+                "(DTensors under a launcher), timed forward and backward beyond what the cost "
+                "model gives its work, over the operations it counts (20 multiplies of 64 "
+                "elements with autograd gave " +
+                std::to_string(chain_overhead * 1e6) + " us)"
+          : how + ": 20 multiplies of 64 elements with autograd, forward and backward, over 3 x 20";
   p.sources["attention_keeps_probabilities"] =
       device == "cpu" ? "our CPU attention kernel keeps them (kernels/attention.h)"
                       : "flash attention recomputes them";

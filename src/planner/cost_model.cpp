@@ -22,8 +22,12 @@ namespace pp = parallel::pipeline;
 // probability kept (heads x s/2 per token, causal) 4 passes (scores, softmax, kept for
 // backward), where the device's attention keeps them. Backward moves twice as much.
 constexpr double kPassesPerProbability = 4;
-// Gradient accumulation: read the accumulated and the new gradient, write the sum.
-constexpr double kAccumulatePasses = 3;
+// The weights' own traffic per micro-batch, fp32: the forward's and the input gradient's GEMMs
+// each stream the weight (2), the weight gradient's GEMM writes a fresh gradient (1), which is
+// added into the accumulated one (read both, write the sum: 3). What a micro-batch costs beyond
+// its tokens' work: a block's forward and backward on 16 to 128 tokens measured about 1 ns per
+// parameter beyond its work and operations here, 6 passes at the block's elementwise rate.
+constexpr double kWeightPasses = 6;
 // AdamW on fp32 master weights reads and writes the weight, both moments and reads the
 // gradient: 4 x (2 + 2 + 2 + 1) bytes per parameter.
 constexpr double kOptimizerBytesPerParam = 28;
@@ -36,6 +40,11 @@ constexpr double kBucketBytes = 25.0 * 1024 * 1024;
 // 20) and per expert a rank holds (three GEMM calls), and per embedding or head. Backward runs
 // about twice as many.
 constexpr double kOpsPerBlock = 40, kOpsPerMoE = 20, kOpsPerExpert = 3, kOpsPerEnd = 5;
+// The coefficient of variation of one expert's share of the routed tokens in a micro-batch:
+// our tiny Mixtral's logged loads (metrics "experts", steps 1-6) put the busiest expert at
+// 1.1-2.0x the mean, a spread of about 0.3; a router trained with its balancing loss is more
+// even, so this prices early training.
+constexpr double kExpertLoadCv = 0.3;
 
 // The ranks a dim's group spans, strides included: the product of its size and the dims inside
 // it (pp, dp, ep, tp outermost first).
@@ -146,6 +155,7 @@ ModelShape model_shape(const train::Config& config) {
       ls.active_matmul += n * fraction;
       if (fraction > 0 && fraction < 1 && shape.size() == 3) {  // stacked experts [E, ...]
         ls.expert_params += n;
+        ls.expert_matmul += n * fraction;
         m.n_experts = shape[0];
         ls.moe_top_k = std::round(fraction * static_cast<double>(shape[0]));
       }
@@ -153,6 +163,18 @@ ModelShape model_shape(const train::Config& config) {
     m.layers.push_back(ls);
   }
   return m;
+}
+
+double expert_imbalance(int64_t ep, double experts_per_rank) {
+  if (ep <= 1) return 1;
+  // The expected largest of n standard normals, the integral of x n phi(x) Phi(x)^(n-1).
+  const double n = static_cast<double>(ep), dx = 1e-2;
+  double largest = 0;
+  for (double x = -8; x < 8; x += dx) {
+    const double phi = std::exp(-x * x / 2) / std::sqrt(2 * M_PI);
+    largest += x * n * phi * std::pow(0.5 * std::erfc(-x / std::sqrt(2.0)), n - 1) * dx;
+  }
+  return 1 + kExpertLoadCv / std::sqrt(std::max(experts_per_rank, 1.0)) * largest;
 }
 
 double ring_passes(Collective c) { return c == Collective::AllReduce ? 2 : 1; }
@@ -209,13 +231,18 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   // Per chain layer, one micro-batch's forward on one rank: compute, and the exposed tp/ep
   // communication (forward; backward moves the same again).
   struct Cost {
-    double compute = 0, tp_comm = 0, ep_comm = 0;
+    double compute = 0, tp_comm = 0, ep_comm = 0, loss_comm = 0;
   };
   std::vector<Cost> layer_cost;
   const double act = tokens * dim * act_bytes;  // one [b, s, h] activation
+  // Under expert parallelism every MoE layer waits for the busiest rank's experts.
+  const double imbalance =
+      expert_imbalance(l.ep, static_cast<double>(model.n_experts) / static_cast<double>(l.ep));
   for (const auto& ls : model.layers) {
     Cost c;
-    const double gemm_flops = 2 * tokens * ls.active_matmul / tp, gemm_s = gemm_flops / rate;
+    const double gemm_flops =
+                     2 * tokens * (ls.active_matmul + (imbalance - 1) * ls.expert_matmul) / tp,
+                 gemm_s = gemm_flops / rate;
     // QK^T and AV, causal: half of them.
     c.compute = (gemm_flops + (ls.block ? 2 * tokens * seq * dim / tp : 0)) / rate;
     const double routing_ops =
@@ -240,10 +267,16 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
       // Pipelined with the GEMMs in tp chunks: the first chunk waits, the rest hide behind them.
       if (stack.overlaps_tp && l.tp > 1)
         c.tp_comm = c.tp_comm / tp + std::max(0.0, c.tp_comm * (tp - 1) / tp - gemm_s);
-      // Dispatch and combine: each token's top_k copies of its row.
+      // The count exchange (how many rows each rank sends each expert: a latency), then
+      // dispatch and combine: each token's top_k copies of its row, the busiest rank's share.
       if (ls.moe_top_k > 0)
-        c.ep_comm = 2 * all_to_all_s(act * ls.moe_top_k / (sp ? tp : 1.0), l.ep, ep_link);
+        c.ep_comm =
+            all_to_all_s(4 * static_cast<double>(model.n_experts), l.ep, ep_link) +
+            2 * all_to_all_s(imbalance * act * ls.moe_top_k / (sp ? tp : 1.0), l.ep, ep_link);
     }
+    // The loss's mean counts the valid targets of the whole batch: an all-reduce of one number
+    // over the data ranks, per micro-batch, in the forward of the last layer.
+    if (&ls == &model.layers.back()) c.loss_comm = all_reduce_s(4, l.data_ranks(), dp_link);
     layer_cost.push_back(c);
   }
 
@@ -256,13 +289,14 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   std::vector<int64_t> starts =
       stages > 1 ? pp::stage_starts(names, spec, stages) : std::vector<int64_t>{0};
   starts.push_back(static_cast<int64_t>(names.size()));
-  std::vector<double> f(stages, 0), tp_s(stages, 0), ep_s(stages, 0), params(stages, 0),
-      expert(stages, 0), blocks(stages, 0);
+  std::vector<double> f(stages, 0), tp_s(stages, 0), ep_s(stages, 0), loss_s(stages, 0),
+      params(stages, 0), expert(stages, 0), blocks(stages, 0);
   for (int64_t s = 0; s < stages; ++s)
     for (int64_t i = starts[s]; i < starts[s + 1]; ++i) {
       f[s] += layer_cost[i].compute;
       tp_s[s] += layer_cost[i].tp_comm;
       ep_s[s] += layer_cost[i].ep_comm;
+      loss_s[s] += layer_cost[i].loss_comm;
       params[s] += model.layers[i].params - model.layers[i].expert_params;
       expert[s] += model.layers[i].expert_params;
       blocks[s] += model.layers[i].block ? 1 : 0;
@@ -273,12 +307,11 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   std::vector<double> fwd(stages), inp(stages), wgt(stages);
   for (int64_t s = 0; s < stages; ++s) {
     const double comm = tp_s[s] + ep_s[s];
-    fwd[s] = f[s] + comm;
-    inp[s] = f[s] + comm + (l.checkpointing ? fwd[s] : 0);
-    // Each micro-batch's weight gradients are added into the accumulated ones (read both,
-    // write one, fp32): a pass over the stage's gradients per micro-batch.
-    wgt[s] = f[s] + kAccumulatePasses * 4 * (params[s] / tp + expert[s] / (tp * ep)) /
-                        device.memory_bandwidth;
+    fwd[s] = f[s] + comm + loss_s[s];
+    inp[s] = f[s] + comm + (l.checkpointing ? f[s] + comm : 0);
+    // Each micro-batch moves the stage's weights and gradients (kWeightPasses).
+    wgt[s] = f[s] +
+             kWeightPasses * 4 * (params[s] / tp + expert[s] / (tp * ep)) / device.memory_bandwidth;
     unit = std::max(unit, fwd[s]);
   }
   pp::ActionCosts costs;
@@ -320,7 +353,7 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
   }
   const int64_t busiest_rank =
       std::max_element(sim.busy.begin(), sim.busy.end()) - sim.busy.begin();
-  double compute = 0, tp_total = 0, ep_total = 0;
+  double compute = 0, tp_total = 0, ep_total = 0, loss_total = 0;
   // Per micro-batch: the forward, then I + W (and the recomputed forward); the communication
   // runs in the forward, in I, and in the recomputed forward.
   const double back = l.checkpointing ? 3 : 2, comm_passes = l.checkpointing ? 3 : 2;
@@ -328,6 +361,7 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     compute += static_cast<double>(M) * (f[s] * back + wgt[s]);
     tp_total += static_cast<double>(M) * tp_s[s] * comm_passes;
     ep_total += static_cast<double>(M) * ep_s[s] * comm_passes;
+    loss_total += static_cast<double>(M) * loss_s[s];
   }
   out.compute_s = compute;
   out.exposed_s["tp"] = tp_total;
@@ -440,7 +474,7 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     out.peak_memory_by_rank.push_back(rank_peak);
     peak = std::max(peak, rank_peak);
   }
-  out.exposed_s["dp"] = dp_comm;
+  out.exposed_s["dp"] = dp_comm + loss_total;  // the loss's counts run inside the makespan
   out.optimizer_s = opt;
   out.peak_memory_bytes = peak;
   out.step_s = makespan + dp_comm + opt;

@@ -118,8 +118,8 @@ TEST_CASE("one device: the step is the GEMMs at the achieved rate plus the optim
 }
 
 TEST_CASE(
-    "a block's elementwise traffic is counted from its widths, and gradients accumulate per "
-    "micro-batch",
+    "a block's elementwise traffic is counted from its widths, and each micro-batch moves the "
+    "weights and their gradients",
     "[planner]") {
   const auto config = llama({});
   const auto m = model_shape(config);
@@ -135,16 +135,56 @@ TEST_CASE(
   const double tokens = 2 * 1024.0;
   const double per_token = 20 * 512 + 3 * 8192.0 + 4 * 8 * 512.0;
   const double fwd = 8 * per_token * tokens * 2 / 1e12;
-  // Each micro-batch adds its gradients into the accumulated ones: 3 passes over fp32.
+  // Each micro-batch streams the weights twice (forward and input-gradient GEMMs), writes fresh
+  // gradients and adds them into the accumulated ones: 6 passes over fp32.
   double params = 0;
   for (const auto& ls : m.layers) params += ls.params;
-  const double accumulate = 3 * 4 * params / 1e12;
+  const double accumulate = 6 * 4 * params / 1e12;
   CHECK(p.microbatches == 2);
   CHECK(p.compute_s == Approx(2 * (3 * fwd + accumulate)).epsilon(1e-9));
   // Flash attention keeps no probabilities: less traffic.
   d.attention_keeps_probabilities = false;
   CHECK(predict(m, config, l, 4, d, 8).compute_s ==
         Approx(2 * (3 * fwd * (per_token - 4 * 8 * 512.0) / per_token + accumulate)).epsilon(1e-9));
+}
+
+TEST_CASE("under expert parallelism each MoE layer waits for the busiest rank's experts",
+          "[planner]") {
+  // The expected largest of n standard normals: 1/sqrt(pi) for 2, 1.02938 for 4, 1.42360 for 8.
+  CHECK(expert_imbalance(1, 4) == 1);
+  CHECK(expert_imbalance(2, 2) == Approx(1 + 0.3 / std::sqrt(2.0) / std::sqrt(M_PI)).epsilon(1e-6));
+  CHECK(expert_imbalance(4, 1) == Approx(1 + 0.3 * 1.02938).epsilon(1e-5));
+  CHECK(expert_imbalance(8, 1) == Approx(1 + 0.3 * 1.42360).epsilon(1e-5));
+
+  const auto config =
+      Config::from_json("{}", "t.json",
+                        {"model.type=\"mixtral\"", "model.n_layers=4", "model.dim=256",
+                         "model.n_heads=8", "model.n_kv_heads=8", "model.ffn_dim=512",
+                         "model.n_experts=4", "model.top_k=2", "model.vocab_size=512",
+                         "model.max_seq_len=256", "train.seq_len=256", "train.dtype=\"bf16\""});
+  const auto m = model_shape(config);
+  // Three expert weights of dim x hidden per expert, top_k of the 4 run per token.
+  CHECK(m.layers[1].expert_matmul == 2 * 3.0 * 256 * 512);
+  auto d = toy_device();
+  d.memory_bandwidth = 1e30;  // GEMMs alone
+  Layout dp, ep;
+  dp.dp = 2;
+  ep.ep = 2;
+  dp.micro_batch = ep.micro_batch = 2;
+  const auto by_dp = predict(m, config, dp, 8, d, 8), by_ep = predict(m, config, ep, 8, d, 8);
+  // Per micro-batch and MoE layer the busiest rank runs imbalance x its share of the experts'
+  // multiply-adds, forward and twice backward; the other GEMMs are the same.
+  const double tokens = 2 * 256.0, w = tokens * 256 * 256, rate = 100e12 * 0.5 * w / (w + 1e6);
+  const double extra = (expert_imbalance(2, 2) - 1) * 2 * tokens * m.layers[1].expert_matmul / rate;
+  CHECK(by_ep.compute_s - by_dp.compute_s == Approx(2 * 3 * 4 * extra).epsilon(1e-9));
+  // Its exposed all-to-alls: per MoE layer and micro-batch the count exchange (4 experts' counts,
+  // a latency) and dispatch and combine of the busiest rank's top_k rows of [t, h], forward and
+  // backward.
+  const auto& link = d.intra_node;
+  const double per_layer = all_to_all_s(4 * 4, 2, link) +
+                           2 * all_to_all_s(expert_imbalance(2, 2) * tokens * 256 * 2 * 2, 2, link);
+  CHECK(by_ep.exposed_s.at("ep") == Approx(2 * 2 * 4 * per_layer).epsilon(1e-9));
+  CHECK(by_dp.exposed_s.at("ep") == 0);
 }
 
 TEST_CASE("the megatron stack makes fewer elementwise passes and hides TP chunks behind the GEMMs",
@@ -163,7 +203,7 @@ TEST_CASE("the megatron stack makes fewer elementwise passes and hides TP chunks
     double params = 0;
     for (const auto& ls : m.layers) params += ls.params;
     CHECK(predict(m, config, l, 4, d, 8, nullptr, megatron).compute_s ==
-          Approx(2 * (3 * fwd + 3 * 4 * params / 1e12)).epsilon(1e-9));
+          Approx(2 * (3 * fwd + 6 * 4 * params / 1e12)).epsilon(1e-9));
   }
   {  // tp = 2: a block's two all-reduces (2 MB each) take far less than its GEMMs, so only the
      // first of the two chunks is exposed: half of what vescale's trainer exposes.

@@ -1,7 +1,8 @@
 // vescale-plan --calibrate: a device profile measured on the machine it runs on, for the cost
 // model (docs/planner.md): the GEMM curve (square GEMMs of growing size, fitted to
-// peak x w / (w + w_half)), the memory bandwidth (a large copy), and, when launched with several
-// ranks, the all-reduce's bandwidth and latency over the world (fitted to the ring formula).
+// peak x w / (w + w_half)), the per-operation cost and the elementwise rate (from blocks run as
+// training runs them), and, when launched with several ranks, each collective's bandwidth and
+// latency over the world (fitted to its formula) and what overlapped traffic costs the compute.
 // On one host both link classes get the measured link.
 #pragma once
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "vescale/planner/device_profile.h"
+#include "vescale/train/config.h"
 
 namespace vescale::planner {
 
@@ -29,7 +31,11 @@ LinkFigures fit_collective(Collective c, const std::vector<std::pair<double, dou
                            int64_t ranks);
 
 // Measures this process's device ("cpu" or "cuda"); collective when the world has several ranks
-// (every rank calls it). `name` becomes the profile's name.
-DeviceProfile calibrate(const std::string& name, const std::string& device);
+// (every rank calls it). `name` becomes the profile's name. With `model` (the config to be
+// planned), a CPU's elementwise rate is read from that model's own block when it is small
+// enough to time here, as profiling planners read their model's layers; else from a generic
+// LLaMA block.
+DeviceProfile calibrate(const std::string& name, const std::string& device,
+                        const train::Config* model = nullptr);
 
 }  // namespace vescale::planner

@@ -47,6 +47,7 @@ struct LayerShape {
   double expert_params = 0;    // of which sharded over ep (stacked experts)
   double active_matmul = 0;    // multiply-adds per token (experts: only the top_k that run)
   double moe_top_k = 0;        // tokens' expert choices, 0 for a dense layer
+  double expert_matmul = 0;    // of active_matmul, the experts' (sharded over ep)
 };
 
 struct ModelShape {
@@ -108,6 +109,12 @@ struct SimulationCache {
 
 // Throws naming what does not divide (the global batch over micro batch x data ranks).
 // `cache` may be null.
+// The busiest of `ep` expert-parallel ranks' share of the routed tokens over the mean, each rank
+// holding `experts_per_rank` experts whose loads vary with coefficient of variation
+// kExpertLoadCv (docs/planner.md): 1 + cv / sqrt(experts_per_rank) x the expected largest of
+// `ep` standard normals. 1 for ep = 1.
+double expert_imbalance(int64_t ep, double experts_per_rank);
+
 StepPrediction predict(const ModelShape& model, const train::Config& config, const Layout& l,
                        int64_t global_batch, const DeviceProfile& device, int64_t gpus_per_node,
                        SimulationCache* cache = nullptr,
