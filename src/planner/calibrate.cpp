@@ -267,11 +267,12 @@ constexpr int kFewBlocks = 1, kManyBlocks = 3;
 
 // Seconds of one block's forward and backward on `micro_batch` sequences of `base`'s model per
 // rank, as training runs it: half the difference of a three-block and a one-block model, timed
-// back to back in each round (median_difference), under a launcher as a data-parallel model
-// (weights replicated over every rank by the family's plan template, the batch Shard(0)), so
-// DTensor dispatch is in the figure.
+// back to back in each round (median_difference), under a launcher with the family's plan
+// template over every rank: as a data-parallel model (weights replicated, the batch Shard(0)),
+// so DTensor dispatch is in the figure, or with `tensor_parallel` as a tensor-parallel one
+// (the batch replicated).
 double measured_block_seconds(const train::Config& base, int64_t micro_batch,
-                              const std::string& device) {
+                              const std::string& device, bool tensor_parallel = false) {
   const auto few_config = with_layers(base, kFewBlocks, micro_batch),
              many_config = with_layers(base, kManyBlocks, micro_batch);
   auto few = train::build_model(few_config.model), many = train::build_model(many_config.model);
@@ -281,46 +282,54 @@ double measured_block_seconds(const train::Config& base, int64_t micro_batch,
   at::Tensor tokens = at::randint(0, base.model.vocab_size(), {micro_batch, seq},
                                   at::TensorOptions().dtype(at::kLong).device(device));
   if (ranks > 1) {
-    Layout dp;
-    dp.dp = ranks;
-    const auto mesh = mesh::DeviceMesh::init({{"dp", ranks}});
+    Layout l;
+    (tensor_parallel ? l.tp : l.dp) = ranks;
+    const auto mesh = mesh::DeviceMesh::init({{tensor_parallel ? "tp" : "dp", ranks}});
     const auto plan =
-        plan::Plan::from_json(plan_for_layout(plan_template_path(base.model.type), dp, 1),
-                              "the calibration's data-parallel plan");
+        plan::Plan::from_json(plan_for_layout(plan_template_path(base.model.type), l, 1),
+                              "the calibration's plan for " + l.describe());
     parallel::parallelize(*few.module, plan, mesh);
     parallel::parallelize(*many.module, plan, mesh);
-    tokens = dtensor::from_local(tokens, mesh, {dtensor::Shard(0)},
-                                 std::vector<int64_t>{ranks * micro_batch, seq});
+    if (tensor_parallel)
+      tokens = dtensor::from_local(tokens, mesh, {dtensor::Replicate()});
+    else
+      tokens = dtensor::from_local(tokens, mesh, {dtensor::Shard(0)},
+                                   std::vector<int64_t>{ranks * micro_batch, seq});
   }
   return median_difference([&] { many.forward(tokens).sum().backward(); },
                            [&] { few.forward(tokens).sum().backward(); }, device) /
          (kManyBlocks - kFewBlocks);
 }
 
-// The cost model's compute for one block of `base` on `micro_batch` sequences, with `profile`.
+// The cost model's time for one block of `base` on `micro_batch` sequences, with `profile`: one
+// device's compute, or with `tensor_parallel` the world's tensor-parallel step (its
+// collectives included).
 double predicted_block_seconds(const train::Config& base, int64_t micro_batch,
-                               const DeviceProfile& profile) {
-  Layout one;
-  one.micro_batch = micro_batch;
+                               const DeviceProfile& profile, bool tensor_parallel = false) {
+  Layout l;
+  l.micro_batch = micro_batch;
+  const int64_t ranks = dist::is_initialized() ? dist::world_size() : 1;
+  if (tensor_parallel) l.tp = ranks;
   auto of = [&](int layers) {
     const auto config = with_layers(base, layers, micro_batch);
-    return predict(model_shape(config), config, one, micro_batch, profile, 1).compute_s;
+    const auto p = predict(model_shape(config), config, l, micro_batch, profile, ranks);
+    return p.compute_s + (tensor_parallel ? p.exposed_s.at("tp") : 0.0);
   };
   return (of(kManyBlocks) - of(kFewBlocks)) / (kManyBlocks - kFewBlocks);
 }
 
 // Solves measured = A + x B for the profile figure x that predict's block time is linear in
-// (`set(p, v)` sets it): A at x = 0, B the slope. 0 when what x explains is under a fifth of the
-// block (too small to read).
+// (`set(p, v)` sets it): A at x = 0, B the slope. 0 when what x explains is under `min_share`
+// of the block (too small to read).
 template <class Set>
 double solve_block(const train::Config& base, int64_t micro_batch, const DeviceProfile& profile,
-                   double measured, Set set) {
+                   double measured, Set set, bool tensor_parallel = false, double min_share = 0.2) {
   DeviceProfile p = profile;
   set(p, 0.0);
-  const double a = predicted_block_seconds(base, micro_batch, p);
+  const double a = predicted_block_seconds(base, micro_batch, p, tensor_parallel);
   set(p, 1.0);
-  const double b = predicted_block_seconds(base, micro_batch, p) - a;
-  if (measured - a < 0.2 * measured || b <= 0) return 0;
+  const double b = predicted_block_seconds(base, micro_batch, p, tensor_parallel) - a;
+  if (measured - a <= min_share * measured || b <= 0) return 0;
   return (measured - a) / b;
 }
 
@@ -361,6 +370,17 @@ double block_elementwise_rate(const DeviceProfile& profile, const std::string& d
       solve_block(block, micro_batch, profile, measured_block_seconds(block, micro_batch, device),
                   [](DeviceProfile& p, double v) { p.memory_bandwidth = v > 0 ? 1 / v : 1e30; });
   return inverse > 0 ? 1 / inverse : 0;
+}
+
+// What a blocking collective between computations waits beyond its link time (DeviceProfile::
+// collective_wait): `block` under tensor parallelism over the world, timed as training runs it,
+// beyond the cost model's compute and TP collectives, over the collectives it counts. 0 when
+// the block does not split over the world (its heads) or nothing is left to explain.
+double block_collective_wait(const DeviceProfile& profile, const std::string& device,
+                             const train::Config& block, int64_t micro_batch) {
+  return solve_block(
+      block, micro_batch, profile, measured_block_seconds(block, micro_batch, device, true),
+      [](DeviceProfile& p, double v) { p.collective_wait = v; }, true, 0.0);
 }
 
 }  // namespace
@@ -525,6 +545,19 @@ DeviceProfile calibrate(const std::string& name, const std::string& device,
   }
   p.inter_node = p.intra_node;
   p.sources["inter_node"] = "one host: the same as intra_node";
+  if (ranks > 1 && device == "cpu") {
+    try {
+      p.collective_wait = block_collective_wait(p, device, block.first, 2);
+      p.sources["collective_wait"] =
+          how + ": " + block.second + " under tensor parallelism over the " +
+          std::to_string(ranks) +
+          " ranks, timed forward and backward beyond the cost model's compute and TP "
+          "collectives, over the collectives it counts";
+    } catch (const Error& e) {
+      p.sources["collective_wait"] = how + ": not measured (the block does not split over " +
+                                     std::to_string(ranks) + " ranks: " + e.what() + ")";
+    }
+  }
   return p;
 }
 

@@ -262,21 +262,27 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
       c.compute += elements * tokens * act_bytes / device.memory_bandwidth;
       // Two boundaries per block (attention, feed-forward): an all-reduce each, or with
       // sequence parallelism an all-gather before and a reduce-scatter after.
-      c.tp_comm = sp ? 2 * (all_gather_s(act, l.tp, tp_link) + reduce_scatter_s(act, l.tp, tp_link))
-                     : 2 * all_reduce_s(act, l.tp, tp_link);
+      // Each blocking collective also waits DeviceProfile::collective_wait.
+      const double wait = device.collective_wait;
+      if (l.tp > 1)
+        c.tp_comm = sp ? 2 * (all_gather_s(act, l.tp, tp_link) +
+                              reduce_scatter_s(act, l.tp, tp_link) + 2 * wait)
+                       : 2 * (all_reduce_s(act, l.tp, tp_link) + wait);
       // Pipelined with the GEMMs in tp chunks: the first chunk waits, the rest hide behind them.
       if (stack.overlaps_tp && l.tp > 1)
         c.tp_comm = c.tp_comm / tp + std::max(0.0, c.tp_comm * (tp - 1) / tp - gemm_s);
       // The count exchange (how many rows each rank sends each expert: a latency), then
       // dispatch and combine: each token's top_k copies of its row, the busiest rank's share.
-      if (ls.moe_top_k > 0)
+      if (ls.moe_top_k > 0 && l.ep > 1)
         c.ep_comm =
             all_to_all_s(4 * static_cast<double>(model.n_experts), l.ep, ep_link) +
-            2 * all_to_all_s(imbalance * act * ls.moe_top_k / (sp ? tp : 1.0), l.ep, ep_link);
+            2 * all_to_all_s(imbalance * act * ls.moe_top_k / (sp ? tp : 1.0), l.ep, ep_link) +
+            3 * wait;
     }
     // The loss's mean counts the valid targets of the whole batch: an all-reduce of one number
     // over the data ranks, per micro-batch, in the forward of the last layer.
-    if (&ls == &model.layers.back()) c.loss_comm = all_reduce_s(4, l.data_ranks(), dp_link);
+    if (&ls == &model.layers.back() && l.data_ranks() > 1)
+      c.loss_comm = all_reduce_s(4, l.data_ranks(), dp_link) + device.collective_wait;
     layer_cost.push_back(c);
   }
 

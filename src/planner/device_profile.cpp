@@ -68,6 +68,7 @@ void visit(V& v, DeviceProfile& p) {
   v.field("attention_keeps_probabilities", p.attention_keeps_probabilities);
   number(v, "ranks_per_core", p.ranks_per_core, Rule::PositiveIfGiven);
   number(v, "overlap_cost", p.overlap_cost, Rule::AtLeastZeroIfGiven);
+  number(v, "collective_wait", p.collective_wait, Rule::AtLeastZeroIfGiven);
   auto link_class = [&](const char* key, Link& link) {
     if constexpr (std::is_same_v<V, Reader>)
       if (!v.raw(key))

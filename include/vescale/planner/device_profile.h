@@ -63,6 +63,11 @@ struct DeviceProfile {
   // CPU the collective's copies and reductions run on the cores the compute needs (measured by
   // --calibrate); on a GPU NCCL's kernels take a few SMs (not modelled: 0). Optional (0).
   double overlap_cost = 0;
+  // Seconds a blocking collective between computations (a TP all-reduce, an EP all-to-all, the
+  // loss's count) waits beyond its link time: its peers' skew and, on a CPU, the scheduler
+  // waking the communication threads beside the compute. Read by --calibrate from the planned
+  // model's block under tensor parallelism. Optional (0: a GPU's NCCL kernels start at once).
+  double collective_wait = 0;
   Link intra_node, inter_node;
   int64_t gpus_per_node = 8;
   // Where each figure comes from: field -> source.
