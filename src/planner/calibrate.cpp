@@ -32,23 +32,31 @@ void sync(const std::string& device) {
   if (device != "cpu") at::empty({1}, at::TensorOptions().device(device)).cpu();  // drains the stream
 }
 
-// The median of a few timings of `f`, each long enough (at least 50 ms in repeats) to time: the
-// steps it predicts are read as medians too, and on a shared machine the best of a few runs is
-// a moment the training rarely sees. Under a launcher every rank starts each round together:
-// training keeps them all busy at once, so the rates must be what a rank gets beside the others.
-// Seconds per call of `f`, repeated until at least 50 ms have passed.
+// How many calls of `f` take at least 50 ms here; under a launcher the most any rank needs, so
+// that every rank makes the same calls (`f` may hold collectives: a tensor-parallel block).
 template <class F>
-double timed_round(F& f, const std::string& device) {
+int agreed_reps(F& f, const std::string& device) {
   int reps = 0;
   const auto start = Clock::now();
-  double took = 0;
   do {
     f();
     ++reps;
     sync(device);
-    took = std::chrono::duration<double>(Clock::now() - start).count();
-  } while (took < 0.05);
-  return took / reps;
+  } while (std::chrono::duration<double>(Clock::now() - start).count() < 0.05);
+  if (!dist::is_initialized()) return reps;
+  auto most = at::full({1}, static_cast<double>(reps),
+                       at::TensorOptions().dtype(at::kDouble).device(device));
+  dist::world().all_reduce(most, dist::ReduceOp::Max).wait();
+  return static_cast<int>(most.item<double>());
+}
+
+// Seconds per call of `f` over `reps` calls.
+template <class F>
+double timed_round(F& f, const std::string& device, int reps) {
+  const auto start = Clock::now();
+  for (int i = 0; i < reps; ++i) f();
+  sync(device);
+  return std::chrono::duration<double>(Clock::now() - start).count() / reps;
 }
 
 // The median of a few timings of `f`, each long enough (at least 50 ms in repeats) to time: the
@@ -57,12 +65,11 @@ double timed_round(F& f, const std::string& device) {
 // training keeps them all busy at once, so the rates must be what a rank gets beside the others.
 template <class F>
 double median_seconds(F&& f, const std::string& device) {
-  f();  // warm-up
-  sync(device);
+  const int reps = agreed_reps(f, device);  // also the warm-up
   std::vector<double> rounds;
   for (int round = 0; round < 5; ++round) {
     if (dist::is_initialized()) dist::barrier();
-    rounds.push_back(timed_round(f, device));
+    rounds.push_back(timed_round(f, device, reps));
   }
   std::sort(rounds.begin(), rounds.end());
   return rounds[rounds.size() / 2];
@@ -74,14 +81,12 @@ double median_seconds(F&& f, const std::string& device) {
 // machine that way).
 template <class F, class G>
 double median_difference(F&& larger, G&& smaller, const std::string& device) {
-  larger();
-  smaller();  // warm-up
-  sync(device);
+  const int larger_reps = agreed_reps(larger, device), smaller_reps = agreed_reps(smaller, device);
   std::vector<double> rounds;
   for (int round = 0; round < 9; ++round) {
     if (dist::is_initialized()) dist::barrier();
-    const double a = timed_round(larger, device);
-    rounds.push_back(a - timed_round(smaller, device));
+    const double a = timed_round(larger, device, larger_reps);
+    rounds.push_back(a - timed_round(smaller, device, smaller_reps));
   }
   std::sort(rounds.begin(), rounds.end());
   return rounds[rounds.size() / 2];
