@@ -22,12 +22,6 @@ namespace pp = parallel::pipeline;
 // probability kept (heads x s/2 per token, causal) 4 passes (scores, softmax, kept for
 // backward), where the device's attention keeps them. Backward moves twice as much.
 constexpr double kPassesPerProbability = 4;
-// The weights' own traffic per micro-batch, fp32: the forward's and the input gradient's GEMMs
-// each stream the weight (2), the weight gradient's GEMM writes a fresh gradient (1), which is
-// added into the accumulated one (read both, write the sum: 3). What a micro-batch costs beyond
-// its tokens' work: a block's forward and backward on 16 to 128 tokens measured about 1 ns per
-// parameter beyond its work and operations here, 6 passes at the block's elementwise rate.
-constexpr double kWeightPasses = 6;
 // AdamW on fp32 master weights reads and writes the weight, both moments and reads the
 // gradient: 4 x (2 + 2 + 2 + 1) bytes per parameter.
 constexpr double kOptimizerBytesPerParam = 28;
@@ -315,9 +309,9 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     const double comm = tp_s[s] + ep_s[s];
     fwd[s] = f[s] + comm + loss_s[s];
     inp[s] = f[s] + comm + (l.checkpointing ? f[s] + comm : 0);
-    // Each micro-batch moves the stage's weights and gradients (kWeightPasses).
-    wgt[s] = f[s] +
-             kWeightPasses * 4 * (params[s] / tp + expert[s] / (tp * ep)) / device.memory_bandwidth;
+    // Each micro-batch moves the stage's weights and gradients (TrainingStack::weight_passes).
+    wgt[s] = f[s] + stack.weight_passes * 4 * (params[s] / tp + expert[s] / (tp * ep)) /
+                        device.memory_bandwidth;
     unit = std::max(unit, fwd[s]);
   }
   pp::ActionCosts costs;

@@ -16,6 +16,9 @@ struct TrainingStack {
   // A routed (MoE) layer's passes over the residual width per expert choice of a token: the
   // gather to the experts and the weighted combine back.
   double passes_per_assignment = 0;
+  // fp32-sized passes over the weights per micro-batch: the GEMMs reading them, the weight
+  // gradients written and accumulated.
+  double weight_passes = 0;
   bool reduces_in_bf16 = false;      // gradients on the wire in bf16 whatever the layout says
   double gathered_weight_bytes = 4;  // per weight in ZeRO's all-gathers (fp32 masters: 4)
   bool overlaps_param_gather =
