@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# vescale-plan --calibrate under vescale-run with 2 ranks: the profile it writes has a GEMM curve,
-# a memory bandwidth, a per-operation cost and each collective's link figures fitted on this
-# machine, loads as --device, and plans
-# llama_tiny over 2 ranks with it.
+# vescale-plan --calibrate --config llama_tiny under vescale-run with 2 ranks: the profile it
+# writes has a GEMM curve, each collective's link figures, and the per-operation cost, the
+# elementwise rate (from llama_tiny's own block) and the collective wait read from blocks run as
+# training runs them, all fitted on this machine; it loads as --device, and plans llama_tiny
+# over 2 ranks with it.
 # Usage: calibrate_test.sh vescale-run vescale-plan
 set -euo pipefail
 run=$1 plan=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 timeout 300 "$run" --nproc-per-node 2 -- "$plan" --calibrate "$dir/here.json" --device-name here \
+  --config llama_tiny \
   > "$dir/calibrate.log" 2>&1 || { cat "$dir/calibrate.log"; exit 1; }
 grep -q "wrote $dir/here.json" "$dir/calibrate.log" || { cat "$dir/calibrate.log"; exit 1; }
 python3 - "$dir/here.json" <<'PY'
@@ -30,6 +32,11 @@ for c in ("all_gather", "reduce_scatter", "all_to_all"):
 assert p["fp32_peak_flops"] == p["peak_flops"], p
 assert p["attention_keeps_probabilities"] is True, p
 assert 0 < p["op_overhead"] < 1e-3, p["op_overhead"]
+# The blocks: llama_tiny's own for the elementwise rate, run as DTensors under the launcher.
+assert "the planned model's own llama block" in p["sources"]["memory_bandwidth"], p["sources"]
+assert "run as training runs it" in p["sources"]["op_overhead"], p["sources"]
+assert 0 <= p["collective_wait"] < 0.05, p["collective_wait"]
+assert "tensor parallelism" in p["sources"]["collective_wait"], p["sources"]
 print("calibrated:", {k: p[k] for k in ("peak_flops", "gemm_half_work", "memory_bandwidth")}, p["intra_node"])
 PY
 "$plan" --config llama_tiny --gpus 2 --gpus-per-node 2 --global-batch-size 8 --device "$dir/here.json" \
