@@ -13,7 +13,6 @@
 #include "vescale/common/check.h"
 #include "vescale/dist/object_collectives.h"
 #include "vescale/dist/world.h"
-#include "vescale/dtensor/dtensor.h"
 #include "vescale/mesh/device_mesh.h"
 #include "vescale/parallel/parallelize.h"
 #include "vescale/plan/plan.h"
@@ -22,6 +21,7 @@
 #include "vescale/planner/plan_template.h"
 #include "vescale/train/config.h"
 #include "vescale/train/model_factory.h"
+#include "vescale/train/model_input.h"
 
 namespace vescale::planner {
 namespace {
@@ -295,11 +295,7 @@ double measured_block_seconds(const train::Config& base, int64_t micro_batch,
                               "the calibration's plan for " + l.describe());
     parallel::parallelize(*few.module, plan, mesh);
     parallel::parallelize(*many.module, plan, mesh);
-    if (tensor_parallel)
-      tokens = dtensor::from_local(tokens, mesh, {dtensor::Replicate()});
-    else
-      tokens = dtensor::from_local(tokens, mesh, {dtensor::Shard(0)},
-                                   std::vector<int64_t>{ranks * micro_batch, seq});
+    tokens = train::to_model_input(tokens, &mesh);  // rows split over dp, replicated over tp
   }
   return median_difference([&] { many.forward(tokens).sum().backward(); },
                            [&] { few.forward(tokens).sum().backward(); }, device) /

@@ -430,12 +430,13 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     opt = std::max(opt, kOptimizerBytesPerParam * (z >= 1 ? slice : w) / device.memory_bandwidth);
     // Memory (docs/planner.md): what stays through the step (fp32 weights, AdamW's two moments
     // and under ZeRO an fp32 slice of the weights; under ZeRO-3 the gathered weights of the
-    // block running and the one prefetched), then the larger of two moments. At the turn from a
+    // block running and the one prefetched), then the largest of the moments. At the turn from a
     // forward to its backward: the activations in flight and, when earlier micro-batches'
     // backwards have run, the gradients accumulated so far (full size: only the last
     // micro-batch's backward reduces). At the reduction: every gradient and the bucket that
     // takes their place; under ZeRO 2-3 with one micro-batch, the slices kept and the two
-    // buckets in flight instead (the gradients go as they come).
+    // buckets in flight instead (the gradients go as they come). Under ZeRO-1/2, the optimizer
+    // step is a third moment (below).
     const double w_bytes = 4 * (z >= 3 ? slice : w);
     const double o_bytes = train::optimizer_bytes_per_element(z) * (z >= 1 ? slice : w);
     const double gathered = z >= 3 ? 2 * 4 * largest_block : 0;
@@ -470,7 +471,17 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     const double forward = acts + (nblocks > 0 ? block : 0) + (recurs ? full_grads : 0);
     const double bucket = d > 1 ? std::min(kBucketBytes, full_grads) : 0;
     const double reduction = z >= 2 && M == 1 ? kept_grads + 2 * bucket : full_grads + bucket;
-    const double rank_peak = w_bytes + o_bytes + gathered + std::max(forward, reduction);
+    // At ZeRO-1/2's optimizer step (ShardedAdamW::step): the gradients still held (whole, but
+    // for ZeRO-2 with one micro-batch, whose slices went as they came), the reduced slices it
+    // reads, and up to two whole buckets of updated weights being gathered. The peak once
+    // checkpointing has made the activations small.
+    const bool whole_grads = z == 1 || M > 1;
+    const double optimizer_step = z == 1 || z == 2
+                                      ? (whole_grads ? full_grads + 4 * slice : kept_grads) +
+                                            std::min(2 * kBucketBytes, full_grads)
+                                      : 0;
+    const double rank_peak =
+        w_bytes + o_bytes + gathered + std::max({forward, reduction, optimizer_step});
     out.peak_memory_by_rank.push_back(rank_peak);
     peak = std::max(peak, rank_peak);
   }

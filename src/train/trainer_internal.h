@@ -14,6 +14,7 @@
 #include "vescale/train/config.h"
 #include "vescale/train/forward_backward.h"
 #include "vescale/train/model_factory.h"
+#include "vescale/train/model_input.h"
 #include "vescale/train/trainer.h"
 
 namespace vescale::train {
@@ -46,13 +47,6 @@ struct DataShard {
   int64_t rank = 0, size = 1;
 };
 DataShard data_shard(const mesh::DeviceMesh& mesh);
-
-// This rank's [batch, seq_len] token block as the model's input on `mesh` (null: none): rows
-// split over its data dims (the loader gave each data rank its own rows), replicated over the
-// rest. With `positions` (context parallelism: this rank's tokens of each sequence), only those
-// columns, which the model's mesh (cp joined to dp) takes as rows of their own.
-at::Tensor to_model_input(const at::Tensor& local_tokens, const mesh::DeviceMesh* mesh,
-                          const at::Tensor& positions = {});
 
 // bf16 autocast on `device` for the scope when `on` (the trainer's train.dtype=bf16): the
 // whole model's forward, or a pipeline stage's; disabled and its cache cleared on exit, also

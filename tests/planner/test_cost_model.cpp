@@ -187,6 +187,24 @@ TEST_CASE("under expert parallelism each MoE layer waits for the busiest rank's 
   CHECK(by_dp.exposed_s.at("ep") == 0);
 }
 
+TEST_CASE("under ZeRO-1 with checkpointing the optimizer step is the memory peak", "[planner]") {
+  const auto config = llama({});
+  const auto m = model_shape(config);
+  Layout l;
+  l.dp = 2;
+  l.zero = 1;
+  l.checkpointing = true;
+  const auto p = predict(m, config, l, 2, toy_device(), 8);
+  double w = 0;
+  for (const auto& ls : m.layers) w += ls.params;
+  // Through the step: fp32 weights and, on this rank's half, AdamW's moments and fp32 masters
+  // (12 bytes). At the step: the whole gradients ZeRO-1 keeps, the reduced half it reads, and
+  // two 25 MiB buckets of updated weights being gathered.
+  const double slice = w / 2, bucket = 25.0 * 1024 * 1024;
+  const double expected = 4 * w + 12 * slice + 4 * w + 4 * slice + std::min(2 * bucket, 4 * w);
+  CHECK(p.peak_memory_bytes == Approx(expected).epsilon(1e-12));
+}
+
 TEST_CASE("the megatron stack makes fewer elementwise passes and hides TP chunks behind the GEMMs",
           "[planner]") {
   const auto config = llama({});
