@@ -8,12 +8,13 @@
 # first choice is from the measured best, and the memory error, in
 # bench/results/planner_measured.md.
 # Each model is calibrated with its own block (vescale-plan --calibrate --config).
-# Knobs: WORLDS="2 4", PER_MODEL=12 (layouts per model and world), STEPS=5, WARMUP=2.
+# Knobs: WORLDS="2 4", MODELS="llama mixtral", PER_MODEL=12 (layouts per model and world), STEPS=5,
+# WARMUP=2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 plan=$BUILD_DIR/apps/vescale-plan train=$BUILD_DIR/apps/vescale-train run=$BUILD_DIR/apps/vescale-run
-WORLDS=${WORLDS:-"2 4"} PER_MODEL=${PER_MODEL:-12} STEPS=${STEPS:-5} WARMUP=${WARMUP:-2}
+WORLDS=${WORLDS:-"2 4"} MODELS=${MODELS:-"llama mixtral"} PER_MODEL=${PER_MODEL:-12} STEPS=${STEPS:-5} WARMUP=${WARMUP:-2}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 common=(--set train.global_batch_size=16 --set train.seq_len=128 --set "train.steps=$STEPS"
@@ -22,7 +23,7 @@ dense=(--set model.dim=256 --set model.n_layers=8 --set model.n_heads=8 --set mo
        --set model.ffn_dim=768 --set model.vocab_size=256 --set model.max_seq_len=128)
 moe=("${dense[@]}" --set model.n_experts=4 --set model.top_k=2 --set model.ffn_dim=384)
 for world in $WORLDS; do
-  for model in llama mixtral; do
+  for model in $MODELS; do
     if [ $model = llama ]; then sets=("${dense[@]}"); config=llama_tiny; else sets=("${moe[@]}"); config=mixtral_tiny; fi
     # Calibrated with the planned model's own block (its elementwise rate), as profiling planners do.
     profile="$out/cpu$world.$model.json"

@@ -226,7 +226,8 @@ void ShardedAdamW::step() {
       const at::Tensor g = grad.narrow(0, seg.shard_offset, seg.numel).to(at::kFloat);
       optim::adamw_update(p, g, m, v, z.step, z.options, z.param_decay[seg.param]);
     }
-    // Two buckets in flight at most: each gathered buffer is a whole bucket.
+    // One gathered bucket at a time, a whole bucket each: the previous one is copied out and
+    // freed before the next is gathered, while this bucket's update overlaps its gather.
     if (k > 0) z.copy_out(k - 1, gathered, works);
     if (z.sharded && z.sharded->holds(k)) continue;  // gathered at the unit's next use
     gathered[k] = at::empty({b.padded}, s.param.options().dtype(b.dtype));

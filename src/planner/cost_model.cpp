@@ -473,12 +473,13 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     const double reduction = z >= 2 && M == 1 ? kept_grads + 2 * bucket : full_grads + bucket;
     // At ZeRO-1/2's optimizer step (ShardedAdamW::step): the gradients still held (whole, but
     // for ZeRO-2 with one micro-batch, whose slices went as they came), the reduced slices it
-    // reads, and up to two whole buckets of updated weights being gathered. The peak once
-    // checkpointing has made the activations small.
+    // reads, and the bucket of updated weights being gathered (one at a time: the previous one
+    // is copied out and freed first). The peak once checkpointing has made the activations
+    // small.
     const bool whole_grads = z == 1 || M > 1;
     const double optimizer_step = z == 1 || z == 2
                                       ? (whole_grads ? full_grads + 4 * slice : kept_grads) +
-                                            std::min(2 * kBucketBytes, full_grads)
+                                            std::min(kBucketBytes, full_grads)
                                       : 0;
     const double rank_peak =
         w_bytes + o_bytes + gathered + std::max({forward, reduction, optimizer_step});
