@@ -1,7 +1,6 @@
 // Ops that copy, convert, fill or create tensors.
 #include <ATen/ATen.h>
-
-#include <algorithm>
+#include <c10/util/strides.h>
 
 #include "dtensor/propagation.h"
 #include "dtensor/rules/rule_utils.h"
@@ -61,10 +60,8 @@ Strategy new_factory(const OpCall& call) {
 Strategy new_empty_strided(const OpCall& call) {
   const auto& x = call.specs[0];
   const auto size = call.arg("size").toIntVector(), stride = call.arg("stride").toIntVector();
-  std::vector<int64_t> contiguous(size.size(), 1);
-  for (int64_t d = static_cast<int64_t>(size.size()) - 2; d >= 0; --d)
-    contiguous[d] = contiguous[d + 1] * std::max<int64_t>(size[d + 1], 1);
-  if (size != x.shape || stride != contiguous) return new_factory(call);
+  if (size != x.shape || c10::IntArrayRef(stride) != c10::contiguous_strides(size))
+    return new_factory(call);
   Strategy st = like(call);
   const size_t n_args = call.op.schema().arguments().size();
   st.local_fn = [n_args](torch::jit::Stack& stack) {
