@@ -28,26 +28,33 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The ranks calibrating together: the world's, or 1 without a launcher.
+int64_t world_ranks() { return dist::is_initialized() ? dist::world_size() : 1; }
+
 void sync(const std::string& device) {
   if (device != "cpu") at::empty({1}, at::TensorOptions().device(device)).cpu();  // drains the stream
 }
 
 // How many calls of `f` take at least 50 ms here; under a launcher the most any rank needs, so
-// that every rank makes the same calls (`f` may hold collectives: a tensor-parallel block).
+// that every rank makes the same calls (`f` may hold collectives: a tensor-parallel block). The
+// ranks agree after every call whether another is needed, so even these calls pair up.
 template <class F>
 int agreed_reps(F& f, const std::string& device) {
   int reps = 0;
   const auto start = Clock::now();
-  do {
+  for (bool more = true; more;) {
     f();
     ++reps;
     sync(device);
-  } while (std::chrono::duration<double>(Clock::now() - start).count() < 0.05);
-  if (!dist::is_initialized()) return reps;
-  auto most = at::full({1}, static_cast<double>(reps),
-                       at::TensorOptions().dtype(at::kDouble).device(device));
-  dist::world().all_reduce(most, dist::ReduceOp::Max).wait();
-  return static_cast<int>(most.item<double>());
+    more = std::chrono::duration<double>(Clock::now() - start).count() < 0.05;
+    if (dist::is_initialized()) {
+      auto any = at::full({1}, more ? 1.0 : 0.0,
+                          at::TensorOptions().dtype(at::kDouble).device(device));
+      dist::world().all_reduce(any, dist::ReduceOp::Max).wait();
+      more = any.item<double>() > 0;
+    }
+  }
+  return reps;
 }
 
 // Seconds per call of `f` over `reps` calls.
@@ -260,7 +267,7 @@ Link measure_link(const std::string& device, const at::TensorOptions& opts) {
 
 // `base`'s model with `layers` blocks, trained on `micro_batch` sequences per rank.
 train::Config with_layers(const train::Config& base, int layers, int64_t micro_batch) {
-  const int64_t ranks = dist::is_initialized() ? dist::world_size() : 1;
+  const int64_t ranks = world_ranks();
   return train::Config::from_json(base.to_json(), "calibration block",
                                   {"model.n_layers=" + std::to_string(layers),
                                    "train.global_batch_size=" + std::to_string(ranks * micro_batch),
@@ -283,7 +290,7 @@ double measured_block_seconds(const train::Config& base, int64_t micro_batch,
   auto few = train::build_model(few_config.model), many = train::build_model(many_config.model);
   few.module->to(at::Device(device));
   many.module->to(at::Device(device));
-  const int64_t ranks = dist::is_initialized() ? dist::world_size() : 1, seq = base.train.seq_len;
+  const int64_t ranks = world_ranks(), seq = base.train.seq_len;
   at::Tensor tokens = at::randint(0, base.model.vocab_size(), {micro_batch, seq},
                                   at::TensorOptions().dtype(at::kLong).device(device));
   if (ranks > 1) {
@@ -309,7 +316,7 @@ double predicted_block_seconds(const train::Config& base, int64_t micro_batch,
                                const DeviceProfile& profile, bool tensor_parallel = false) {
   Layout l;
   l.micro_batch = micro_batch;
-  const int64_t ranks = dist::is_initialized() ? dist::world_size() : 1;
+  const int64_t ranks = world_ranks();
   if (tensor_parallel) l.tp = ranks;
   auto of = [&](int layers) {
     const auto config = with_layers(base, layers, micro_batch);
@@ -384,8 +391,6 @@ double block_collective_wait(const DeviceProfile& profile, const std::string& de
       [](DeviceProfile& p, double v) { p.collective_wait = v; }, true, 0.0);
 }
 
-}  // namespace
-
 // The block the elementwise rate is read from: `model`'s own when it is given and small enough
 // to time here in a few seconds, else the generic LLaMA block; and what to call it.
 std::pair<train::Config, std::string> rate_block(const train::Config* model) {
@@ -403,6 +408,8 @@ std::pair<train::Config, std::string> rate_block(const train::Config* model) {
           "a LLaMA block (width 512, SwiGLU 1536, 8 heads, 2 x "
           "256 tokens)"};
 }
+
+}  // namespace
 
 DeviceProfile calibrate(const std::string& name, const std::string& device,
                         const train::Config* model) {
@@ -473,7 +480,7 @@ DeviceProfile calibrate(const std::string& name, const std::string& device,
     block_bandwidth = block_elementwise_rate(p, device, block.first, 2);
     if (block_bandwidth > 0) p.memory_bandwidth = block_bandwidth;
   }
-  const int64_t ranks = dist::is_initialized() ? dist::world_size() : 1;
+  const int64_t ranks = world_ranks();
   const std::string how = "measured by vescale-plan --calibrate on " + today();
   if (device == "cpu") {
     // The host's memory, shared by this host's ranks.
