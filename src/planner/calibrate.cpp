@@ -48,8 +48,8 @@ int agreed_reps(F& f, const std::string& device) {
     sync(device);
     more = std::chrono::duration<double>(Clock::now() - start).count() < 0.05;
     if (dist::is_initialized()) {
-      auto any = at::full({1}, more ? 1.0 : 0.0,
-                          at::TensorOptions().dtype(at::kDouble).device(device));
+      auto any =
+          at::full({1}, more ? 1.0 : 0.0, at::TensorOptions().dtype(at::kDouble).device(device));
       dist::world().all_reduce(any, dist::ReduceOp::Max).wait();
       more = any.item<double>() > 0;
     }
