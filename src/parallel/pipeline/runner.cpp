@@ -5,10 +5,12 @@
 #include <torch/autograd.h>
 
 #include <chrono>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "vescale/common/check.h"
 #include "vescale/common/logging.h"
@@ -155,7 +157,19 @@ struct PipelineRunner::Impl {
     at::Tensor buffer;
   };
   std::map<std::tuple<int, int, int, int>, Pending> recvs;  // (channel, stage, mb, tensor)
-  std::vector<std::pair<dist::Work, at::Tensor>> sends;
+  // A transfer: (channel, the receiving stage, micro-batch). Each has one sender and one
+  // consumer; where they are in their ranks' action lists (the Send, and the F, B or I that takes
+  // it) says when a send is surely finished: once its peer has sent this rank something from a
+  // later action than the one that consumed it.
+  using Transfer = std::tuple<int, int, int>;
+  std::map<Transfer, int> sent_at, consumed_at;
+  struct Sent {
+    dist::Work work;
+    at::Tensor tensor;  // kept alive until the send is finished
+    int peer = 0;
+    int consumed_at = std::numeric_limits<int>::max();  // unknown: finished at the step's end
+  };
+  std::vector<Sent> sends;
   std::mutex tasks_mu;
   std::map<std::pair<int, int>, std::vector<kernels::WeightGradTask>> weight_tasks;
   at::Tensor loss_sum;
@@ -225,11 +239,31 @@ struct PipelineRunner::Impl {
       wait(p.work, what, peer);
       out.push_back(p.buffer);
     }
+    // (Evaluation runs its own order, not the lists the indices come from.)
+    if (auto it = training ? sent_at.find({c, stage, mb}) : sent_at.end(); it != sent_at.end())
+      drop_finished_sends(peer, it->second);
     return out;
   }
-  void send(const at::Tensor& local, int peer, int t) {
-    sends.emplace_back(pp.send(local, peer, t), local);
+  void send(const at::Tensor& local, int peer, int t, std::optional<Transfer> transfer) {
+    Sent sent{pp.send(local, peer, t), local, peer};
+    if (auto it = transfer && training ? consumed_at.find(*transfer) : consumed_at.end();
+        it != consumed_at.end())
+      sent.consumed_at = it->second;
+    sends.push_back(std::move(sent));
     ++stats.sends;
+    stats.peak_sends_held = std::max(stats.peak_sends_held, static_cast<int64_t>(sends.size()));
+  }
+  // Each sent tensor is freed once its send is finished, not at the step's end, where every
+  // micro-batch's stage output (or input gradient) would still be held: M of them. Finished:
+  // the backend says so (NCCL's events; Gloo's sends say so only when waited on), or `peer` has
+  // just sent this rank a transfer from its action `peer_action`, later than the one that
+  // consumed the send. Waiting on those returns at once, and rethrows a failed send's error.
+  void drop_finished_sends(int peer = -1, int peer_action = -1) {
+    std::erase_if(sends, [&](Sent& s) {
+      if (!s.work.is_completed() && !(s.peer == peer && s.consumed_at < peer_action)) return false;
+      s.work.wait();
+      return true;
+    });
   }
 
   std::string mb_text(int stage, int mb) const {
@@ -255,7 +289,7 @@ struct PipelineRunner::Impl {
     const int peer = peer_of(s + 1);
     auto known = output_meta.find(s);
     if (known == output_meta.end()) {
-      send(encode_all(metas).to(at::Device(device)), peer, tag(kHeader, s + 1, 0));
+      send(encode_all(metas).to(at::Device(device)), peer, tag(kHeader, s + 1, 0), std::nullopt);
       output_meta[s] = metas;
     } else {
       for (size_t i = 0; i < metas.size(); ++i)
@@ -266,7 +300,8 @@ struct PipelineRunner::Impl {
                       "train.seq_len and train.batch_size)");
     }
     for (size_t i = 0; i < outs.size(); ++i)
-      send(local_of(outs[i].detach()), peer, tag(kActivation, s + 1, m, static_cast<int>(i)));
+      send(local_of(outs[i].detach()), peer, tag(kActivation, s + 1, m, static_cast<int>(i)),
+           Transfer{kActivation, s + 1, m});
   }
 
   void forward(int s, int m, const Input& input, const Loss& loss) {
@@ -376,7 +411,8 @@ struct PipelineRunner::Impl {
   void send_grad(int s, int m) {
     Slot& slot = slots.at({s, m});
     for (size_t i = 0; i < slot.in_grad.size(); ++i)
-      send(local_of(slot.in_grad[i]), peer_of(s - 1), tag(kGrad, s - 1, m, static_cast<int>(i)));
+      send(local_of(slot.in_grad[i]), peer_of(s - 1), tag(kGrad, s - 1, m, static_cast<int>(i)),
+           Transfer{kGrad, s - 1, m});
     slot.in_grad.clear();
   }
 
@@ -388,7 +424,7 @@ struct PipelineRunner::Impl {
   }
 
   void finish_step() {
-    for (auto& [w, t] : sends) w.wait();
+    for (auto& s : sends) s.work.wait();
     sends.clear();
     VESCALE_CHECK(recvs.empty(), "pipeline: ", recvs.size(),
                   " receives were still open after the step's last action");
@@ -438,6 +474,20 @@ PipelineRunner::PipelineRunner(Schedule schedule, const mesh::DeviceMesh& mesh,
   for (const Action& a : r.schedule.actions.at(r.me)) {
     if (a.op == Op::Backward || a.op == Op::BackwardInput) r.last_bi[a.stage] = a.microbatch;
     if (a.op == Op::BackwardWeight) r.last_w[a.stage] = a.microbatch;
+  }
+  for (int q = 0; q < r.schedule.ranks; ++q) {
+    const auto& actions = r.schedule.actions.at(q);
+    for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+      const Action& a = actions[i];
+      const int s = a.stage, m = a.microbatch;
+      if (a.op == Op::SendActivation) r.sent_at[{kActivation, s + 1, m}] = i;
+      if (a.op == Op::SendGrad) r.sent_at[{kGrad, s - 1, m}] = i;
+      if (a.op == Op::Forward && s > 0 && r.peer_of(s - 1) != q)
+        r.consumed_at[{kActivation, s, m}] = i;
+      if ((a.op == Op::Backward || a.op == Op::BackwardInput) && s + 1 < r.schedule.stages &&
+          r.peer_of(s + 1) != q)
+        r.consumed_at[{kGrad, s, m}] = i;
+    }
   }
 
   // Open the links to both neighbours now, in a fixed order (NCCL creates a pair's
@@ -491,6 +541,7 @@ at::Tensor PipelineRunner::train_step(const Input& input, const Loss& loss) {
         case Op::SendGrad: r.send_grad(a.stage, a.microbatch); break;
         case Op::RecvGrad: r.recv_grad(a.stage, a.microbatch); break;
       }
+      r.drop_finished_sends();
       const double secs = std::chrono::duration<double>(Clock::now() - start).count();
       // A compute action's own receive wait counts as bubble, not as compute.
       const double busy = std::max(0.0, secs - r.waited_s);

@@ -36,6 +36,9 @@ struct RunnerOptions {
 struct RunnerStats {
   int64_t peak_live = 0;  // most (stage, micro-batch) activation sets held at once this step
   int64_t sends = 0, recvs = 0;
+  // Most sent tensors held at once: each is freed once its send is finished (bounded by the
+  // pipeline's depth, not by the micro-batches).
+  int64_t peak_sends_held = 0;
   // Wall seconds: the whole step, and its compute actions by kind (F; B or I; W), whose sum
   // over the step is this rank's busy time: 1 - busy / step is its measured bubble (waits on
   // receives included).
