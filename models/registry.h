@@ -24,13 +24,20 @@ namespace vescale::models {
 
 // What one transformer block's forward keeps for its backward, per token, in elements (the
 // activation memory of the dry run and the planner): tensors of the residual width outside the
-// tensor-parallel region (norm inputs and outputs: split only by sequence parallelism), tensors
-// inside it (projections' outputs, feed-forward intermediates: split by tp), and the query heads
+// tensor-parallel region (norm inputs and normalized inputs: split only by sequence
+// parallelism), those the tensor-parallel region's first GEMMs keep as their input (the norms'
+// outputs: whole even under sequence parallelism, which gathers them first), tensors inside it
+// (projections' outputs, feed-forward intermediates: split by tp), and the query heads
 // whose probabilities an attention kernel keeps for each key (our CPU kernel; flash attention
-// keeps none). Counted in each family's block; tests/train/test_block_activations.cpp checks
-// the counts against the counting allocator.
+// keeps none). Beside them, what the block's backward holds at once: the output's gradient
+// (residual width) and an intermediate's gradient (tensor-parallel), before the saved tensors
+// they replace are freed; about a tenth of the activations, where counting a second block's
+// activations, as the planner did, overstated a checkpointed rank's peak by up to a fifth.
+// Counted in each family's block; tests/train/test_block_activations.cpp checks the counts
+// against the counting allocator.
 struct BlockActivations {
-  double replicated = 0, tensor_parallel = 0, attention_heads = 0;
+  double replicated = 0, gathered = 0, tensor_parallel = 0, attention_heads = 0;
+  double backward_replicated = 0, backward_tensor_parallel = 0;
 };
 
 // One family's options, type-erased: the train config holds them without knowing the family.

@@ -39,9 +39,13 @@ const bool registered =
              [](const ModelOptions& options) {
                const auto& o = options.as<GPTOptions>();
                const double h = static_cast<double>(o.n_embd);
-               return BlockActivations{.replicated = 4 * h,
+               // Its backward holds the output's gradient and the MLP intermediate's.
+               return BlockActivations{.replicated = 2 * h,
+                                       .gathered = 2 * h,
                                        .tensor_parallel = 4 * h + 8 * h,
-                                       .attention_heads = static_cast<double>(o.n_head)};
+                                       .attention_heads = static_cast<double>(o.n_head),
+                                       .backward_replicated = h,
+                                       .backward_tensor_parallel = 4 * h};
              },
          .from_hf = [](const StateDict& hf,
                        const ModelOptions& o) { return gpt2_from_hf(hf, o.as<GPTOptions>()); },

@@ -318,7 +318,8 @@ BlockActivations trunk_block_activations(const TrunkOptions& o, const MoEOptions
                ffn = static_cast<double>(l.ffn_dim);
   BlockActivations a;
   // Each RMSNorm keeps its input and the normalized input, and its output feeds the next GEMMs.
-  a.replicated = 6 * dim;
+  a.replicated = 4 * dim;
+  a.gathered = 2 * dim;
   // The attention kernel keeps q and the repeated k, v and its output (which wo reads); the
   // head norms keep their inputs and normalized inputs.
   a.tensor_parallel = 4 * heads * hd + (o.qk_norm ? 2 * (heads + kv) * hd : 0);
@@ -334,6 +335,10 @@ BlockActivations trunk_block_activations(const TrunkOptions& o, const MoEOptions
     // w1's and w3's outputs, SiLU's output, their product (which w2 reads).
     a.tensor_parallel += 4 * ffn;
   }
+  // Its backward holds the output's gradient and a feed-forward intermediate's (per
+  // assignment under MoE).
+  a.backward_replicated = dim;
+  a.backward_tensor_parallel = ffn * (moe ? static_cast<double>(moe->top_k) : 1.0);
   return a;
 }
 

@@ -378,6 +378,8 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
       largest_block = std::max(largest_block,
                                (ls.params - ls.expert_params) / tp + ls.expert_params / (tp * ep));
   const int64_t z = l.zero;
+  double top_k = 0;  // a MoE layer's assignments per token
+  for (const auto& ls : model.layers) top_k = std::max(top_k, ls.moe_top_k);
   for (int r = 0; r < l.pp; ++r) {
     double dense = 0, experts = 0, in_flight = static_cast<double>(sim.peak_in_flight[r]),
            awaiting_weight = static_cast<double>(sim.peak_awaiting_weight[r]), nblocks = 0,
@@ -438,49 +440,79 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     // buckets in flight instead (the gradients go as they come). Under ZeRO-1/2, the optimizer
     // step is a third moment (below).
     const double w_bytes = 4 * (z >= 3 ? slice : w);
-    const double o_bytes = train::optimizer_bytes_per_element(z) * (z >= 1 ? slice : w);
+    // Experts without a dp dim have no gradient to reduce: they sit in no bucket, and plain
+    // AdamW steps them whole (ShardedAdamW's `rest`).
+    const double unbucketed = l.dp > 1 ? 0 : experts, bucketed_slice = slice - unbucketed;
+    const double o_bytes = z >= 1 ? train::optimizer_bytes_per_element(z) * bucketed_slice +
+                                        train::optimizer_bytes_per_element(0) * unbucketed
+                                  : train::optimizer_bytes_per_element(0) * w;
     const double gathered = z >= 3 ? 2 * 4 * largest_block : 0;
     const double full_grads = 4 * w, kept_grads = 4 * (z >= 2 ? slice : w);
     const double per_stage_blocks = nblocks / static_cast<double>(l.chunks);
-    const double block =
-        train::block_activation_bytes(model.block, model.seq_len, l.micro_batch, l.tp, sp, fp32,
-                                      device.attention_keeps_probabilities);
+    // Under expert parallelism each assignment's row also stays as the all-to-all delivered it
+    // to its expert, and as the expert's output came back (4 more rows per token at top-2).
+    models::BlockActivations kept = model.block;
+    if (l.ep > 1) kept.replicated += 2 * top_k * static_cast<double>(model.dim);
+    const double block = train::block_activation_bytes(kept, model.seq_len, l.micro_batch, l.tp, sp,
+                                                       fp32, device.attention_keeps_probabilities);
     const double block_in =
         train::block_input_bytes(model.seq_len, l.micro_batch, model.dim, l.tp, sp, fp32);
     const double logits = last ? 8.0 * seq * static_cast<double>(l.micro_batch) *
                                      static_cast<double>(model.vocab) / tp
                                : 0;
-    // Checkpointed, a micro-batch keeps each block's input; under a split schedule, those whose
-    // I ran keep each GEMM's recomputed input and output gradient for W until it runs: about
-    // the block's tensor-parallel tensors.
+    // A stage's output is held with its micro-batch until the backward (the next stage's
+    // input; the last stage's is the loss).
+    const double output = last && l.chunks == 1 ? 0 : block_in;
+    // Checkpointed, a micro-batch keeps each block's input; the block being backpropagated is
+    // recomputed whole. Under a split schedule, the blocks whose I ran keep each GEMM's
+    // recomputed input and output gradient for W until it runs (about the block's
+    // tensor-parallel tensors); the block an I is recomputing holds its own inside its
+    // activations, beside all the others.
     const double for_weight =
         l.checkpointing
             ? train::block_activation_bytes(
                   models::BlockActivations{.tensor_parallel = model.block.tensor_parallel},
                   model.seq_len, l.micro_batch, l.tp, sp, fp32, false)
             : 0;
-    const double acts = l.checkpointing ? in_flight * per_stage_blocks * block_in +
-                                              awaiting_weight * per_stage_blocks * for_weight +
-                                              (nblocks > 0 ? block : 0) + logits
-                                        : in_flight * per_stage_blocks * block + logits;
-    // The block being backpropagated holds the gradients of its saved tensors beside them (about
-    // one more block's activations). The accumulated gradients are there only if a micro-batch's
-    // backward has finished by then: the peak of micro-batch-stages in flight recurs after a
-    // backward only when there are more of them.
+    const double acts =
+        l.checkpointing ? in_flight * (per_stage_blocks * block_in + output) +
+                              std::max(0.0, awaiting_weight * per_stage_blocks - 1) * for_weight +
+                              (nblocks > 0 ? block : 0) + logits
+                        : in_flight * (per_stage_blocks * block + output) + logits;
+    // The block being backpropagated holds its first gradients beside its saved tensors
+    // (BlockActivations::backward_*). The accumulated gradients are there if a micro-batch's
+    // backward has finished by then (the peak of micro-batch-stages in flight recurs after a
+    // backward only when there are more of them), and with checkpointing in any case: every
+    // block recomputes as much, so the peak is the last block's, the others' gradients made
+    // (under ZeRO-2/3 with one micro-batch, reduced bucket by bucket as they come).
+    const double backward_start =
+        nblocks > 0
+            ? train::block_backward_bytes(model.block, model.seq_len, l.micro_batch, l.tp, sp, fp32)
+            : 0;
     const bool recurs = M * l.chunks > sim.peak_in_flight[r];
-    const double forward = acts + (nblocks > 0 ? block : 0) + (recurs ? full_grads : 0);
-    const double bucket = d > 1 ? std::min(kBucketBytes, full_grads) : 0;
-    const double reduction = z >= 2 && M == 1 ? kept_grads + 2 * bucket : full_grads + bucket;
+    const double bucket_size = std::min(kBucketBytes, 4 * (w - unbucketed));
+    const double bucket = d > 1 ? bucket_size : 0;
+    // Under ZeRO-2/3 with one micro-batch: the slices kept and two buckets in flight, at most
+    // every gradient (a model in one bucket launches it only at the end).
+    const double sliced_as_they_come = std::min(full_grads, kept_grads + 2 * bucket);
+    const double grads_by_then = recurs             ? full_grads
+                                 : !l.checkpointing ? 0
+                                 : z >= 2 && M == 1 ? sliced_as_they_come
+                                                    : full_grads;
+    const double forward = acts + backward_start + grads_by_then;
+    const double reduction = z >= 2 && M == 1
+                                 ? std::min(full_grads + bucket, kept_grads + 2 * bucket)
+                                 : full_grads + bucket;
     // At ZeRO-1/2's optimizer step (ShardedAdamW::step): the gradients still held (whole, but
     // for ZeRO-2 with one micro-batch, whose slices went as they came), the reduced slices it
     // reads, and the bucket of updated weights being gathered (one at a time: the previous one
     // is copied out and freed first). The peak once checkpointing has made the activations
     // small.
     const bool whole_grads = z == 1 || M > 1;
-    const double optimizer_step = z == 1 || z == 2
-                                      ? (whole_grads ? full_grads + 4 * slice : kept_grads) +
-                                            std::min(kBucketBytes, full_grads)
-                                      : 0;
+    const double optimizer_step =
+        z == 1 || z == 2
+            ? (whole_grads ? full_grads + 4 * bucketed_slice : kept_grads) + bucket_size
+            : 0;
     const double rank_peak =
         w_bytes + o_bytes + gathered + std::max({forward, reduction, optimizer_step});
     out.peak_memory_by_rank.push_back(rank_peak);

@@ -42,10 +42,18 @@ double block_activation_bytes(const models::BlockActivations& block, int64_t seq
                               bool keeps_probabilities) {
   const double s = static_cast<double>(seq_len), sb = s * static_cast<double>(micro_batch);
   const double t = static_cast<double>(tp);
-  const double per_token = block.replicated / (sequence_parallel ? t : 1.0) +
+  const double per_token = block.replicated / (sequence_parallel ? t : 1.0) + block.gathered +
                            block.tensor_parallel / t +
                            (keeps_probabilities ? block.attention_heads / t * s : 0.0);
   return sb * per_token * (fp32 ? 4.0 : 2.0);
+}
+
+double block_backward_bytes(const models::BlockActivations& block, int64_t seq_len,
+                            int64_t micro_batch, int64_t tp, bool sequence_parallel, bool fp32) {
+  return block_activation_bytes(
+      models::BlockActivations{.replicated = block.backward_replicated,
+                               .tensor_parallel = block.backward_tensor_parallel},
+      seq_len, micro_batch, tp, sequence_parallel, fp32, /*keeps_probabilities=*/false);
 }
 
 double optimizer_bytes_per_element(int64_t zero) { return zero == 1 || zero == 2 ? 12 : 8; }

@@ -205,6 +205,72 @@ TEST_CASE("under ZeRO-1 with checkpointing the optimizer step is the memory peak
   CHECK(p.peak_memory_bytes == Approx(expected).epsilon(1e-12));
 }
 
+TEST_CASE("a checkpointed rank peaks at its last block's recompute, every other gradient made",
+          "[planner]") {
+  using namespace vescale::train;
+  const auto config = llama({});
+  const auto m = model_shape(config);
+  double w = 0;
+  for (const auto& ls : m.layers) w += ls.params;
+  Layout l;  // one rank, one micro-batch of one sequence
+  l.dp = 1;
+  const double block = block_activation_bytes(m.block, 1024, 1, 1, false, false, false),
+               block_in = block_input_bytes(1024, 1, 512, 1, false, false),
+               first_gradients = block_backward_bytes(m.block, 1024, 1, 1, false, false),
+               logits = 8 * 1024.0 * 1024;  // fp32 logits and their gradient
+  // Without checkpointing: fp32 weights and AdamW's moments, 8 blocks' activations, the logits
+  // and the last block's first gradients; no parameter gradient exists yet.
+  const auto plain = predict(m, config, l, 1, toy_device(), 8);
+  CHECK(plain.peak_memory_bytes ==
+        Approx(12 * w + 8 * block + logits + first_gradients).epsilon(1e-12));
+  // Checkpointed: each block's input, one block recomputed, and by then the gradients of the
+  // seven blocks after it (counted whole: 4 bytes per weight).
+  l.checkpointing = true;
+  const auto ckpt = predict(m, config, l, 1, toy_device(), 8);
+  CHECK(ckpt.peak_memory_bytes ==
+        Approx(12 * w + 8 * block_in + block + logits + first_gradients + 4 * w).epsilon(1e-12));
+}
+
+TEST_CASE(
+    "under expert parallelism without dp the experts are stepped whole and their routed "
+    "rows stay twice more",
+    "[planner]") {
+  using namespace vescale::train;
+  const auto config =
+      Config::from_json("{}", "t.json",
+                        {"model.type=\"mixtral\"", "model.n_layers=4", "model.dim=256",
+                         "model.n_heads=8", "model.n_kv_heads=8", "model.ffn_dim=512",
+                         "model.n_experts=4", "model.top_k=2", "model.vocab_size=512",
+                         "model.max_seq_len=256", "train.seq_len=256", "train.dtype=\"bf16\""});
+  const auto m = model_shape(config);
+  double dense = 0, experts = 0;
+  for (const auto& ls : m.layers)
+    dense += ls.params - ls.expert_params, experts += ls.expert_params;
+  Layout l;
+  l.ep = 2;
+  l.dp = 1;
+  l.zero = 1;
+  l.micro_batch = 4;
+  const auto p = predict(m, config, l, 8, toy_device(), 8);  // one micro-batch per data rank
+  // ZeRO-1 slices the dense weights over the 2 data ranks (fp32 master + moments: 12 bytes);
+  // each rank's 2 experts have no gradient to reduce, so plain AdamW steps them whole (8).
+  const double w = dense + experts / 2, slice = dense / 2;
+  // Each block keeps, per token, 2 x top_k more rows of the width: the routed input as the
+  // all-to-all delivered it and the expert's output as it came back.
+  vescale::models::BlockActivations kept = m.block;
+  kept.replicated += 2 * 2 * 256;
+  const double block = block_activation_bytes(kept, 256, 4, 1, false, false, false),
+               first_gradients = block_backward_bytes(m.block, 256, 4, 1, false, false),
+               logits = 8 * 256.0 * 4 * 512;
+  // One micro-batch: the forward's turn is the peak (the optimizer step's whole gradients,
+  // reduced slice and 4 bytes of dense weights per element in a bucket are smaller).
+  const double forward = 4 * block + logits + first_gradients;
+  const double step = 4 * w + 4 * slice + 4 * dense;
+  REQUIRE(forward > step);
+  CHECK(p.peak_memory_bytes ==
+        Approx(4 * w + 12 * slice + 8 * experts / 2 + forward).epsilon(1e-12));
+}
+
 TEST_CASE("the megatron stack makes fewer elementwise passes and hides TP chunks behind the GEMMs",
           "[planner]") {
   const auto config = llama({});

@@ -54,7 +54,8 @@ MemoryEstimate memory_per_rank(const Config& config, const mesh::MeshShape& mesh
 
 // One block's activations for one micro-batch: what the family's block keeps for backward per
 // token (models::BlockActivations: the residual-width tensors split by tp only with sequence
-// parallelism, the tensor-parallel ones by tp, and with `keeps_probabilities` each head's
+// parallelism, the GEMMs' gathered inputs never, the tensor-parallel ones by tp, and with
+// `keeps_probabilities` each head's
 // probabilities over the sequence), times s x b, at the training dtype's width. Under
 // activation checkpointing its input alone, s b h (/ tp with sequence parallelism). Bytes. The
 // planner's cost model uses the same.
@@ -63,6 +64,10 @@ double block_activation_bytes(const models::BlockActivations& block, int64_t seq
                               bool keeps_probabilities);
 double block_input_bytes(int64_t seq_len, int64_t micro_batch, int64_t dim, int64_t tp,
                          bool sequence_parallel, bool fp32);
+// What one block's backward holds beside its saved tensors at its start, for one micro-batch
+// (models::BlockActivations::backward_*, split as above). Bytes.
+double block_backward_bytes(const models::BlockActivations& block, int64_t seq_len,
+                            int64_t micro_batch, int64_t tp, bool sequence_parallel, bool fp32);
 // AdamW's bytes per parameter element a rank holds the state of under ZeRO stage `zero`: the two
 // fp32 moments, and under ZeRO-1/2 an fp32 copy of the parameter slice (ZeRO-3's slice is the
 // parameter itself). The planner's cost model uses the same.
