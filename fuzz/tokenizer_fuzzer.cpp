@@ -1,7 +1,8 @@
 // libFuzzer target for the BPE tokenizer: any bytes, read as a tokenizer.json, must load or
 // throw vescale::Error; encoded by four small tokenizers (GPT-2 layout with and without the
 // prefix space, LLaMA-3 layout, Qwen2 layout with NFC), they must decode back to themselves
-// (to their NFC for Qwen2's; not checked where a prefix space is added) and give the same ids
+// (for Qwen2's, to the NFC of each piece between its non-normalized added tokens; not checked
+// where a prefix space is added) and give the same ids
 // when streamed in chunks cut at safe_cut; and NFC of NFC must change nothing. A crash, a
 // sanitizer report, an escaping exception or a broken round trip is a finding.
 #include <cstddef>
@@ -45,6 +46,23 @@ const BpeTokenizer& tokenizer(int k) {
   return *all[k];
 }
 
+// What Qwen2's layout decodes back to: HF splits out the non-normalized added token "<s>" first
+// and normalizes each piece between alone, so a combining mark after "<s>" does not compose
+// with its '>' (U+0338 would make it U+226F).
+std::string nfc_between_added(const std::string& x) {
+  std::string out;
+  for (size_t start = 0;;) {
+    const size_t at = x.find("<s>", start);
+    const std::string piece = x.substr(start, at == std::string::npos ? at : at - start);
+    std::string piece_nfc = piece;
+    vescale::tokenizer::nfc::normalize(piece, piece_nfc);
+    out += piece_nfc;
+    if (at == std::string::npos) return out;
+    out += "<s>";
+    start = at + 3;
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -59,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int k = 0; k < 4; ++k) {
     const BpeTokenizer& tok = tokenizer(k);
     const std::vector<int64_t> ids = tok.encode(x);
-    if (k != 1 && tok.decode(ids) != (k == 3 ? nfc_x : x)) std::abort();
+    if (k != 1 && tok.decode(ids) != (k == 3 ? nfc_between_added(x) : x)) std::abort();
     std::vector<int64_t> streamed;
     std::string_view rest = x;
     for (bool first = true; !rest.empty(); first = false) {
