@@ -33,11 +33,15 @@ namespace vescale::models {
 // (residual width) and an intermediate's gradient (tensor-parallel), before the saved tensors
 // they replace are freed; about a tenth of the activations, where counting a second block's
 // activations, as the planner did, overstated a checkpointed rank's peak by up to a fifth.
+// Under a split backward (zb_h1) the GEMMs that defer their weight gradient to W
+// (kernels::linear) keep their input and output gradient until it runs: about
+// `split_weight_tensor_parallel` per token (the experts' grouped GEMMs do not defer theirs).
 // Counted in each family's block; tests/train/test_block_activations.cpp checks the counts
 // against the counting allocator.
 struct BlockActivations {
   double replicated = 0, gathered = 0, tensor_parallel = 0, attention_heads = 0;
   double backward_replicated = 0, backward_tensor_parallel = 0;
+  double split_weight_tensor_parallel = 0;
 };
 
 // One family's options, type-erased: the train config holds them without knowing the family.

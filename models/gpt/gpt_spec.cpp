@@ -45,7 +45,8 @@ const bool registered =
                                        .tensor_parallel = 4 * h + 8 * h,
                                        .attention_heads = static_cast<double>(o.n_head),
                                        .backward_replicated = h,
-                                       .backward_tensor_parallel = 4 * h};
+                                       .backward_tensor_parallel = 4 * h,
+                                       .split_weight_tensor_parallel = 4 * h + 8 * h};
              },
          .from_hf = [](const StateDict& hf,
                        const ModelOptions& o) { return gpt2_from_hf(hf, o.as<GPTOptions>()); },

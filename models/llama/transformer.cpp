@@ -324,6 +324,8 @@ BlockActivations trunk_block_activations(const TrunkOptions& o, const MoEOptions
   // head norms keep their inputs and normalized inputs.
   a.tensor_parallel = 4 * heads * hd + (o.qk_norm ? 2 * (heads + kv) * hd : 0);
   a.attention_heads = heads;
+  // Under a split backward the projections keep about as much for W; a dense feed-forward too.
+  a.split_weight_tensor_parallel = a.tensor_parallel + (moe ? 0 : 4 * ffn);
   if (moe) {
     // Per assignment: the gathered input, the expert's output and its row back in token order
     // (which the gate multiplies), three int64 indices (token, order, expert: two elements

@@ -465,15 +465,15 @@ StepPrediction predict(const ModelShape& model, const train::Config& config, con
     const double output = last && l.chunks == 1 ? 0 : block_in;
     // Checkpointed, a micro-batch keeps each block's input; the block being backpropagated is
     // recomputed whole. Under a split schedule, the blocks whose I ran keep each GEMM's
-    // recomputed input and output gradient for W until it runs (about the block's
-    // tensor-parallel tensors); the block an I is recomputing holds its own inside its
-    // activations, beside all the others.
+    // recomputed input and output gradient for W until it runs
+    // (BlockActivations::split_weight_tensor_parallel); the block an I is recomputing holds its
+    // own inside its activations, beside all the others.
     const double for_weight =
-        l.checkpointing
-            ? train::block_activation_bytes(
-                  models::BlockActivations{.tensor_parallel = model.block.tensor_parallel},
-                  model.seq_len, l.micro_batch, l.tp, sp, fp32, false)
-            : 0;
+        l.checkpointing ? train::block_activation_bytes(
+                              models::BlockActivations{
+                                  .tensor_parallel = model.block.split_weight_tensor_parallel},
+                              model.seq_len, l.micro_batch, l.tp, sp, fp32, false)
+                        : 0;
     const double acts =
         l.checkpointing ? in_flight * (per_stage_blocks * block_in + output) +
                               std::max(0.0, awaiting_weight * per_stage_blocks - 1) * for_weight +
