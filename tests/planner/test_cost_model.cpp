@@ -37,6 +37,14 @@ Config llama(const std::vector<std::string>& sets) {
   all.insert(all.end(), sets.begin(), sets.end());
   return Config::from_json("{}", "t.json", all);
 }
+// 4 layers of 4 experts, top-2, width 256.
+Config mixtral() {
+  return Config::from_json("{}", "t.json",
+                           {"model.type=\"mixtral\"", "model.n_layers=4", "model.dim=256",
+                            "model.n_heads=8", "model.n_kv_heads=8", "model.ffn_dim=512",
+                            "model.n_experts=4", "model.top_k=2", "model.vocab_size=512",
+                            "model.max_seq_len=256", "train.seq_len=256", "train.dtype=\"bf16\""});
+}
 }  // namespace
 
 TEST_CASE("collectives follow the ring formulas", "[planner]") {
@@ -156,12 +164,7 @@ TEST_CASE("under expert parallelism each MoE layer waits for the busiest rank's 
   CHECK(expert_imbalance(4, 1) == Approx(1 + 0.3 * 1.02938).epsilon(1e-5));
   CHECK(expert_imbalance(8, 1) == Approx(1 + 0.3 * 1.42360).epsilon(1e-5));
 
-  const auto config =
-      Config::from_json("{}", "t.json",
-                        {"model.type=\"mixtral\"", "model.n_layers=4", "model.dim=256",
-                         "model.n_heads=8", "model.n_kv_heads=8", "model.ffn_dim=512",
-                         "model.n_experts=4", "model.top_k=2", "model.vocab_size=512",
-                         "model.max_seq_len=256", "train.seq_len=256", "train.dtype=\"bf16\""});
+  const auto config = mixtral();
   const auto m = model_shape(config);
   // Three expert weights of dim x hidden per expert, top_k of the 4 run per token.
   CHECK(m.layers[1].expert_matmul == 2 * 3.0 * 256 * 512);
@@ -236,12 +239,7 @@ TEST_CASE(
     "rows stay twice more",
     "[planner]") {
   using namespace vescale::train;
-  const auto config =
-      Config::from_json("{}", "t.json",
-                        {"model.type=\"mixtral\"", "model.n_layers=4", "model.dim=256",
-                         "model.n_heads=8", "model.n_kv_heads=8", "model.ffn_dim=512",
-                         "model.n_experts=4", "model.top_k=2", "model.vocab_size=512",
-                         "model.max_seq_len=256", "train.seq_len=256", "train.dtype=\"bf16\""});
+  const auto config = mixtral();
   const auto m = model_shape(config);
   double dense = 0, experts = 0;
   for (const auto& ls : m.layers)

@@ -20,6 +20,16 @@ namespace {
 
 constexpr int64_t kBatch = 2, kSeq = 64;
 
+// Small shapes of each family, as model.* overrides.
+const std::vector<std::string> kLlama = {"model.dim=128",       "model.n_heads=4",
+                                         "model.n_kv_heads=2",  "model.ffn_dim=384",
+                                         "model.vocab_size=64", "model.max_seq_len=64"};
+const std::vector<std::string> kMixtral = {
+    "model.dim=128",     "model.n_heads=4", "model.n_kv_heads=2",  "model.ffn_dim=192",
+    "model.n_experts=4", "model.top_k=2",   "model.vocab_size=64", "model.max_seq_len=64"};
+const std::vector<std::string> kGpt = {"model.n_embd=128", "model.n_head=4", "model.vocab_size=64",
+                                       "model.n_positions=64"};
+
 vescale::train::Config config(const std::string& type, int64_t layers,
                               const std::vector<std::string>& sets) {
   std::vector<std::string> all = {
@@ -94,38 +104,18 @@ void check_backward(const std::string& type, const std::vector<std::string>& set
 
 TEST_CASE("each family counts what its block's backward holds beside its saved tensors",
           "[models][memory]") {
-  SECTION("llama") {
-    check_backward("llama", {"model.dim=128", "model.n_heads=4", "model.n_kv_heads=2",
-                             "model.ffn_dim=384", "model.vocab_size=64", "model.max_seq_len=64"});
-  }
-  SECTION("mixtral") {
-    check_backward("mixtral", {"model.dim=128", "model.n_heads=4", "model.n_kv_heads=2",
-                               "model.ffn_dim=192", "model.n_experts=4", "model.top_k=2",
-                               "model.vocab_size=64", "model.max_seq_len=64"});
-  }
-  SECTION("gpt") {
-    check_backward("gpt", {"model.n_embd=128", "model.n_head=4", "model.vocab_size=64",
-                           "model.n_positions=64"});
-  }
+  SECTION("llama") { check_backward("llama", kLlama); }
+  SECTION("mixtral") { check_backward("mixtral", kMixtral); }
+  SECTION("gpt") { check_backward("gpt", kGpt); }
 }
 
 TEST_CASE("each family counts what its block keeps for backward", "[models][memory]") {
-  SECTION("llama") {
-    check_family("llama", {"model.dim=128", "model.n_heads=4", "model.n_kv_heads=2",
-                           "model.ffn_dim=384", "model.vocab_size=64", "model.max_seq_len=64"});
-  }
-  SECTION("mixtral") {
-    check_family("mixtral", {"model.dim=128", "model.n_heads=4", "model.n_kv_heads=2",
-                             "model.ffn_dim=192", "model.n_experts=4", "model.top_k=2",
-                             "model.vocab_size=64", "model.max_seq_len=64"});
-  }
+  SECTION("llama") { check_family("llama", kLlama); }
+  SECTION("mixtral") { check_family("mixtral", kMixtral); }
   SECTION("qwen3") {
     check_family("qwen3",
                  {"model.dim=128", "model.n_heads=4", "model.n_kv_heads=2", "model.head_dim=32",
                   "model.ffn_dim=384", "model.vocab_size=64", "model.max_seq_len=64"});
   }
-  SECTION("gpt") {
-    check_family("gpt", {"model.n_embd=128", "model.n_head=4", "model.vocab_size=64",
-                         "model.n_positions=64"});
-  }
+  SECTION("gpt") { check_family("gpt", kGpt); }
 }
