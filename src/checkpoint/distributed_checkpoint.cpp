@@ -4,7 +4,6 @@
 #include "vescale/checkpoint/safetensors.h"
 #include "vescale/common/check.h"
 #include "vescale/dist/object_collectives.h"
-#include "vescale/dist/world.h"
 #include "vescale/dtensor/dtensor.h"
 #include "vescale/timeline/recorder.h"
 
@@ -47,9 +46,6 @@ FileDigest file_digest(const std::string& path) {
   }
   return d;
 }
-
-int world_rank() { return dist::is_initialized() ? dist::rank() : 0; }
-int world_size() { return dist::is_initialized() ? dist::world_size() : 1; }  // 1: no collectives
 
 std::string rank_file(int rank) {
   char buf[32];
@@ -139,7 +135,7 @@ struct AsyncSave::Job {
 // the host: the index (without checksums) and what this rank writes. Collective.
 Planned plan_save(const StateDict& state, const std::string& metadata_json,
                   const std::vector<Piece>& pieces) {
-  const int rank = world_rank();
+  const int rank = dist::rank_or_zero();
   Planned job;
 
   json meta;
@@ -244,7 +240,7 @@ Planned plan_save(const StateDict& state, const std::string& metadata_json,
   job.index = {{"format", kFormat},
                {"version", kVersion},
                {"written_by", {{"vescale", VESCALE_VERSION}, {"git", VESCALE_GIT_REVISION}}},
-               {"world_size", world_size()},
+               {"world_size", dist::size_or_one()},
                {"metadata", std::move(meta)},
                {"tensors", std::move(tensors)}};
 
@@ -289,7 +285,7 @@ void AsyncSave::begin(const std::string& root, const std::string& name, const St
   job->root = root;
   job->final_dir = fs::path(root) / name;
   job->tmp_dir = fs::path(root) / (name + ".tmp");
-  const int rank = world_rank();
+  const int rank = dist::rank_or_zero();
   Planned planned = plan_save(state, metadata_json, pieces);
   job->index = std::move(planned.index);
   job->staged = std::move(planned.staged);
@@ -341,7 +337,7 @@ void AsyncSave::abort() {
   auto job = std::move(job_);
   if (job->writer.joinable()) job->writer.join();
   // Other ranks may still be writing theirs: what is left is removed as stale at a later start.
-  if (world_rank() == 0) {
+  if (dist::rank_or_zero() == 0) {
     std::error_code ec;
     fs::remove_all(job->tmp_dir, ec);
   }
@@ -354,7 +350,7 @@ std::string AsyncSave::commit(int64_t keep, const std::string& run_id) {
   // Every rank's [ok, crc, bytes].
   const auto status =
       all_gather_int64({job->error.empty() ? 1 : 0, job->crc, static_cast<int64_t>(job->bytes)});
-  const int w = world_size();
+  const int w = dist::size_or_one();
   std::vector<int> failed;
   for (int r = 0; r < w; ++r) {
     if (status[3 * r] == 0) failed.push_back(r);
@@ -364,7 +360,7 @@ std::string AsyncSave::commit(int64_t keep, const std::string& run_id) {
     for (size_t i = 0; i < failed.size(); ++i) ranks << (i ? ", " : "") << failed[i];
     // Every writer has stopped (each rank joined its own before the gather): what they wrote
     // goes now, so a full disk does not stay full of half a checkpoint.
-    if (world_rank() == 0) {
+    if (dist::rank_or_zero() == 0) {
       std::error_code ec;
       fs::remove_all(job->tmp_dir, ec);
     }
@@ -376,7 +372,7 @@ std::string AsyncSave::commit(int64_t keep, const std::string& run_id) {
   }
   // Every rank's chunk CRCs, to rank 0 only: the index checks each chunk a lazy load reads.
   const auto crcs = dist::gather_text(json(job->chunk_crc32).dump(), 0);
-  if (world_rank() == 0) {
+  if (dist::rank_or_zero() == 0) {
     complete_index(job->index, status, crcs, run_id);
     write_text_durably((job->tmp_dir / "index.json").string(), job->index.dump(1), "checkpoint");
     std::error_code ec;
@@ -449,7 +445,7 @@ void AsyncSnapshot::begin(const StateDict& state, const std::string& metadata_js
   job->index = std::move(planned.index);
   job->staged = std::move(planned.staged);
   Job* j = job.get();
-  j->thread = std::thread([j, keep = std::move(keep), file = rank_file(world_rank())] {
+  j->thread = std::thread([j, keep = std::move(keep), file = rank_file(dist::rank_or_zero())] {
     try {
       std::string bytes;
       j->digest = safetensors_bytes(j->staged, bytes);
@@ -475,7 +471,7 @@ std::string AsyncSnapshot::finish(const std::string& run_id) {
   VESCALE_CHECK(failed.empty(), "checkpoint: keeping the copy in memory failed on rank(s) ", failed,
                 job->error.empty() ? "" : " (here: " + job->error + ")");
   const auto crcs = dist::gather_text(json(d.tensor_crc32).dump(), 0);
-  if (world_rank() != 0) return "";
+  if (dist::rank_or_zero() != 0) return "";
   complete_index(job->index, status, crcs, run_id);
   return job->index.dump();
 }

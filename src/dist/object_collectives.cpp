@@ -9,12 +9,11 @@
 
 namespace vescale::dist {
 
-namespace {
-int size() { return is_initialized() ? world_size() : 1; }
-}  // namespace
+int rank_or_zero() { return is_initialized() ? rank() : 0; }
+int size_or_one() { return is_initialized() ? world_size() : 1; }
 
 std::vector<int64_t> all_gather_int64(const std::vector<int64_t>& mine) {
-  const int w = size();
+  const int w = size_or_one();
   if (w == 1) return mine;
   const at::Device dev(device_string());  // NCCL moves device tensors only
   const auto n = static_cast<int64_t>(mine.size());
@@ -27,7 +26,7 @@ std::vector<int64_t> all_gather_int64(const std::vector<int64_t>& mine) {
 
 // The lengths first, then the bytes padded to the longest.
 std::vector<std::string> all_gather_text(const std::string& mine) {
-  const int w = size();
+  const int w = size_or_one();
   if (w == 1) return {mine};
   const auto lengths = all_gather_int64({static_cast<int64_t>(mine.size())});
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
@@ -47,7 +46,7 @@ std::vector<std::string> all_gather_text(const std::string& mine) {
 }
 
 std::vector<std::string> gather_text(const std::string& mine, int root) {
-  const int w = size();
+  const int w = size_or_one();
   if (w == 1) return {mine};
   constexpr int kLengthTag = 0x7200, kBytesTag = 0x7201;
   const at::Device dev(device_string());
@@ -82,7 +81,7 @@ int64_t all_max(int64_t mine) {
 }
 
 void barrier() {
-  if (size() > 1) world().barrier().wait();
+  if (size_or_one() > 1) world().barrier().wait();
 }
 
 }  // namespace vescale::dist

@@ -28,9 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The ranks calibrating together: the world's, or 1 without a launcher.
-int64_t world_ranks() { return dist::is_initialized() ? dist::world_size() : 1; }
-
 void sync(const std::string& device) {
   if (device != "cpu") at::empty({1}, at::TensorOptions().device(device)).cpu();  // drains the stream
 }
@@ -46,13 +43,7 @@ int agreed_reps(F& f, const std::string& device) {
     f();
     ++reps;
     sync(device);
-    more = std::chrono::duration<double>(Clock::now() - start).count() < 0.05;
-    if (dist::is_initialized()) {
-      auto any =
-          at::full({1}, more ? 1.0 : 0.0, at::TensorOptions().dtype(at::kDouble).device(device));
-      dist::world().all_reduce(any, dist::ReduceOp::Max).wait();
-      more = any.item<double>() > 0;
-    }
+    more = dist::all_max(std::chrono::duration<double>(Clock::now() - start).count() < 0.05) > 0;
   }
   return reps;
 }
@@ -75,7 +66,7 @@ double median_seconds(F&& f, const std::string& device) {
   const int reps = agreed_reps(f, device);  // also the warm-up
   std::vector<double> rounds;
   for (int round = 0; round < 5; ++round) {
-    if (dist::is_initialized()) dist::barrier();
+    dist::barrier();
     rounds.push_back(timed_round(f, device, reps));
   }
   std::sort(rounds.begin(), rounds.end());
@@ -91,7 +82,7 @@ double median_difference(F&& larger, G&& smaller, const std::string& device) {
   const int larger_reps = agreed_reps(larger, device), smaller_reps = agreed_reps(smaller, device);
   std::vector<double> rounds;
   for (int round = 0; round < 9; ++round) {
-    if (dist::is_initialized()) dist::barrier();
+    dist::barrier();
     const double a = timed_round(larger, device, larger_reps);
     rounds.push_back(a - timed_round(smaller, device, smaller_reps));
   }
@@ -267,7 +258,7 @@ Link measure_link(const std::string& device, const at::TensorOptions& opts) {
 
 // `base`'s model with `layers` blocks, trained on `micro_batch` sequences per rank.
 train::Config with_layers(const train::Config& base, int layers, int64_t micro_batch) {
-  const int64_t ranks = world_ranks();
+  const int64_t ranks = dist::size_or_one();
   return train::Config::from_json(base.to_json(), "calibration block",
                                   {"model.n_layers=" + std::to_string(layers),
                                    "train.global_batch_size=" + std::to_string(ranks * micro_batch),
@@ -290,7 +281,7 @@ double measured_block_seconds(const train::Config& base, int64_t micro_batch,
   auto few = train::build_model(few_config.model), many = train::build_model(many_config.model);
   few.module->to(at::Device(device));
   many.module->to(at::Device(device));
-  const int64_t ranks = world_ranks(), seq = base.train.seq_len;
+  const int64_t ranks = dist::size_or_one(), seq = base.train.seq_len;
   at::Tensor tokens = at::randint(0, base.model.vocab_size(), {micro_batch, seq},
                                   at::TensorOptions().dtype(at::kLong).device(device));
   if (ranks > 1) {
@@ -316,7 +307,7 @@ double predicted_block_seconds(const train::Config& base, int64_t micro_batch,
                                const DeviceProfile& profile, bool tensor_parallel = false) {
   Layout l;
   l.micro_batch = micro_batch;
-  const int64_t ranks = world_ranks();
+  const int64_t ranks = dist::size_or_one();
   if (tensor_parallel) l.tp = ranks;
   auto of = [&](int layers) {
     const auto config = with_layers(base, layers, micro_batch);
@@ -480,7 +471,7 @@ DeviceProfile calibrate(const std::string& name, const std::string& device,
     block_bandwidth = block_elementwise_rate(p, device, block.first, 2);
     if (block_bandwidth > 0) p.memory_bandwidth = block_bandwidth;
   }
-  const int64_t ranks = world_ranks();
+  const int64_t ranks = dist::size_or_one();
   const std::string how = "measured by vescale-plan --calibrate on " + today();
   if (device == "cpu") {
     // The host's memory, shared by this host's ranks.

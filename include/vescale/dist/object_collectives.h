@@ -8,6 +8,10 @@
 
 namespace vescale::dist {
 
+// This rank, and the world's size: 0 and 1 before and without dist::init(). Not collective.
+int rank_or_zero();
+int size_or_one();
+
 // Every rank's `mine` (the same count on each), concatenated in rank order. Collective.
 std::vector<int64_t> all_gather_int64(const std::vector<int64_t>& mine);
 // Every rank's text, in rank order. Collective.
