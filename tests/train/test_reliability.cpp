@@ -405,15 +405,18 @@ TEST_CASE("a hung pipeline stage stops every rank within the timeout, naming the
   INFO(r.out << r.err << log);
   CHECK_THAT(r.out, Contains("exit 1"));
   CHECK(r.seconds < 60);
-  // Rank 0 waits for the gradient of stage 0, or, when rank 1 was stopped after its backward
-  // (the log lags a loaded machine), for the loss of the last stage: both name rank 1. When
-  // rank 1 was stopped between steps, rank 0 waits at the next step's stop agreement instead,
-  // which names rank 1 too.
-  CHECK_THAT(log, ((Contains("waited in vain for the gradient of stage 0") ||
-                    Contains("waited in vain for the loss of the last stage")) &&
-                   Contains("from pipeline rank 1 (world rank 1)")) ||
-                      (Contains("agreeing on a stop: all_gather") &&
-                       Contains("rank 1 did not answer")));
+  // Rank 0's one line is a timeout naming rank 1, in whichever wait of the step rank 1 was stopped
+  // before: mostly the schedule's receive of stage 0's gradient; on a loaded machine also the
+  // loss broadcast, the gradient norm's all-reduce, or the stop agreement (CI once saw one).
+  std::smatch line;
+  REQUIRE(
+      std::regex_search(log, line, std::regex("\\[rank 0\\] vescale-train: step [0-9]+: [^\\n]*")));
+  const std::string error = line.str();
+  CHECK_THAT(error, Contains("did not finish within 5000 ms") && Contains("rank 1 did not answer"));
+  // Inside the schedule (the loss broadcast included) the stage's rank is named as the pipeline's.
+  if (error.find("running the pipeline schedule") != std::string::npos)
+    CHECK_THAT(error, Contains("pipeline: rank 0 waited in vain for ") &&
+                          Contains("pipeline rank 1 (world rank 1)"));
   fs::remove_all(dir);
 }
 

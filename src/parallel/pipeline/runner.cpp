@@ -424,7 +424,15 @@ struct PipelineRunner::Impl {
   }
 
   void finish_step() {
-    for (auto& s : sends) s.work.wait();
+    for (auto& s : sends) {
+      try {
+        s.work.wait();
+      } catch (const TimeoutError& e) {
+        throw TimeoutError("pipeline: rank " + std::to_string(world_rank) + " waited in vain for " +
+                           who(s.peer) + " to receive what this step sent it, which hung or " +
+                           "failed: " + e.what());
+      }
+    }
     sends.clear();
     VESCALE_CHECK(recvs.empty(), "pipeline: ", recvs.size(),
                   " receives were still open after the step's last action");
