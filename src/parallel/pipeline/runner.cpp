@@ -198,9 +198,13 @@ struct PipelineRunner::Impl {
       w.wait();
       waited_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     } catch (const TimeoutError& e) {
-      throw TimeoutError("pipeline: rank " + std::to_string(world_rank) + " waited in vain for " +
-                         what + " from " + who(peer) + ", which hung or failed: " + e.what());
+      throw waited_in_vain(what + " from " + who(peer), e);
     }
+  }
+  // A timeout, naming this rank and what it waited for.
+  TimeoutError waited_in_vain(const std::string& what, const TimeoutError& e) const {
+    return TimeoutError("pipeline: rank " + std::to_string(world_rank) + " waited in vain for " +
+                        what + ", which hung or failed: " + e.what());
   }
 
   Tensors wrap_all(const Tensors& locals, const std::vector<TensorMeta>& metas) const {
@@ -428,9 +432,7 @@ struct PipelineRunner::Impl {
       try {
         s.work.wait();
       } catch (const TimeoutError& e) {
-        throw TimeoutError("pipeline: rank " + std::to_string(world_rank) + " waited in vain for " +
-                           who(s.peer) + " to receive what this step sent it, which hung or " +
-                           "failed: " + e.what());
+        throw waited_in_vain(who(s.peer) + " to receive what this step sent it", e);
       }
     }
     sends.clear();
